@@ -1,0 +1,55 @@
+"""An on-disk embedding cache (SQLite, float32 blobs) so repeated runs and training rounds never re-encode."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["EmbeddingCache", "cache_key"]
+
+_CHUNK = 900  # below SQLite's host-parameter limit
+
+
+def cache_key(*parts: str) -> bytes:
+    """A 20-byte key for an embedding: the encoder fingerprint, the input kind and the texts."""
+    h = hashlib.sha1()
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.digest()
+
+
+class EmbeddingCache:
+    """Maps keys to float32 vectors in ``<directory>/embeddings.sqlite``; safe to share between processes."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / "embeddings.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        found: dict[bytes, np.ndarray] = {}
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i:i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
+                found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
+        rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors)]
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,1 @@
+"""The ``pmi-reward`` command line: one module per subcommand, dataclass arguments parsed by TrlParser."""

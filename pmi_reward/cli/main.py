@@ -1,0 +1,28 @@
+"""``pmi-reward <command> [--config FILE.yaml] [--flag value ...]``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "train": ("pmi_reward.cli.train", "train a PMIScore scorer on pairs or dialogues"),
+    "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
+    "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        width = max(map(len, COMMANDS))
+        lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+        print("usage: pmi-reward <command> [--config FILE.yaml] [options]\n\ncommands:\n" + "\n".join(lines)
+              + "\n\n`pmi-reward <command> --help` lists a command's options.")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

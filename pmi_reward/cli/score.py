@@ -1,0 +1,40 @@
+"""``pmi-reward score``: rows with context and response in, the same rows plus a ``pmi`` column out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from trl import TrlParser
+
+from ..io import read_records, require_text, write_records
+from ..scorer import PMIScorer
+
+
+@dataclass
+class ScoreArguments:
+    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
+    input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON file with context and response columns"})
+    output: str = field(metadata={"help": "where to write the rows with the added column (.csv/.tsv/.jsonl/.json)"})
+    context_column: str = "context"
+    response_column: str = "response"
+    score_column: str = "pmi"
+    encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
+    progress: bool = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = TrlParser((ScoreArguments,), prog="pmi-reward score")
+    (args,) = parser.parse_args_and_config(argv)
+    records = read_records(args.input)
+    contexts = require_text(records, args.input, args.context_column, allow_empty=True)
+    responses = require_text(records, args.input, args.response_column, allow_empty=True)
+    scorer = PMIScorer.from_pretrained(args.scorer)
+    if args.encode_batch_size:
+        scorer.encoder.spec.batch_size = args.encode_batch_size
+    scores = scorer.score(contexts, responses, progress=args.progress)
+    for record, value in zip(records, scores.tolist()):
+        record[args.score_column] = round(value, 6)
+    write_records(args.output, records)
+    print(json.dumps({"rows": len(records), "output": args.output, "mean_pmi": float(scores.mean())}))
+    return 0

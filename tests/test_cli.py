@@ -1,0 +1,75 @@
+"""The CLI on the real offline MiniLM: train on a small pair file, score, configs and errors."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmi_reward.cli.main import main
+from pmi_reward.scorer import PMIScorer
+
+from conftest import TOPICS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pair_file(path: Path, n_dialogues: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d in range(n_dialogues):
+        topic = list(TOPICS)[d % len(TOPICS)]
+        turns = list(rng.permutation(TOPICS[topic]))
+        for t in range(1, len(turns)):
+            rows.append({"dialog_key": f"{seed}-{d}", "context": "\n".join(turns[:t]), "response": turns[t]})
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, ["dialog_key", "context", "response"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+@pytest.mark.integration
+def test_train_then_score_on_minilm(tmp_path, capsys):
+    train, val = _pair_file(tmp_path / "train.csv", 40, 0), _pair_file(tmp_path / "val.csv", 12, 1)
+    out = tmp_path / "scorer"
+    code = main(["train", "--config", str(ROOT / "configs/scorer/minilm.yaml"), "--train_file", str(train),
+                 "--val_file", str(val), "--test_file", str(val), "--output_dir", str(out), "--epochs", "8", "--batch_size", "16",
+                 "--cache_dir", str(tmp_path / "cache"), "--progress", "false"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{\n"):])
+    assert summary["saved"] == str(out) and summary["train_pairs"] == 120 and 0 <= summary["test_auc"] <= 1
+    scorer = PMIScorer.from_pretrained(out)
+    assert scorer.metadata["best_val_auc"] > 0.7  # topics are easy for MiniLM
+    assert scorer.metadata["training"]["batch_size"] == 16
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [
+        {"context": "I love pizza.", "response": "Pasta is my favourite dish.", "id": 1},
+        {"context": "I love pizza.", "response": "I play tennis on Sundays.", "id": 2}]) + "\n")
+    assert main(["score", "--scorer", str(out), "--input", str(rows), "--output", str(tmp_path / "o.jsonl"),
+                 "--progress", "false"]) == 0
+    scored = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in scored] == [1, 2]
+    assert scored[0]["pmi"] > scored[1]["pmi"]
+
+
+def test_help_and_unknown_command(capsys):
+    assert main([]) == 2
+    assert main(["--help"]) == 0
+    assert "train" in capsys.readouterr().out
+    result = subprocess.run([sys.executable, "-m", "pmi_reward.cli.main", "train", "--help"], capture_output=True,
+                            text=True, check=True)
+    assert "--objective" in result.stdout and "--k_in_dialogue" in result.stdout
+
+
+def test_score_reports_bad_input_file(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("context,reply\nhi,there\n")
+    from pmi_reward.io import DataError
+
+    with pytest.raises(DataError, match="missing column 'response'"):
+        main(["score", "--scorer", str(tmp_path), "--input", str(bad), "--output", str(tmp_path / "o.csv")])

@@ -1,0 +1,91 @@
+import json
+
+import numpy as np
+import pytest
+
+from pmi_reward.data import chitchat_dialogues, load_dialogues, split_dialogues
+from pmi_reward.io import DataError
+from pmi_reward.pairs import PairSet, load_pairs
+
+
+def test_split_is_by_dialogue(topic_dialogues):
+    train, val, test = split_dialogues(topic_dialogues, 0.2, 0.2, seed=3)
+    ids = [{d.id for d in s} for s in (train, val, test)]
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
+    assert sum(map(len, ids)) == len(topic_dialogues)
+    sets = [PairSet.from_dialogues(s) for s in (train, val, test)]
+    contexts = [set(s.context_texts) for s in sets]
+    # a dialogue's pairs all land in its split
+    assert all(len(s) == sum(len(d.turns) - 1 for d in split) for s, split in zip(sets, (train, val, test)))
+    assert contexts[0] and contexts[1] and contexts[2]
+
+
+def test_pairs_from_dialogue_use_previous_turns_newest_last(topic_dialogues):
+    d = topic_dialogues[0]
+    pairs = PairSet.from_dialogues([d], max_context_turns=2)
+    assert pairs.response_texts == list(d.turns[1:])
+    assert pairs.context_texts[0] == d.turns[0]
+    assert pairs.context_texts[2] == d.turns[1] + "\n" + d.turns[2]
+
+
+def test_chitchat_corpus_loads():
+    dialogues = chitchat_dialogues()
+    assert len(dialogues) > 7000
+    assert all(isinstance(t, str) and t for d in dialogues[:50] for t in d.turns)
+
+
+def test_load_dialogue_formats(tmp_path):
+    jl = tmp_path / "d.jsonl"
+    jl.write_text(json.dumps({"id": "a", "turns": ["hi", "hello"]}) + "\n" + json.dumps(
+        {"id": "b", "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "yo"},
+                                 {"role": "assistant", "content": "hey"}]}) + "\n")
+    ds = load_dialogues(jl)
+    assert [d.turns for d in ds] == [("hi", "hello"), ("yo", "hey")]
+    csv_path = tmp_path / "d.csv"
+    csv_path.write_text("dialog_id,text\n1,hi\n1,there\n2,one\n2,two\n2,three\n")
+    assert [len(d.turns) for d in load_dialogues(csv_path)] == [2, 3]
+
+
+def test_pair_file_builds_in_dialogue_pool_from_context_lines(tmp_path):
+    f = tmp_path / "p.csv"
+    f.write_text('dialog_key,context,response\nk1,"a\nb",c\nk1,"b\nc",d\nk2,x,y\n')
+    pairs = load_pairs(f)
+    g = pairs.group[0]
+    pool = {pairs.responses[i] for i in pairs.pool[pairs.pool_ptr[g]:pairs.pool_ptr[g + 1]]}
+    assert pool == {"a", "b", "c", "d"}
+    assert len(set(pairs.group.tolist())) == 2
+
+
+@pytest.mark.parametrize("content,suffix,message", [
+    (b"context,other\nhi,there\n", ".csv", "missing column 'response'"),
+    (b"", ".csv", "empty"),
+    (b"context,response\nhi,\xff\xfe\n", ".csv", "not UTF-8"),
+    (b"context,response\nhi,\n", ".csv", "row 1, field 'response': empty"),
+    (b'{"context": "hi", "response": 3}\n', ".jsonl", "row 1, field 'response': expected text"),
+    (b'{"context": "hi", "response": "x"}\nnot json\n', ".jsonl", "row 2: invalid JSON"),
+    (b"context,response\nhi,there\n", ".parquet", "unsupported file type"),
+])
+def test_bad_pair_files_name_file_and_field(tmp_path, content, suffix, message):
+    f = tmp_path / f"bad{suffix}"
+    f.write_bytes(content)
+    with pytest.raises(DataError) as err:
+        load_pairs(f)
+    assert str(f) in str(err.value) and message in str(err.value)
+
+
+def test_bad_dialogue_file_names_the_field(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(json.dumps({"id": "a", "turns": "not a list"}) + "\n")
+    with pytest.raises(DataError, match="row 1, field 'turns'"):
+        load_dialogues(f)
+    g = tmp_path / "bad.csv"
+    g.write_text("conv,utterance\n1,hi\n")
+    with pytest.raises(DataError, match="missing column 'dialog_id'"):
+        load_dialogues(g)
+
+
+def test_split_is_seeded(topic_dialogues):
+    a = split_dialogues(topic_dialogues, 0.1, 0.1, seed=1)
+    b = split_dialogues(topic_dialogues, 0.1, 0.1, seed=1)
+    assert [[d.id for d in s] for s in a] == [[d.id for d in s] for s in b]
+    assert np.isclose(len(a[1]) / len(topic_dialogues), 0.1)

@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.cache import EmbeddingCache
+from pmi_reward.encoder import pool_hidden
+from pmi_reward.prompts import TEMPLATES, fill
+
+
+def test_last_pooling_is_padding_side_aware():
+    h = torch.arange(2 * 4 * 1, dtype=torch.float32).view(2, 4, 1)
+    right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    left = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    assert pool_hidden(h, right, "last").squeeze(1).tolist() == [1.0, 7.0]
+    assert pool_hidden(h, left, "last").squeeze(1).tolist() == [3.0, 7.0]
+    assert pool_hidden(h, right, "mean").squeeze(1).tolist() == [0.5, 5.5]
+
+
+@pytest.mark.parametrize("kind,pooling", [("bert", "mean"), ("llama", "last")])
+def test_embeddings_do_not_depend_on_batch_company(tiny_encoder_factory, kind, pooling):
+    enc = tiny_encoder_factory(kind, pooling, batch_size=4)
+    texts = ["short", "a somewhat longer sentence about cats and dogs", "mid length text", "x" * 40, "", "🙂 你好"]
+    together = enc.encode(texts)
+    alone = np.stack([enc.encode([t])[0] for t in texts])
+    assert together.shape == (6, 32) and np.isfinite(together).all()
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+def test_context_truncation_keeps_the_end(tiny_encoder):
+    enc = tiny_encoder
+    old, recent = " ".join(["ancient"] * 200), "the most recent turn"
+    cut = enc._cut([old + "\n" + recent], [10], keep_end=True)[0]
+    assert cut.endswith(recent) and len(cut) < 120
+    head = enc._cut(["first words then " + old], [3], keep_end=False)[0]
+    assert head.startswith("first words")
+    # a long context and a short one ending the same way embed identically once both are cut to the budget
+    long_ctx = "filler " * 300 + "the end"
+    longer_ctx = "other filler " * 400 + "filler " * 300 + "the end"
+    np.testing.assert_allclose(enc.encode([long_ctx], keep="end"), enc.encode([longer_ctx], keep="end"), atol=1e-6)
+
+
+def test_pair_prompt_keeps_response_and_template_tail(tiny_encoder):
+    enc = tiny_encoder  # max_length 64
+    template = TEMPLATES["en"].pair
+    response = "a short reply"
+    captured = {}
+    original = enc._embed
+
+    def spy(texts, progress):
+        captured["texts"] = texts
+        return original(texts, progress)
+
+    enc._embed = spy
+    enc.encode_pairs(["old stuff " * 100 + "latest line"], [response], template)
+    prompt = captured["texts"][0]
+    assert prompt.endswith(fill("Response: {response}\nResult:", response=response))
+    assert "latest line" in prompt and prompt.startswith("You are an assistant")
+    assert len(enc.tokenizer(prompt)["input_ids"]) <= 64
+
+
+def test_cache_round_trip_and_hits(tiny_encoder_factory, tmp_path):
+    cache = EmbeddingCache(tmp_path)
+    enc = tiny_encoder_factory(cache=cache)
+    texts = ["one", "two", "one", "three"]
+    first = enc.encode(texts)
+    assert enc.stats.texts == 3 and len(cache) == 3
+    enc2 = tiny_encoder_factory(cache=EmbeddingCache(tmp_path))
+    second = enc2.encode(texts)
+    assert enc2.stats.texts == 0 and enc2.stats.cache_hits == 4
+    np.testing.assert_array_equal(first, second)
+    # another template or truncation side is another key
+    enc2.encode(["one"], template="Context: {context}")
+    assert enc2.stats.texts == 1
+
+
+def test_bad_template_rejected(tiny_encoder):
+    with pytest.raises(ValueError, match="placeholder"):
+        tiny_encoder.encode(["x"], template="no slot")

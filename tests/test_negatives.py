@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from pmi_reward.negatives import NegativeSpec, sample_negatives
+from pmi_reward.pairs import PairSet
+
+
+@pytest.fixture
+def pairs(topic_dialogues):
+    return PairSet.from_dialogues(topic_dialogues, max_context_turns=2)
+
+
+def test_negatives_never_equal_gold_and_kinds_are_right(pairs):
+    negs = sample_negatives(pairs, NegativeSpec(k_random=3, k_in_dialogue=2), np.random.default_rng(0))
+    assert negs.shape == (len(pairs), 5)
+    assert not np.any(negs == pairs.resp[:, None])
+    texts = np.array(pairs.responses, dtype=object)
+    assert not np.any(texts[negs] == texts[pairs.resp][:, None])
+    # random columns come from other dialogues' responses; in-dialogue columns from the same dialogue
+    owner = {}
+    for g, r in zip(pairs.group, pairs.resp):
+        owner.setdefault(r, set()).add(g)
+    for i in range(len(pairs)):
+        g = pairs.group[i]
+        pool = set(pairs.pool[pairs.pool_ptr[g]:pairs.pool_ptr[g + 1]].tolist())
+        assert all(owner[r] - {g} for r in negs[i, :3])
+        assert all(r in pool for r in negs[i, 3:])
+
+
+def test_negatives_are_seeded_and_resampled(pairs):
+    spec = NegativeSpec(2, 1)
+    a = sample_negatives(pairs, spec, np.random.default_rng(1))
+    b = sample_negatives(pairs, spec, np.random.default_rng(1))
+    rng = np.random.default_rng(1)
+    c1, c2 = sample_negatives(pairs, spec, rng), sample_negatives(pairs, spec, rng)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(c1, c2)
+
+
+def test_in_dialogue_falls_back_when_dialogue_has_no_other_turn():
+    pairs = PairSet.from_pairs(["a", "b", "c"], ["x", "y", "z"])  # every pair its own dialogue, one-line contexts
+    pairs_no_ctx = PairSet.from_pairs(["", "", ""], ["x", "y", "z"])
+    for p in (pairs, pairs_no_ctx):
+        negs = sample_negatives(p, NegativeSpec(0, 2), np.random.default_rng(0))
+        assert not np.any(negs == p.resp[:, None])
+
+
+def test_impossible_negatives_raise():
+    pairs = PairSet.from_pairs(["a", "b"], ["same", "same"])
+    with pytest.raises(ValueError, match="same response"):
+        sample_negatives(pairs, NegativeSpec(1, 0), np.random.default_rng(0))
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError):
+        NegativeSpec(0, 0)
+
+
+def test_in_context_negatives_are_lines_of_the_context(pairs):
+    negs = sample_negatives(pairs, NegativeSpec(0, 0, 2), np.random.default_rng(0))
+    for i in range(len(pairs)):
+        lines = set(pairs.contexts[pairs.ctx[i]].split("\n"))
+        gold = pairs.responses[pairs.resp[i]]
+        for r in negs[i]:
+            text = pairs.responses[r]
+            assert text != gold
+            assert text in lines or gold in lines  # only a context made of gold copies falls back

@@ -1,0 +1,74 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.head import HeadConfig, PMIHead
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.scorer import PMIScorer, ScorerLoadError
+
+
+@pytest.fixture(params=["pair", "prompt"])
+def scorer(request, tiny_encoder):
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, input_mode=request.param, cap=3.0))
+    return PMIScorer(tiny_encoder, TEMPLATES["en"], head, {"note": "test"})
+
+
+CTX = ["hi there\nhow are you?", "I like jazz", "", "我喜欢音乐"]
+RESP = ["fine thanks", "me too, Coltrane!", "hello", "🎵 我也是"]
+
+
+def test_scores_are_float32_bounded_and_finite(scorer):
+    with torch.no_grad():
+        for p in scorer.head.parameters():
+            p.mul_(50)  # push raw outputs far beyond the cap
+    s = scorer.score(CTX, RESP)
+    assert s.dtype == np.float32 and s.shape == (4,)
+    assert np.isfinite(s).all() and np.all(np.abs(s) <= 3.0)
+
+
+def test_save_load_round_trip_gives_identical_scores(scorer, tmp_path):
+    before = scorer.score(CTX, RESP)
+    scorer.save_pretrained(tmp_path / "s")
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["config.json", "head.safetensors"]
+    loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
+    np.testing.assert_array_equal(before, loaded.score(CTX, RESP))
+    assert loaded.metadata == {"note": "test"} and loaded.input_mode == scorer.input_mode
+
+
+def test_score_validates_inputs(scorer):
+    with pytest.raises(ValueError, match="2 contexts but 1 responses"):
+        scorer.score(["a", "b"], ["c"])
+    with pytest.raises(TypeError, match=r"responses\[1\] must be a string"):
+        scorer.score(["a", "b"], ["c", None])
+    with pytest.raises(TypeError, match="sequence of strings"):
+        scorer.score("abc", "def")
+    assert scorer.score([], []).shape == (0,)
+
+
+def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path):
+    good = scorer.save_pretrained(tmp_path / "good")
+    with pytest.raises(ScorerLoadError, match="not a directory"):
+        PMIScorer.from_pretrained(tmp_path / "missing")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((good / "config.json").read_text())
+    with pytest.raises(ScorerLoadError, match="missing head.safetensors"):
+        PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
+    (partial / "head.safetensors").write_bytes((good / "head.safetensors").read_bytes()[:100])
+    with pytest.raises(ScorerLoadError, match="corrupted"):
+        PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
+    (partial / "config.json").write_text("{not json")
+    with pytest.raises(ScorerLoadError, match="corrupted"):
+        PMIScorer.from_pretrained(partial)
+    (partial / "config.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(ScorerLoadError, match="not a pmi-reward scorer"):
+        PMIScorer.from_pretrained(partial)
+    config = json.loads((good / "config.json").read_text())
+    config["head"]["hidden"] = [7]
+    (partial / "config.json").write_text(json.dumps(config))
+    (partial / "head.safetensors").write_bytes((good / "head.safetensors").read_bytes())
+    with pytest.raises(ScorerLoadError, match="does not match"):
+        PMIScorer.from_pretrained(partial, encoder=scorer.encoder)

@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.features import TensorFeatures
+from pmi_reward.fit import evaluate_auc, fit_scorer
+from pmi_reward.head import HeadConfig
+from pmi_reward.negatives import NegativeSpec
+from pmi_reward.pairs import PairSet
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.training import TrainConfig, score_index_pairs, train_head
+
+from conftest import TOPICS
+
+TOPIC_OF = {t: i for i, (name, turns) in enumerate(TOPICS.items()) for t in turns}
+
+
+def _topic_features(pairs: PairSet, seed: int) -> TensorFeatures:
+    """One-hot topic plus noise: contexts and responses of one dialogue share a topic."""
+    g = torch.Generator().manual_seed(seed)
+
+    def table(texts, first_line):
+        ids = [TOPIC_OF[(t.split("\n")[-1] if first_line else t)] for t in texts]
+        return torch.nn.functional.one_hot(torch.tensor(ids), 8).float() + 0.3 * torch.randn(len(ids), 8, generator=g)
+
+    return TensorFeatures(table(pairs.contexts, True), table(pairs.responses, False))
+
+
+@pytest.fixture(scope="module")
+def split(topic_dialogues):
+    return PairSet.from_dialogues(topic_dialogues[:60]), PairSet.from_dialogues(topic_dialogues[60:])
+
+
+def test_training_learns_topic_match_and_keeps_best_state(split):
+    train, val = split
+    config = TrainConfig(k_random=4, k_in_dialogue=0, batch_size=32, epochs=15, patience=15, seed=0, lr=3e-3)
+    ft, fv = _topic_features(train, 0), _topic_features(val, 1)
+    result = train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False)
+    # a quarter of random negatives share the topic (indistinguishable), so the best AUC is 1 - 1/8
+    assert 0.8 < result.best_val_auc <= 0.9
+    assert max(h["val_auc"] for h in result.history) == result.best_val_auc
+    pos = score_index_pairs(result.head, fv, val.ctx, val.resp)
+    # same-topic pairs: PMI log 4 > 0; other-topic pairs: PMI -> -inf
+    topic = [TOPIC_OF[r] for r in val.response_texts]
+    other = np.array([next(j for j in range(len(val)) if topic[j] != topic[i]) for i in range(len(val))])
+    neg = score_index_pairs(result.head, fv, val.ctx, val.resp[other])
+    assert np.median(pos) > 0.5 and np.median(neg) < -1.0
+
+
+def test_training_is_deterministic(split):
+    train, val = split
+    config = TrainConfig(k_random=2, k_in_dialogue=1, batch_size=16, epochs=4, patience=10, seed=7, lr=3e-3)
+    runs = [train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
+                       progress=False) for _ in range(2)]
+    assert runs[0].history == runs[1].history
+    for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_early_stopping_stops(split):
+    train, val = split
+    config = TrainConfig(k_random=1, k_in_dialogue=0, epochs=50, patience=2, lr=0.0)  # lr 0: never improves
+    result = train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
+                        progress=False)
+    assert len(result.history) == 3 and result.best_epoch == 1
+
+
+@pytest.mark.parametrize("mode", ["pair", "prompt"])
+def test_fit_scorer_end_to_end_with_tiny_encoder(split, tiny_encoder, mode):
+    train, val = split
+    config = TrainConfig(k_random=2, k_in_dialogue=1, batch_size=32, epochs=3, patience=5)
+    scorer, result = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, input_mode=mode, progress=False)
+    assert len(result.history) == 3 and scorer.metadata["best_val_auc"] == result.best_val_auc
+    encoded = tiny_encoder.stats.texts
+    distinct = len(train.contexts) + len(train.responses) + len(val.contexts) + len(val.responses)
+    if mode == "pair":
+        assert encoded <= distinct  # negatives cost no encoding
+    else:
+        assert encoded > len(train) * 2  # every round's new combinations are encoded
+    auc = evaluate_auc(scorer, val, NegativeSpec(2, 0))
+    assert 0.0 <= auc <= 1.0
+    s = scorer.score(val.context_texts[:5], val.response_texts[:5])
+    assert s.shape == (5,) and np.isfinite(s).all()
