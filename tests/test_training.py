@@ -33,7 +33,7 @@ def split(topic_dialogues):
 
 def test_training_learns_topic_match_and_keeps_best_state(split):
     train, val = split
-    config = TrainConfig(k_random=4, k_in_dialogue=0, batch_size=32, epochs=15, patience=15, seed=0, lr=3e-3)
+    config = TrainConfig(k_random=4, k_in_dialogue=0, k_context=0, batch_size=32, epochs=15, patience=15, seed=0, lr=3e-3)
     ft, fv = _topic_features(train, 0), _topic_features(val, 1)
     result = train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False)
     # a quarter of random negatives share the topic (indistinguishable), so the best AUC is 1 - 1/8
@@ -59,7 +59,7 @@ def test_training_is_deterministic(split):
 
 def test_early_stopping_stops(split):
     train, val = split
-    config = TrainConfig(k_random=1, k_in_dialogue=0, epochs=50, patience=2, lr=0.0)  # lr 0: never improves
+    config = TrainConfig(k_random=1, k_in_dialogue=0, k_context=0, epochs=50, patience=2, lr=0.0)  # lr 0: never improves
     result = train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
                         progress=False)
     assert len(result.history) == 3 and result.best_epoch == 1
