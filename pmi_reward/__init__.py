@@ -11,12 +11,13 @@ from .io import DataError
 from .negatives import NegativeSpec, sample_negatives
 from .pairs import PairSet, load_pairs
 from .prompts import PromptTemplate, get_template
+from .reward import PMIReward, RewardOptions
 from .scorer import PMIScorer, ScorerLoadError
 from .training import TrainConfig, train_head
 
 __version__ = "0.1.0"
 __all__ = [
-    "DataError", "Dialogue", "EncoderSpec", "HeadConfig", "NegativeSpec", "PMIHead", "PMIScorer", "PairSet",
-    "PromptTemplate", "ScorerLoadError", "TextEncoder", "TrainConfig", "get_template", "load_dialogues",
+    "DataError", "Dialogue", "EncoderSpec", "HeadConfig", "NegativeSpec", "PMIHead", "PMIReward", "PMIScorer", "PairSet",
+    "PromptTemplate", "RewardOptions", "ScorerLoadError", "TextEncoder", "TrainConfig", "get_template", "load_dialogues",
     "load_pairs", "sample_negatives", "split_dialogues", "train_head",
 ]

@@ -123,25 +123,35 @@ class PMIScorer:
         """Load a saved scorer; pass ``encoder`` to share one already loaded (same spec)."""
         directory = Path(directory)
         config = cls.read_config(directory)
-        try:
-            spec = EncoderSpec.from_dict(config["encoder"])
-            template = PromptTemplate.from_dict(config["template"])
-            head = PMIHead(HeadConfig(**config["head"]))
-        except (TypeError, ValueError) as err:
-            raise ScorerLoadError(f"{directory / CONFIG_NAME}: invalid scorer config ({err})") from None
         weights = directory / WEIGHTS_NAME
         if not weights.is_file():
             raise ScorerLoadError(f"{directory}: missing {WEIGHTS_NAME}")
         try:
             state = load_file(weights)
-            head.load_state_dict(state, strict=True)
         except Exception as err:  # safetensors raises its own error types for truncated files
-            raise ScorerLoadError(f"{weights}: corrupted or does not match config.json ({err})") from None
+            raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
+        return cls.from_config(config, state, device, cache_dir, encoder, source=str(directory))
+
+    @classmethod
+    def from_config(cls, config: dict, head_state: dict, device: str | None = None,
+                    cache_dir: str | Path | None = None, encoder: TextEncoder | None = None,
+                    source: str = "<config>") -> "PMIScorer":
+        """Build a scorer from a config dict (as in config.json) and the head's tensors."""
+        try:
+            spec = EncoderSpec.from_dict(config["encoder"])
+            template = PromptTemplate.from_dict(config["template"])
+            head = PMIHead(HeadConfig(**config["head"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ScorerLoadError(f"{source}: invalid scorer config ({err})") from None
+        try:
+            head.load_state_dict({k: torch.as_tensor(v) for k, v in head_state.items()}, strict=True)
+        except (RuntimeError, KeyError) as err:
+            raise ScorerLoadError(f"{source}: head weights do not match config.json ({err})") from None
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             encoder = TextEncoder(spec, cache=cache, device=device)
-        elif encoder.spec.to_dict() != spec.to_dict():
-            raise ValueError(f"the shared encoder's spec differs from {directory}'s")
+        elif {**encoder.spec.to_dict(), "batch_size": 0} != {**spec.to_dict(), "batch_size": 0}:
+            raise ValueError(f"the shared encoder's spec differs from {source}'s")
         return cls(encoder, template, head, config.get("metadata"))
 
 

@@ -70,5 +70,5 @@ def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path):
     config["head"]["hidden"] = [7]
     (partial / "config.json").write_text(json.dumps(config))
     (partial / "head.safetensors").write_bytes((good / "head.safetensors").read_bytes())
-    with pytest.raises(ScorerLoadError, match="does not match"):
+    with pytest.raises(ScorerLoadError, match="do not match"):
         PMIScorer.from_pretrained(partial, encoder=scorer.encoder)

@@ -1,0 +1,127 @@
+"""The TRL reward contract of PMIReward: lengths, chat and plain formats, odd inputs, shaping, pickling."""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.chat import completion_to_text, prompt_to_context
+from pmi_reward.head import HeadConfig, PMIHead
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.reward import PMIReward, RewardOptions
+from pmi_reward.scorer import PMIScorer
+
+
+@pytest.fixture
+def scorer(tiny_encoder):
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, cap=20.0))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(30)  # make scores spread out (and saturate the cap for some inputs)
+    return PMIScorer(tiny_encoder, TEMPLATES["en"], head)
+
+
+CHAT_PROMPT = [{"role": "system", "content": "You are nice."}, {"role": "user", "content": "I love jazz."},
+               {"role": "assistant", "content": "Me too!"}, {"role": "user", "content": "Who is your favourite?"}]
+
+
+def test_plain_and_chat_formats_give_the_same_scores(scorer):
+    reward = PMIReward(scorer)
+    assert reward.__name__ == "pmi_reward" and not isinstance(reward, torch.nn.Module)
+    plain = reward(["I love jazz.\nMe too!\nWho is your favourite?"] * 2, ["Coltrane.", "Miles Davis"])
+    chat = reward([CHAT_PROMPT] * 2, [[{"role": "assistant", "content": "Coltrane."}],
+                                      [{"role": "assistant", "content": "Miles Davis"}]])
+    assert len(plain) == 2 and plain == pytest.approx(chat)
+    assert all(isinstance(x, float) for x in plain)
+
+
+def test_context_extraction():
+    assert prompt_to_context(CHAT_PROMPT) == "I love jazz.\nMe too!\nWho is your favourite?"
+    assert prompt_to_context(CHAT_PROMPT, include_system=True).startswith("You are nice.\n")
+    assert prompt_to_context(CHAT_PROMPT, max_turns=1) == "Who is your favourite?"
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "image"}]}]
+    assert prompt_to_context(parts) == "hello"
+    assert prompt_to_context(42) is None
+    assert completion_to_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "a b"
+    assert completion_to_text(None) is None
+
+
+ODD = ["", "   \n\t", None, "x" * 50_000, "🙂🎉🔥" * 100, "我喜欢爵士乐，你呢？", "\x00\x01 control", 12345,
+       [{"role": "assistant"}], [{"role": "assistant", "content": None}], {"weird": "dict"}, "ok"]
+
+
+def test_odd_inputs_never_raise_never_nan_and_stay_bounded(scorer):
+    reward = PMIReward(scorer, empty_score=-3.0)
+    prompts = ["hi there"] * len(ODD) + [None, "", "x" * 50_000, [{"role": "user", "content": "🙂"}]]
+    completions = ODD + ["fine"] * 4
+    out = reward(prompts, completions)
+    assert len(out) == len(completions)
+    assert all(isinstance(x, float) and math.isfinite(x) and abs(x) <= 20 for x in out)
+    empty_like = [0, 1, 2, 7, 8, 9, 10, 12]  # empty, whitespace, None, int, no content, None content, dict, None prompt
+    assert all(out[i] == -3.0 for i in empty_like)
+    assert out[3] != -3.0 and out[5] != -3.0  # long and Chinese replies are scored
+
+
+def test_none_policy_returns_none_for_unscorable(scorer):
+    out = PMIReward(scorer, empty_score=None)(["a", "a"], ["", "real reply"])
+    assert out[0] is None and isinstance(out[1], float)
+
+
+def test_group_centering_scale_and_clip(scorer):
+    prompts = ["ctx one"] * 3 + ["ctx two"] * 3
+    completions = ["a reply", "another reply", "yet another", "b", "c c", "d d d"]
+    raw = np.array(PMIReward(scorer)(prompts, completions))
+    centred = np.array(PMIReward(scorer, center="group", scale=2.0)(prompts, completions))
+    expected = 2 * np.r_[raw[:3] - raw[:3].mean(), raw[3:] - raw[3:].mean()]
+    np.testing.assert_allclose(centred, expected, atol=1e-5)
+    clipped = np.array(PMIReward(scorer, clip=0.5)(prompts, completions))
+    np.testing.assert_allclose(clipped, np.clip(raw, -0.5, 0.5), atol=1e-6)
+    assert np.all(np.abs(clipped) <= 0.5)
+
+
+def test_log_metric_receives_batch_stats(scorer):
+    logged = {}
+    PMIReward(scorer, clip=0.1)(["c"] * 4, ["", "a", "b", "c d"], log_metric=lambda k, v: logged.setdefault(k, v),
+                                trainer_state=None, log_extra=lambda *a: None, completion_ids=[[1]] * 4, extra_col=[1] * 4)
+    assert logged["pmi_reward/empty_frac"] == 0.25
+    assert "pmi_reward/raw_pmi_mean" in logged and 0 <= logged["pmi_reward/clipped_frac"] <= 1
+
+
+def test_mismatched_lengths_and_bad_options(scorer):
+    assert PMIReward(scorer)(["a", "b"], ["x"]) == [-5.0]
+    with pytest.raises(ValueError, match="center"):
+        RewardOptions(center="mean")
+    with pytest.raises(ValueError, match="empty_score"):
+        RewardOptions(empty_score=float("nan"))
+
+
+def test_a_failing_batch_is_rescored_pair_by_pair(scorer, monkeypatch):
+    reward = PMIReward(scorer)
+    real = scorer.score
+
+    def flaky(contexts, responses, progress=False):
+        if len(responses) > 1 or responses[0] == "boom":
+            raise RuntimeError("encoder failure")
+        return real(contexts, responses)
+
+    monkeypatch.setattr(scorer, "score", flaky)
+    out = reward(["c", "c", "c"], ["fine", "boom", "also fine"])
+    assert out[1] == -5.0 and out[0] != -5.0 and out[2] != -5.0
+
+
+@pytest.mark.integration
+def test_pickle_round_trip_on_minilm(tmp_path):
+    from pmi_reward.encoder import EncoderSpec, TextEncoder
+
+    enc = TextEncoder(EncoderSpec("minilm"), device="cpu")
+    torch.manual_seed(0)
+    scorer = PMIScorer(enc, TEMPLATES["en"], PMIHead(HeadConfig(dim=enc.dim)), {"data": {"max_context_turns": 2}})
+    reward = PMIReward(scorer, center="group", name="pmi_custom")
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.__name__ == "pmi_custom" and clone.options == reward.options
+    assert clone.options.max_context_turns == 2
+    args = (["a\nb\nc", "a\nb\nc"], ["x y", "z"])
+    assert clone(*args) == pytest.approx(reward(*args))
