@@ -89,3 +89,13 @@ def test_split_is_seeded(topic_dialogues):
     b = split_dialogues(topic_dialogues, 0.1, 0.1, seed=1)
     assert [[d.id for d in s] for s in a] == [[d.id for d in s] for s in b]
     assert np.isclose(len(a[1]) / len(topic_dialogues), 0.1)
+
+
+def test_load_dialogues_from_a_datasets_object_and_folder(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"id": "a", "turns": ["hi", "hello", "how are you?"]},
+                                     {"id": "b", "turns": ["one turn only"]}])
+    assert [d.turns for d in load_dialogues(ds)] == [("hi", "hello", "how are you?")]
+    ds.save_to_disk(str(tmp_path / "ds"))
+    assert [d.id for d in load_dialogues(tmp_path / "ds")] == ["a"]
