@@ -12,11 +12,13 @@ CONVERSATION = [{"role": "system", "content": "Be nice."}, {"role": "user", "con
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
 
 PROMPTS = {
-    "chatml": ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n<|im_start|>assistant\n"
-               "Me too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n<|im_start|>assistant\n",
+    "chatml": ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
+               "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
+               "<|im_start|>assistant\n",
                "<|im_end|>\n<|endoftext|>"),
-    "llama3": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|><|start_header_id|>user"
-               "<|end_header_id|>\n\nI love jazz.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nMe too!"
+    "llama3": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nI love jazz.<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\nMe too!"
                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho is your favourite?<|eot_id|>"
                "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
     "gemma": ("<bos><start_of_turn>user\nI love jazz.<end_of_turn>\n<start_of_turn>model\nMe too!<end_of_turn>\n"

@@ -40,7 +40,8 @@ GET_REWARD = st.one_of(JSON, HUGE, st.fixed_dictionaries(
     optional={"prompts": st.one_of(JSON, st.lists(st.one_of(TEXT, st.none()), max_size=5)),
               "labels": st.one_of(JSON, st.lists(JSON, max_size=5))}))
 RERANK = st.one_of(JSON, HUGE, st.fixed_dictionaries(
-    {"context": st.one_of(TEXT, MESSAGES, JSON), "candidates": st.one_of(JSON, st.lists(st.one_of(TEXT, MESSAGES), max_size=5))},
+    {"context": st.one_of(TEXT, MESSAGES, JSON),
+     "candidates": st.one_of(JSON, st.lists(st.one_of(TEXT, MESSAGES), max_size=5))},
     optional={"top_k": st.one_of(st.integers(-2, 8), JSON)}))
 
 
