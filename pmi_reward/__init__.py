@@ -11,6 +11,7 @@ from .io import DataError
 from .negatives import NegativeSpec, sample_negatives
 from .pairs import PairSet, load_pairs
 from .prompts import PromptTemplate, get_template
+from .remote import RemotePMIReward
 from .reward import PMIReward, RewardOptions
 from .scorer import PMIScorer, ScorerLoadError
 from .training import TrainConfig, train_head
@@ -18,6 +19,6 @@ from .training import TrainConfig, train_head
 __version__ = "0.1.0"
 __all__ = [
     "DataError", "Dialogue", "EncoderSpec", "HeadConfig", "NegativeSpec", "PMIHead", "PMIReward", "PMIScorer", "PairSet",
-    "PromptTemplate", "RewardOptions", "ScorerLoadError", "TextEncoder", "TrainConfig", "get_template", "load_dialogues",
-    "load_pairs", "sample_negatives", "split_dialogues", "train_head",
+    "PromptTemplate", "RemotePMIReward", "RewardOptions", "ScorerLoadError", "TextEncoder", "TrainConfig",
+    "get_template", "load_dialogues", "load_pairs", "sample_negatives", "split_dialogues", "train_head",
 ]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["DataError", "read_records", "write_records", "require_text"]
+__all__ = ["DataError", "read_records", "write_records", "require_text", "atomic_write"]
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -116,3 +118,16 @@ def write_records(path: str | Path, records: Iterable[dict]) -> None:
             writer.writerows(records)
         return
     raise DataError(f"{path}: unsupported output type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then move it into place in one step, so that a
+    reader (or a run killed mid-write) sees the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

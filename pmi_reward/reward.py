@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import numpy as np
 from .chat import completion_to_text, prompt_to_context
 from .scorer import PMIScorer
 
-__all__ = ["PMIReward", "RewardOptions"]
+__all__ = ["PMIReward", "RewardBatch", "RewardOptions", "RewardShaper", "readable", "score_robustly"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class RewardOptions:
     include_system: bool = False
     max_context_turns: int | None = None  # None: as the scorer was trained (else every turn)
     batch_size: int = 256
+    max_chars: int = 100_000  # longer contexts keep their end, longer replies their start (bounds tokenizing time)
     name: str = "pmi_reward"
 
     def __post_init__(self) -> None:
@@ -53,58 +54,89 @@ class RewardOptions:
             raise ValueError("empty_score must be finite or None")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if self.max_chars < 1:
+            raise ValueError("max_chars must be >= 1")
 
 
-class PMIReward:
-    """``reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]``."""
+def score_robustly(scorer: PMIScorer, contexts: list[str], replies: list[str]) -> np.ndarray:
+    """Scores of a batch; if the batch fails, pair by pair (NaN where a pair fails), so that one bad sample
+    cannot sink the rest."""
+    try:
+        return scorer.score(contexts, replies).astype(np.float64)
+    except Exception as err:  # noqa: BLE001 - a reward call must not crash a training run
+        logger.warning("pmi_reward: batch of %d failed (%s); scoring pair by pair", len(replies), err)
+    out = np.full(len(replies), np.nan)
+    for j, (c, r) in enumerate(zip(contexts, replies)):
+        try:
+            out[j] = scorer.score([c], [r])[0]
+        except Exception as err:  # noqa: BLE001
+            logger.warning("pmi_reward: unscorable pair (%s)", err)
+    return out
 
-    def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
-        self.scorer = scorer
-        self.options = options or RewardOptions(**kwargs)
-        if options is not None and kwargs:
-            raise TypeError("pass either options or keyword options, not both")
-        self.__name__ = self.options.name
-        if self.options.max_context_turns is None:
-            trained = (scorer.metadata.get("data") or {}).get("max_context_turns")
-            self.options.max_context_turns = int(trained) if trained else None
 
-    @classmethod
-    def from_pretrained(cls, scorer_dir: str | Path, device: str | None = None, **options: Any) -> "PMIReward":
-        return cls(PMIScorer.from_pretrained(scorer_dir, device=device), RewardOptions(**options))
+def readable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogates, which no tokenizer can encode)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
-    # -- the TRL contract ---------------------------------------------------------------------------
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
-                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float | None]:
+
+@dataclass
+class RewardBatch:
+    """One reward call's samples as scorer text: per-sample context and reply (None when unreadable) and the
+    indices of the samples worth scoring."""
+
+    contexts: list[str | None]
+    replies: list[str | None]
+    valid: list[int]
+
+    def chunks(self, size: int) -> Iterator[tuple[list[int], list[str], list[str]]]:
+        """(indices, contexts, replies) of the scorable samples, ``size`` at a time."""
+        for s in range(0, len(self.valid), size):
+            idx = self.valid[s:s + size]
+            yield idx, [self.contexts[i] for i in idx], [self.replies[i] for i in idx]
+
+
+class RewardShaper:
+    """What a PMI reward does around the scorer: prompts and completions to text, raw PMI to rewards, metrics.
+
+    Shared by the in-process ``PMIReward`` and the HTTP ``RemotePMIReward`` so that both return the same
+    rewards for the same samples and options.
+    """
+
+    def __init__(self, options: RewardOptions) -> None:
+        self.options = options
+        self.__name__ = options.name
+
+    def prepare(self, prompts: Sequence[Any], completions: Sequence[Any]) -> RewardBatch | None:
+        """The samples as scorer text; None when prompts and completions differ in length (a caller bug that
+        cannot be scored row by row)."""
         opts = self.options
         prompts, completions = list(prompts or []), list(completions or [])
         if len(prompts) != len(completions):
-            # TRL always passes equal lengths; anything else is a caller bug we cannot score row by row
-            return [opts.empty_score] * len(completions)
+            return None
         contexts = [prompt_to_context(p, opts.include_system, opts.max_context_turns) for p in prompts]
         replies = [completion_to_text(c) for c in completions]
-        valid = [i for i, (c, r) in enumerate(zip(contexts, replies)) if c is not None and r is not None and r.strip()]
-        raw = np.full(len(prompts), np.nan, dtype=np.float64)
-        for s in range(0, len(valid), opts.batch_size):
-            idx = valid[s:s + opts.batch_size]
-            raw[idx] = self._score([contexts[i] for i in idx], [replies[i].strip() for i in idx])
-        rewards = self._shape(raw, contexts)
-        out = [float(r) if math.isfinite(r) else opts.empty_score for r in rewards]
-        if log_metric is not None and len(prompts):
-            self._log(log_metric, raw, rewards, len(valid))
-        return out
+        contexts = [c[-opts.max_chars:] if c is not None and readable(c) else None for c in contexts]
+        replies = [r.strip()[:opts.max_chars] if r is not None and readable(r) else None for r in replies]
+        valid = [i for i, (c, r) in enumerate(zip(contexts, replies)) if c is not None and r]
+        return RewardBatch(contexts, replies, valid)
 
-    def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
-        """Scores of a batch; if the batch fails, pair by pair, so one bad sample cannot sink the rest."""
-        try:
-            return self.scorer.score(contexts, replies)
-        except Exception as err:  # noqa: BLE001 - a reward call must not crash a training run
-            logger.warning("pmi_reward: batch of %d failed (%s); scoring pair by pair", len(replies), err)
-        out = np.full(len(replies), np.nan)
-        for j, (c, r) in enumerate(zip(contexts, replies)):
-            try:
-                out[j] = self.scorer.score([c], [r])[0]
-            except Exception as err:  # noqa: BLE001
-                logger.warning("pmi_reward: unscorable pair (%s)", err)
+    def empty(self, n: int) -> list[float | None]:
+        return [self.options.empty_score] * n
+
+    def finish(self, batch: RewardBatch, raw: np.ndarray,
+               log_metric: Callable[[str, float], None] | None = None) -> list[float | None]:
+        """Rewards from raw PMI (NaN where unscored): centred, scaled, clipped; ``empty_score`` for the rest."""
+        opts = self.options
+        rewards = self._shape(raw, batch.contexts)
+        out = [float(r) if math.isfinite(r) else opts.empty_score for r in rewards]
+        if log_metric is not None and len(raw):
+            self._log(log_metric, raw, rewards, len(batch.valid))
         return out
 
     def _shape(self, raw: np.ndarray, contexts: list[str | None]) -> np.ndarray:
@@ -130,6 +162,43 @@ class PMIReward:
             log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
             clipped = np.abs(rewards[ok]) >= self.options.clip if self.options.clip else np.zeros(n_valid, bool)
             log_metric(f"{name}/clipped_frac", float(clipped.mean()))
+
+
+class PMIReward(RewardShaper):
+    """``reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]``."""
+
+    def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
+        if options is not None and kwargs:
+            raise TypeError("pass either options or keyword options, not both")
+        super().__init__(options or RewardOptions(**kwargs))
+        self.scorer = scorer
+        if self.options.max_context_turns is None:
+            self.options.max_context_turns = scorer.trained_context_turns
+
+    @staticmethod
+    def remote(url: str, options: RewardOptions | None = None, **kwargs: Any):
+        """The same reward computed by a ``pmi-reward serve`` server at ``url`` (an async TRL reward callable)."""
+        from .remote import RemotePMIReward
+
+        return RemotePMIReward(url, options, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, scorer_dir: str | Path, device: str | None = None, **options: Any) -> "PMIReward":
+        return cls(PMIScorer.from_pretrained(scorer_dir, device=device), RewardOptions(**options))
+
+    # -- the TRL contract ---------------------------------------------------------------------------
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
+                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float | None]:
+        batch = self.prepare(prompts, completions)
+        if batch is None:
+            return self.empty(len(list(completions or [])))
+        raw = np.full(len(batch.contexts), np.nan, dtype=np.float64)
+        for idx, contexts, replies in batch.chunks(self.options.batch_size):
+            raw[idx] = self._score(contexts, replies)
+        return self.finish(batch, raw, log_metric)
+
+    def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
+        return score_robustly(self.scorer, contexts, replies)
 
     # -- pickling (TRL may copy reward functions across processes) -------------------------------
     def __getstate__(self) -> dict:

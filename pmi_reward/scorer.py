@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from .cache import EmbeddingCache
 from .encoder import EncoderSpec, TextEncoder
 from .features import embed_contexts, embed_prompts, embed_responses
 from .head import HeadConfig, PMIHead
+from .io import atomic_write
 from .prompts import PromptTemplate
 
 __all__ = ["PMIScorer", "ScorerLoadError"]
@@ -61,6 +60,12 @@ class PMIScorer:
     def cap(self) -> float:
         return self.head.config.cap
 
+    @property
+    def trained_context_turns(self) -> int | None:
+        """How many turns of context the training pairs kept (None when unknown: use every turn)."""
+        turns = (self.metadata.get("data") or {}).get("max_context_turns")
+        return int(turns) if turns else None
+
     def embed(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False):
         """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode."""
         if self.input_mode == "prompt":
@@ -90,10 +95,10 @@ class PMIScorer:
         """Write ``config.json`` and ``head.safetensors`` into ``directory`` (each file atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write(directory / CONFIG_NAME,
+        atomic_write(directory / CONFIG_NAME,
                       lambda p: Path(p).write_text(json.dumps(self.config(), indent=2, ensure_ascii=False)))
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
-        _atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
+        atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
         return directory
 
     @classmethod
@@ -154,13 +159,3 @@ class PMIScorer:
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         return cls(encoder, template, head, config.get("metadata"))
 
-
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

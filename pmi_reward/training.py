@@ -9,15 +9,18 @@ training stops after ``patience`` rounds without improvement. Seeded and determi
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 from tqdm.auto import tqdm
 
+from .checkpoint import load_round, save_round
 from .head import HeadConfig, PMIHead
 from .negatives import NegativeSpec, sample_negatives
 from .objectives import get_objective
@@ -40,6 +43,7 @@ class TrainConfig:
     epochs: int = 40
     patience: int = 6
     seed: int = 0
+    checkpoint_dir: str | None = None  # save state after every round there; resume from it when present
 
     def negatives(self) -> NegativeSpec:
         return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
@@ -81,6 +85,17 @@ def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
 
+def _fingerprint(head_config: HeadConfig, config: TrainConfig, train: PairSet, val: PairSet) -> str:
+    """Identifies a run's data and every setting that changes its rounds, so that a checkpoint is only resumed
+    by the run that wrote it (or by one that only stops later: ``epochs`` and ``patience`` may change)."""
+    settings = {k: v for k, v in asdict(config).items() if k not in ("checkpoint_dir", "epochs", "patience")}
+    h = hashlib.sha1(json.dumps([head_config.to_dict(), settings], sort_keys=True, default=str).encode())
+    for pairs in (train, val):
+        for array in (pairs.ctx, pairs.resp):
+            h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
 def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, val_features, val_pairs: PairSet,
                config: TrainConfig, progress: bool = True) -> TrainResult:
     """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC."""
@@ -97,7 +112,16 @@ def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, va
     val_negs = sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
     best = (-math.inf, 0, copy.deepcopy(head.state_dict()))
     history: list[dict] = []
-    bar = tqdm(range(1, config.epochs + 1), desc=f"train {config.objective}", disable=not progress, unit="round")
+    first = 1
+    if config.checkpoint_dir:
+        fingerprint = _fingerprint(head_config, config, train_pairs, val_pairs)
+        resumed = load_round(config.checkpoint_dir, fingerprint, head, optim, rng)
+        if resumed is not None:
+            best, history, first = resumed.best, resumed.history, resumed.epoch + 1
+            if resumed.epoch - best[1] >= config.patience:
+                first = config.epochs + 1  # the interrupted run had already stopped early
+    bar = tqdm(range(first, config.epochs + 1), desc=f"train {config.objective}", disable=not progress,
+               unit="round", initial=first - 1, total=config.epochs)
     for epoch in bar:
         negs = sample_negatives(train_pairs, spec, rng)
         train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, spec.k)],
@@ -119,6 +143,8 @@ def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, va
         if auc > best[0]:
             best = (auc, epoch, copy.deepcopy(head.state_dict()))
         bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", val_auc=f"{auc:.4f}", best=f"{best[0]:.4f}")
+        if config.checkpoint_dir:
+            save_round(config.checkpoint_dir, fingerprint, epoch, head, optim, best, history, rng)
         if epoch - best[1] >= config.patience:
             break
     head.load_state_dict(best[2])

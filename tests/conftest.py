@@ -69,3 +69,52 @@ def topic_dialogues():
         turns = list(rng.permutation(TOPICS[topic]))
         out.append(Dialogue(f"d{n}", tuple(turns)))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_scorer(tiny_encoder_factory):
+    """A scorer on the tiny encoder whose head spreads scores out (an untrained head is nearly constant)."""
+    from pmi_reward.head import HeadConfig, PMIHead
+    from pmi_reward.prompts import TEMPLATES
+    from pmi_reward.scorer import PMIScorer
+
+    encoder = tiny_encoder_factory("bert", "mean", batch_size=64)
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=encoder.dim, cap=20.0))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(30)
+    return PMIScorer(encoder, TEMPLATES["en"], head, {"data": {"max_context_turns": 3}})
+
+
+@pytest.fixture(scope="session")
+def reward_server(tiny_scorer):
+    """The tiny scorer served on an ephemeral loopback port, with small limits so that tests can reach them."""
+    from pmi_reward.server import RewardServer, ServerConfig
+
+    config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
+    server = RewardServer(tiny_scorer, config).start()
+    yield server
+    server.close()
+
+
+def http(url: str, method: str, path: str, body: bytes | dict | list | None = None, headers: dict | None = None,
+         timeout: float = 30.0) -> tuple[int, dict | None]:
+    """One request on a fresh connection: (status, JSON answer or None when the answer is not JSON)."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    try:
+        return response.status, json.loads(data)
+    except ValueError:
+        return response.status, None

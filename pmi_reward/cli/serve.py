@@ -1,0 +1,37 @@
+"""``pmi-reward serve``: a saved scorer behind HTTP (OpenRLHF ``/get_reward``, ``/score``, ``/rerank``, ``/health``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+from trl import TrlParser
+
+from ..reward import RewardOptions
+from ..scorer import PMIScorer, ScorerLoadError
+from ..server import ServerConfig, serve
+
+
+@dataclass
+class ServeArguments:
+    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
+    device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})
+    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache directory (default: none)"})
+    encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
+    log_level: str = field(default="info", metadata={"help": "debug | info | warning"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = TrlParser((ServeArguments, ServerConfig, RewardOptions), prog="pmi-reward serve")
+    args, config, options = parser.parse_args_and_config(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        scorer = PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=args.cache_dir)
+    except ScorerLoadError as err:
+        print(f"pmi-reward serve: {err}", file=sys.stderr)
+        return 2
+    if args.encode_batch_size:
+        scorer.encoder.spec.batch_size = args.encode_batch_size
+    serve(scorer, config, options)
+    return 0

@@ -1,0 +1,1 @@
+"""Adapters that plug the PMI reward into other RL engines' reward hooks (verl)."""

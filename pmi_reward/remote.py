@@ -1,0 +1,141 @@
+"""``RemotePMIReward``: the PMI reward as a TRL reward callable whose scorer runs in a ``pmi-reward serve`` server.
+
+The GRPO/RLOO process keeps its accelerator for the policy; the scorer lives on another device or host.
+Prompts and completions become scorer text here, exactly as in ``PMIReward``; only the raw PMI of the
+readable pairs crosses the wire (``POST /score``), and the answer is shaped here with the same options.
+So for the same scorer and options both return the same rewards. ``__call__`` is a coroutine: TRL
+detects it and gathers it with the other async reward functions. Requests retry on connection errors,
+timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
+sample and logs a warning, or raises with ``on_failure="raise"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .reward import RewardOptions, RewardShaper
+
+__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync"]
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteRewardError(RuntimeError):
+    """The reward server refused a request, or could not be reached after the retries."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def request_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> dict:
+    """POST ``payload`` (or GET when None) as JSON and return the JSON answer; RemoteRewardError on a non-2xx
+    answer (with the server's message) or on a connection failure (status None)."""
+    data = None if payload is None else json.dumps(payload).encode("utf-8")
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        try:
+            message = json.loads(err.read()).get("error", err.reason)
+        except (ValueError, AttributeError):
+            message = err.reason
+        raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code) from None
+    except (urllib.error.URLError, OSError, socket.timeout, ValueError) as err:
+        raise RemoteRewardError(f"{url}: {getattr(err, 'reason', err)}") from None
+
+
+def run_sync(coroutine: Any) -> Any:
+    """Run a coroutine to completion from synchronous code, even where an event loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+class RemotePMIReward(RewardShaper):
+    """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP."""
+
+    def __init__(self, url: str, options: RewardOptions | None = None, timeout: float = 60.0, retries: int = 3,
+                 backoff: float = 0.5, on_failure: str = "none", **kwargs: Any) -> None:
+        if options is not None and kwargs:
+            raise TypeError("pass either options or keyword options, not both")
+        if on_failure not in ("none", "raise"):
+            raise ValueError(f"on_failure must be 'none' or 'raise', got {on_failure!r}")
+        if retries < 0 or timeout <= 0:
+            raise ValueError("retries must be >= 0 and timeout > 0")
+        super().__init__(options or RewardOptions(**kwargs))
+        self.url = url.rstrip("/")
+        for suffix in ("/score", "/get_reward", "/health"):
+            self.url = self.url.removesuffix(suffix)
+        self.timeout, self.retries, self.backoff, self.on_failure = timeout, retries, backoff, on_failure
+        self._turns_resolved = self.options.max_context_turns is not None
+
+    async def _request(self, path: str, payload: dict | None = None) -> dict:
+        """One request with retries (connection errors, timeouts, 429 and 5xx; not other 4xx)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return await asyncio.to_thread(request_json, self.url + path, payload, self.timeout)
+            except RemoteRewardError as err:
+                retryable = err.status is None or err.status == 429 or err.status >= 500
+                if not retryable or attempt == self.retries:
+                    raise
+                logger.info("pmi_reward remote: %s; retry %d/%d", err, attempt + 1, self.retries)
+                await asyncio.sleep(self.backoff * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    async def _resolve_turns(self) -> None:
+        """``max_context_turns=None`` means "as the scorer was trained": ask the server once."""
+        if not self._turns_resolved:
+            health = await self._request("/health")
+            self.options.max_context_turns = (health.get("scorer") or {}).get("trained_context_turns")
+            self._turns_resolved = True
+
+    async def _scores(self, contexts: list[str], replies: list[str]) -> np.ndarray:
+        pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies)]
+        answer = await self._request("/score", {"pairs": pairs})
+        scores = answer.get("scores") if isinstance(answer, dict) else None
+        if not isinstance(scores, list) or len(scores) != len(pairs):
+            raise RemoteRewardError(f"{self.url}/score: expected {len(pairs)} scores, got {str(answer)[:200]}")
+        return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+
+    # -- the TRL contract ---------------------------------------------------------------------------
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
+                       log_metric: Callable[[str, float], None] | None = None,
+                       **kwargs: Any) -> list[float | None]:
+        n = len(list(completions or []))
+        try:
+            await self._resolve_turns()
+            batch = self.prepare(prompts, completions)
+            if batch is None:
+                return self.empty(n)
+            raw = np.full(n, np.nan)
+            chunks = list(batch.chunks(self.options.batch_size))
+            results = await asyncio.gather(*(self._scores(c, r) for _, c, r in chunks))
+            for (idx, _, _), scores in zip(chunks, results):
+                raw[idx] = scores
+        except RemoteRewardError as err:
+            if self.on_failure == "raise":
+                raise
+            logger.warning("pmi_reward remote: %s; returning None (unscorable) for %d samples", err, n)
+            if log_metric is not None:
+                log_metric(f"{self.__name__}/remote_failures", 1.0)
+            return [None] * n
+        return self.finish(batch, raw, log_metric)
+
+    def score_sync(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float | None]:
+        """The rewards from synchronous code (verl's reward managers, scripts)."""
+        return run_sync(self(prompts, completions))

@@ -1,0 +1,63 @@
+"""Templated strings back into messages and replies: every supported template, plain text, odd input."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pmi_reward.chat import prompt_to_context
+from pmi_reward.chat_templates import clean_reply, parse_chat, split_query
+
+CONVERSATION = [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "I love jazz."},
+                {"role": "assistant", "content": "Me too!"}, {"role": "user", "content": "Who is your favourite?"}]
+CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
+
+PROMPTS = {
+    "chatml": ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
+               "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
+               "<|im_start|>assistant\n",
+               "<|im_end|>\n<|endoftext|>"),
+    "llama3": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nI love jazz.<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\nMe too!"
+               "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho is your favourite?<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "gemma": ("<bos><start_of_turn>user\nI love jazz.<end_of_turn>\n<start_of_turn>model\nMe too!<end_of_turn>\n"
+              "<start_of_turn>user\nWho is your favourite?<end_of_turn>\n<start_of_turn>model\n", "<end_of_turn>\n"),
+    "phi3": ("<|system|>\nBe nice.<|end|>\n<|user|>\nI love jazz.<|end|>\n<|assistant|>\nMe too!<|end|>\n<|user|>\n"
+             "Who is your favourite?<|end|>\n<|assistant|>\n", "<|end|>\n<|endoftext|>"),
+    "llama2": ("<s>[INST] <<SYS>>\nBe nice.\n<</SYS>>\n\nI love jazz. [/INST] Me too! </s><s>[INST] "
+               "Who is your favourite? [/INST]", " </s>"),
+    "roles": ("System: Be nice.\nUser: I love jazz.\nAssistant: Me too!\nUser: Who is your favourite?\nAssistant:", ""),
+}
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_every_template_gives_the_same_context_and_reply(name):
+    prompt, end = PROMPTS[name]
+    query = prompt + " Coltrane, for sure." + end
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == "Coltrane, for sure."
+        assert prompt_to_context(messages) == CONTEXT
+        assert prompt_to_context(messages, include_system=True).endswith(CONTEXT)
+
+
+def test_plain_text_is_one_turn_per_line():
+    messages, reply = split_query("I love jazz.\nMe too!\nWho is your favourite?\nColtrane.")
+    assert prompt_to_context(messages) == CONTEXT and reply == "Coltrane."
+    messages, reply = split_query("I love jazz.\nColtrane.</s><pad><pad>", "I love jazz.\n")
+    assert prompt_to_context(messages) == "I love jazz." and reply == "Coltrane."
+
+
+def test_what_cannot_be_split():
+    assert split_query("") is None
+    assert split_query("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n") is None  # no reply yet
+    assert split_query("<|im_start|>user\nhi<|im_end|>") is None  # no assistant turn
+    assert parse_chat("just text") is None
+    assert clean_reply("fine<|im_end|>junk") == "fine" and clean_reply("  plain  ") == "plain"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(query=st.text(max_size=200), prompt=st.one_of(st.none(), st.text(max_size=50)))
+def test_never_raises(query, prompt):
+    result = split_query(query, prompt)
+    assert result is None or (isinstance(result[1], str) and isinstance(result[0], list))

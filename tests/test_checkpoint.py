@@ -1,0 +1,140 @@
+"""Training checkpoints: a run killed after round k resumes to exactly the uninterrupted result; writes are atomic;
+nothing is unpickled."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pmi_reward.checkpoint as checkpoint
+from pmi_reward.data import Dialogue
+from pmi_reward.head import HeadConfig, PMIHead
+from pmi_reward.pairs import PairSet
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.scorer import PMIScorer
+from pmi_reward.training import TrainConfig, train_head
+
+from conftest import TOPICS
+from test_training import _topic_features
+
+TESTS = Path(__file__).resolve().parent
+CONFIG = dict(k_random=2, k_in_dialogue=1, batch_size=16, epochs=5, patience=10, seed=7, lr=3e-3)
+HEAD = HeadConfig(dim=8, hidden=(32, 16))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread (as in the killed subprocess): the same arithmetic everywhere, and no spin-waiting for
+    a second core that a busy machine does not have."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _problem():
+    rng = np.random.default_rng(0)
+    dialogues = [Dialogue(f"d{n}", tuple(rng.permutation(TOPICS[list(TOPICS)[n % 4]]))) for n in range(80)]
+    train, val = PairSet.from_dialogues(dialogues[:60]), PairSet.from_dialogues(dialogues[60:])
+    return train, val, _topic_features(train, 0), _topic_features(val, 1)
+
+
+def _train(checkpoint_dir=None, kill_at_round=None, **overrides):
+    """train_head on the topic problem; ``kill_at_round``: SIGKILL this process as that round starts."""
+    train, val, ft, fv = _problem()
+    if kill_at_round is not None:
+        rounds, prepare = [0], ft.prepare
+
+        def dying_prepare(ctx, resp):
+            rounds[0] += 1
+            if rounds[0] == kill_at_round:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return prepare(ctx, resp)
+
+        ft.prepare = dying_prepare
+    config = TrainConfig(**{**CONFIG, **overrides}, checkpoint_dir=checkpoint_dir)
+    return train_head(HEAD, ft, train, fv, val, config, progress=False)
+
+
+def _same(a, b) -> None:
+    assert a.history == b.history and a.best_epoch == b.best_epoch and a.best_val_auc == b.best_val_auc
+    for x, y in zip(a.head.state_dict().values(), b.head.state_dict().values()):
+        assert torch.equal(x, y)
+
+
+def _round_in(directory: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(directory / checkpoint.CHECKPOINT_NAME), "pt") as f:
+        return json.loads(f.metadata()["state"])["epoch"]
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+    uninterrupted = _train()
+    code = f"import torch, test_checkpoint as t; torch.set_num_threads(1); t._train({str(tmp_path)!r}, kill_at_round=3)"
+    killed = subprocess.run([sys.executable, "-c", code], cwd=TESTS, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert _round_in(tmp_path) == 2  # rounds 1-2 were saved before the kill
+    _same(_train(str(tmp_path)), uninterrupted)
+    assert _round_in(tmp_path) == 5
+    _same(_train(str(tmp_path)), uninterrupted)  # a finished run resumes to its end at once
+
+
+def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    uninterrupted = _train()
+    real, calls = checkpoint.save_file, [0]
+
+    def crash_on_third(tensors, path, metadata=None):
+        calls[0] += 1
+        if calls[0] == 3:
+            Path(path).write_bytes(b"half a file")
+            raise KeyboardInterrupt("killed mid-write")
+        real(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint, "save_file", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        _train(str(tmp_path))
+    assert _round_in(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [checkpoint.CHECKPOINT_NAME]
+    monkeypatch.setattr(checkpoint, "save_file", real)
+    _same(_train(str(tmp_path)), uninterrupted)
+
+
+def test_a_checkpoint_of_another_run_or_a_corrupted_one_is_refused(tmp_path):
+    _train(str(tmp_path), epochs=2)
+    with pytest.raises(ValueError, match="other data or settings"):
+        _train(str(tmp_path), seed=8)
+    longer = _train(str(tmp_path), epochs=3)  # only stopping later: resumes
+    assert len(longer.history) == 3
+    (tmp_path / checkpoint.CHECKPOINT_NAME).write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match="corrupted training checkpoint"):
+        _train(str(tmp_path))
+
+
+def test_scorers_and_checkpoints_load_without_pickle(tmp_path, monkeypatch, tiny_encoder):
+    _train(str(tmp_path / "ckpt"), epochs=1)
+    torch.manual_seed(0)
+    PMIScorer(tiny_encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=tiny_encoder.dim))).save_pretrained(tmp_path / "s")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("unpickling is not allowed")
+
+    for module, name in ((pickle, "load"), (pickle, "loads"), (torch, "load")):
+        monkeypatch.setattr(module, name, forbidden)
+    PMIScorer.from_pretrained(tmp_path / "s", encoder=tiny_encoder)
+    _train(str(tmp_path / "ckpt"), epochs=2)
+
+
+def test_train_cli_takes_a_checkpoint_dir(capsys):
+    from pmi_reward.cli.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--checkpoint_dir" in capsys.readouterr().out

@@ -1,0 +1,150 @@
+"""RemotePMIReward: the same rewards as PMIReward (property-based), TRL's async contract, retries and failures."""
+
+import json
+import logging
+import math
+import pickle
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trl.trainer.utils import is_async_callable
+
+from pmi_reward.remote import RemotePMIReward, RemoteRewardError
+from pmi_reward.reward import PMIReward, RewardOptions
+
+TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000]))
+JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool"]),
+                                 "content": st.one_of(TEXT, JUNK)})
+PROMPT = st.one_of(TEXT, JUNK, st.lists(st.one_of(MESSAGE, JUNK), max_size=5))
+COMPLETION = st.one_of(TEXT, JUNK, st.lists(st.one_of(MESSAGE, JUNK), max_size=2))
+OPTIONS = st.builds(RewardOptions, center=st.sampled_from(["none", "group"]), scale=st.sampled_from([1.0, 0.5, -2.0]),
+                    clip=st.sampled_from([None, 1.0]), empty_score=st.sampled_from([-5.0, 0.0, None]),
+                    include_system=st.booleans(), max_context_turns=st.sampled_from([None, 1, 5]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+          database=None)
+@given(samples=st.lists(st.tuples(PROMPT, COMPLETION), max_size=8), options=OPTIONS, shared_prompt=st.booleans())
+def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, samples, options, shared_prompt):
+    prompts, completions = [p for p, _ in samples], [c for _, c in samples]
+    if shared_prompt and prompts:
+        prompts = [prompts[0]] * len(prompts)  # a GRPO group: centring has something to do
+    local = PMIReward(tiny_scorer, RewardOptions(**vars(options)))(prompts, completions)
+    remote = RemotePMIReward(reward_server.url, RewardOptions(**vars(options))).score_sync(prompts, completions)
+    assert len(remote) == len(completions)
+    assert remote == local  # exactly: same texts, same scorer call, same shaping
+    assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in remote)
+
+
+def test_trl_contract(reward_server, tiny_scorer):
+    reward = PMIReward.remote(reward_server.url + "/", center="group", name="pmi_remote")
+    assert isinstance(reward, RemotePMIReward) and is_async_callable(reward) and reward.__name__ == "pmi_remote"
+    logged = {}
+    out = reward.score_sync(["I love jazz.\nMe too!"] * 2, ["Coltrane", ""])
+    assert out[1] == -5.0 and out[0] == pytest.approx(0.0)  # the only scorable sample of its group: centred to 0
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.url == reward_server.url and clone.options == reward.options
+    import asyncio
+
+    got = asyncio.run(clone(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]], trainer_state=None,
+                            log_extra=lambda *a: None, log_metric=lambda k, v: logged.setdefault(k, v), extra=[1, 2]))
+    assert len(got) == 2 and logged["pmi_remote/empty_frac"] == 0.0
+    assert clone.options.max_context_turns == 3  # resolved from the server: as the scorer was trained
+    assert RemotePMIReward(reward_server.url).score_sync(["a", "b"], ["x"]) == [-5.0]  # mismatched lengths
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """Fails the first ``failures`` /score requests with ``status`` (or sleeps ``delay``), then answers."""
+
+    protocol_version = "HTTP/1.1"
+    calls = 0
+    failures, status, delay = 2, 503, 0.0
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except BrokenPipeError:  # the client gave up waiting
+            self.close_connection = True
+
+    def do_GET(self):
+        self._reply(200, {"scorer": {"trained_context_turns": None}})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls += 1
+        if type(self).calls <= self.failures:
+            if self.delay:
+                import time
+
+                time.sleep(self.delay)
+            else:
+                return self._reply(self.status, {"error": "try later", "status": self.status})
+        self._reply(200, {"scores": [1.5] * len(body["pairs"])})
+
+
+@pytest.fixture
+def flaky():
+    def start(failures: int, status: int = 503, delay: float = 0.0):
+        handler = type("Handler", (_Flaky,), {"calls": 0, "failures": failures, "status": status, "delay": delay})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", handler
+
+    servers = []
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_retries_then_succeeds(flaky):
+    url, handler = flaky(failures=2)
+    assert RemotePMIReward(url, retries=2, backoff=0.01).score_sync(["c", "c"], ["x", "y"]) == [1.5, 1.5]
+    assert handler.calls == 3
+
+
+def test_gives_up_with_none_or_raises(flaky, caplog):
+    url, handler = flaky(failures=5)
+    with caplog.at_level(logging.WARNING):
+        assert RemotePMIReward(url, retries=1, backoff=0.01).score_sync(["c", "c"], ["x", ""]) == [None, None]
+    assert "returning None" in caplog.text and handler.calls == 2
+    with pytest.raises(RemoteRewardError, match="HTTP 503: try later"):
+        RemotePMIReward(url, retries=0, on_failure="raise").score_sync(["c"], ["x"])
+
+
+def test_client_errors_are_not_retried(flaky):
+    url, handler = flaky(failures=1, status=422)
+    with pytest.raises(RemoteRewardError, match="HTTP 422"):
+        RemotePMIReward(url, retries=3, backoff=0.01, on_failure="raise").score_sync(["c"], ["x"])
+    assert handler.calls == 1
+
+
+def test_timeouts_are_retried(flaky):
+    url, handler = flaky(failures=1, delay=1.0)
+    assert RemotePMIReward(url, timeout=0.3, retries=1, backoff=0.01).score_sync(["c"], ["x"]) == [1.5]
+    assert handler.calls == 2
+
+
+def test_unreachable_server():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        reward = RemotePMIReward(f"http://127.0.0.1:{port}", retries=1, backoff=0.01, on_failure="raise")
+        with pytest.raises(RemoteRewardError):
+            reward.score_sync(["c"], ["x"])
+    with pytest.raises(ValueError, match="on_failure"):
+        RemotePMIReward("http://x", on_failure="ignore")
