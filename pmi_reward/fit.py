@@ -32,13 +32,20 @@ def fit_scorer(
     pair_product: bool = True,
     metadata: dict | None = None,
     progress: bool = True,
+    train_negatives: np.ndarray | None = None,
+    val_negatives: np.ndarray | None = None,
 ) -> tuple[PMIScorer, TrainResult]:
-    """Train a head on ``train`` (model selection on ``val``) and wrap it with the encoder as a scorer."""
+    """Train a head on ``train`` (model selection on ``val``) and wrap it with the encoder as a scorer.
+
+    Fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per pair) replace the
+    per-round draws; see ``train_head``.
+    """
     config = config or TrainConfig()
     head_config = HeadConfig(encoder.dim, input_mode, tuple(hidden), cap, pair_product)
     train_features = PairFeatures(encoder, template, train, input_mode, progress)
     val_features = PairFeatures(encoder, template, val, input_mode, progress)
-    result = train_head(head_config, train_features, train, val_features, val, config, progress)
+    result = train_head(head_config, train_features, train, val_features, val, config, progress,
+                        train_negatives, val_negatives)
     meta = {**(metadata or {}), "training": asdict(config), **result.summary(),
             "train_pairs": len(train), "val_pairs": len(val)}
     return PMIScorer(encoder, template, result.head, meta), result

@@ -1,9 +1,10 @@
 """One training loop for every objective: rounds of fresh negatives, AdamW, validation ROC-AUC, best-of-run.
 
 Each round (epoch) draws new negatives for every training positive, then passes over the positives in
-batches of ``batch_size`` with their K negatives. After each round the head scores a fixed validation
-set (positives against negatives drawn once); the state with the best validation ROC-AUC is kept and
-training stops after ``patience`` rounds without improvement. Seeded and deterministic on CPU.
+batches of ``batch_size`` with their K negatives (studies that compare methods pass negatives drawn once
+instead, so that every method sees the very same pairs). After each round the head scores a fixed
+validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
+kept and training stops after ``patience`` rounds without improvement. Seeded and deterministic on CPU.
 """
 
 from __future__ import annotations
@@ -81,26 +82,47 @@ def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
 
+def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.ndarray | None:
+    if negs is None:
+        return None
+    negs = np.asarray(negs, dtype=np.int64)
+    if negs.ndim != 2 or len(negs) != len(pairs) or negs.shape[1] < 1:
+        raise ValueError(f"{name} must have shape ({len(pairs)}, K >= 1), got {negs.shape}")
+    if negs.min() < 0 or negs.max() >= len(pairs.responses):
+        raise ValueError(f"{name} holds indices outside the response table")
+    return negs
+
+
 def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, val_features, val_pairs: PairSet,
-               config: TrainConfig, progress: bool = True) -> TrainResult:
-    """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC."""
+               config: TrainConfig, progress: bool = True, train_negatives: np.ndarray | None = None,
+               val_negatives: np.ndarray | None = None) -> TrainResult:
+    """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
+
+    ``train_negatives`` (n_train, K) response indices fix the training negatives for every round
+    instead of drawing fresh ones (the paper's protocol; lets several methods share one draw);
+    ``val_negatives`` likewise fixes the validation negatives. The config's counts are then unused.
+    """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
+    train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
+    val_negatives = _check_negatives(val_negatives, val_pairs, "val_negatives")
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
-    spec = config.negatives()
+    spec = config.negatives() if train_negatives is None or val_negatives is None else None
     head = PMIHead(head_config)
     lr = config.lr if config.lr is not None else default_lr(head_config.dim)
     optim = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=config.weight_decay)
-    val_negs = sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
+    val_negs = val_negatives if val_negatives is not None else \
+        sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
     best = (-math.inf, 0, copy.deepcopy(head.state_dict()))
     history: list[dict] = []
     bar = tqdm(range(1, config.epochs + 1), desc=f"train {config.objective}", disable=not progress, unit="round")
     for epoch in bar:
-        negs = sample_negatives(train_pairs, spec, rng)
-        train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, spec.k)],
+        negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, spec, rng)
+        k = negs.shape[1]
+        train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, k)],
                                np.r_[train_pairs.resp, negs.ravel()])
         order = rng.permutation(len(train_pairs))
         losses = []
@@ -108,7 +130,7 @@ def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, va
             b = order[s:s + config.batch_size]
             c, r = train_pairs.ctx[b], train_pairs.resp[b]
             pos = head(*train_features(c, r))
-            neg = head(*train_features(np.repeat(c, spec.k), negs[b].ravel())).view(len(b), spec.k)
+            neg = head(*train_features(np.repeat(c, k), negs[b].ravel())).view(len(b), k)
             loss = objective(pos, neg)
             optim.zero_grad(set_to_none=True)
             loss.backward()
