@@ -8,6 +8,7 @@ import sys
 COMMANDS = {
     "train": ("pmi_reward.cli.train", "train a PMIScore scorer on pairs or dialogues"),
     "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
+    "evaluate": ("pmi_reward.cli.evaluate", "AUC against negatives and correlations with target columns, with CIs"),
     "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
 }
 

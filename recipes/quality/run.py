@@ -1,0 +1,135 @@
+"""Quality push, on train/val only: PMIScore variants compared by validation ROC-AUC, one line per try.
+
+Each variant changes one thing against ``base`` (MiniLM, pair input [u, v, u*v], NWJ, per-seed fixed
+negatives with the study's mix) and is trained with the one training loop for ``seeds`` seeds.
+Validation positives are scored against fixed random negatives (the paper's AUC) and in-dialogue
+negatives; the average of the seeds' scores (head averaging) is reported too. Test and human sets are
+never read here: winners are then run once through ``recipes/empirical``.
+
+    python recipes/quality/run.py --config recipes/quality/en.yaml
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from trl import TrlParser
+
+from pmi_reward.cache import EmbeddingCache
+from pmi_reward.encoder import EncoderSpec, TextEncoder
+from pmi_reward.head import HeadConfig
+from pmi_reward.metrics import format_mean_std, roc_auc
+from pmi_reward.models import cache_root
+from pmi_reward.negatives import NegativeSpec, sample_negatives
+from pmi_reward.pairs import load_pairs
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.study import EvalSet, FeatureBank
+from pmi_reward.study.report import markdown_table, provenance
+from pmi_reward.training import TrainConfig, score_index_pairs, train_head
+
+# one change each against the base setting (keys: Try fields)
+VARIANTS: dict[str, dict] = {
+    "base": {},
+    "resample-every-epoch": {"resample": True},
+    "random-only": {"k_random": 4, "k_in_dialogue": 0},
+    "more-negatives-k8": {"k_random": 7, "k_in_dialogue": 1},
+    "concat-uv": {"pair_product": False},
+    "prompt-input": {"input_mode": "prompt"},
+    "layer-4-of-6": {"layer": 4},
+    "layer-5-of-6": {"layer": 5},
+    "no-normalize": {"normalize": False},
+    "weight-decay-0.1": {"weight_decay": 0.1},
+    "head-512-256": {"hidden": (512, 256)},
+    "lr-x0.3": {"lr_scale": 0.3},
+}
+
+
+@dataclass
+class Try:
+    """The knobs a variant may turn."""
+
+    input_mode: str = "pair"
+    pair_product: bool = True
+    hidden: tuple = (256, 128)
+    k_random: int = 3
+    k_in_dialogue: int = 1
+    resample: bool = False
+    layer: int = -1
+    normalize: bool = True
+    weight_decay: float = 0.01
+    lr_scale: float = 1.0
+
+
+@dataclass
+class QualityArguments:
+    data_dir: str = field(default="../shared/data/pmiscore")
+    lang: str = "en"
+    model: str = "minilm"
+    dtype: str = "float32"
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS), metadata={"help": f"of {list(VARIANTS)}"})
+    seeds: int = 3
+    epochs: int = 40
+    patience: int = 6
+    output_dir: str = "outputs/quality-en"
+
+
+def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train, val, val_negs) -> dict:
+    t = replace(Try(), **VARIANTS[name])
+    spec = EncoderSpec(args.model, normalize=t.normalize, layer=t.layer, dtype=args.dtype)
+    bank = FeatureBank(TextEncoder(spec, cache=cache), TEMPLATES[args.lang], progress=True)
+    mix = NegativeSpec(t.k_random, t.k_in_dialogue, 0)
+    head = HeadConfig(bank.encoder.dim, t.input_mode, t.hidden, pair_product=t.pair_product)
+    val_set = EvalSet("val", val, val_negs)
+    fv = bank(val_set, t.input_mode)
+    seeds, start = [], time.perf_counter()
+    for seed in range(args.seeds):
+        rng = np.random.default_rng(seed)
+        train_negs = None if t.resample else sample_negatives(train, mix, rng)
+        config = TrainConfig(k_random=mix.k_random, k_in_dialogue=mix.k_in_dialogue, k_context=0, epochs=args.epochs,
+                             patience=args.patience, weight_decay=t.weight_decay, seed=seed,
+                             lr=1e-3 * 1024 / bank.encoder.dim * t.lr_scale)
+        result = train_head(head, bank(EvalSet("train", train), t.input_mode), train, fv, val, config, False,
+                            train_negs, sample_negatives(val, mix, np.random.default_rng(1000 + seed)))
+        seeds.append((score_index_pairs(result.head, fv, val.ctx, val.resp),
+                       score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs), result.best_epoch))
+    aucs = {"random": lambda p, n: roc_auc(p, n[:, :5]), "in_dialogue": lambda p, n: roc_auc(p, n[:, 5:])}
+    row = {"variant": name, "changes": VARIANTS[name], "seconds": round(time.perf_counter() - start),
+           "best_epochs": [s[2] for s in seeds]}
+    for key, fn in aucs.items():
+        row[f"val_auc_{key}"] = [fn(p, n) for p, n, _ in seeds]
+        row[f"val_auc_{key}_avg_heads"] = fn(np.mean([s[0] for s in seeds], 0), np.mean([s[1] for s in seeds], 0))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = TrlParser((QualityArguments,), prog="recipes/quality/run.py").parse_args_and_config(argv)
+    root = Path(args.data_dir) / "datasets" / "empirical" / args.lang
+    train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
+    val_negs = sample_negatives(val, NegativeSpec(5, 1, 0), np.random.default_rng(20_000))
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = EmbeddingCache(cache_root() / "embeddings")
+    rows = []
+    for name in args.variants:
+        rows.append(run_variant(name, args, cache, train, val, val_negs))
+        with (out / "tries.jsonl").open("a") as f:
+            f.write(json.dumps(rows[-1]) + "\n")
+        print(json.dumps(rows[-1]), flush=True)
+    table = [[r["variant"], json.dumps(r["changes"]), format_mean_std(r["val_auc_random"]),
+              f"{r['val_auc_random_avg_heads']:.3f}", format_mean_std(r["val_auc_in_dialogue"]),
+              f"{r['val_auc_in_dialogue_avg_heads']:.3f}", str(r["best_epochs"]), str(r["seconds"])] for r in rows]
+    text = "\n\n".join([f"# Quality push ({args.lang}, {args.model}): validation only", provenance(), markdown_table(
+        ["variant", "change vs base", "val AUC random", "avg heads", "val AUC in-dialogue", "avg heads",
+         "best epochs", "s"], table)])
+    (out / "results.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
