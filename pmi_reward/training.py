@@ -4,7 +4,9 @@ Each round (epoch) draws new negatives for every training positive, then passes 
 batches of ``batch_size`` with their K negatives (studies that compare methods pass negatives drawn once
 instead, so that every method sees the very same pairs). After each round the head scores a fixed
 validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
-kept and training stops after ``patience`` rounds without improvement. Seeded and deterministic on CPU.
+kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
+with trainable parameters (``pmi_reward.finetune.EncoderFeatures``: LoRA adapters) are trained along
+with the head, at ``encoder_lr``. Seeded and deterministic on CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class TrainConfig:
     epochs: int = 40
     patience: int = 6
     seed: int = 0
+    encoder_lr: float = 1e-4  # only for features with trainable parameters (e.g. LoRA adapters)
 
     def negatives(self) -> NegativeSpec:
         return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
@@ -74,10 +77,8 @@ def score_index_pairs(head: PMIHead, features, ctx: np.ndarray, resp: np.ndarray
 
 
 def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float:
-    head.eval()
     pos = score_index_pairs(head, features, pairs.ctx, pairs.resp)
     neg = score_index_pairs(head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
-    head.train()
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
@@ -113,10 +114,24 @@ def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, va
     spec = config.negatives() if train_negatives is None or val_negatives is None else None
     head = PMIHead(head_config)
     lr = config.lr if config.lr is not None else default_lr(head_config.dim)
-    optim = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=config.weight_decay)
+    encoder = getattr(train_features, "module", None)
+    tuned = [(n, p) for n, p in encoder.named_parameters() if p.requires_grad] if encoder is not None else []
+    groups = [{"params": list(head.parameters())}]
+    if tuned:
+        groups.append({"params": [p for _, p in tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
+    optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
+
+    def snapshot() -> tuple[dict, dict]:
+        return copy.deepcopy(head.state_dict()), {n: p.detach().clone() for n, p in tuned}
+
+    def set_training(on: bool) -> None:
+        head.train(on)
+        if encoder is not None:
+            encoder.train(on)
+
     val_negs = val_negatives if val_negatives is not None else \
         sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
-    best = (-math.inf, 0, copy.deepcopy(head.state_dict()))
+    best = (-math.inf, 0, snapshot())
     history: list[dict] = []
     bar = tqdm(range(1, config.epochs + 1), desc=f"train {config.objective}", disable=not progress, unit="round")
     for epoch in bar:
@@ -126,23 +141,28 @@ def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, va
                                np.r_[train_pairs.resp, negs.ravel()])
         order = rng.permutation(len(train_pairs))
         losses = []
+        set_training(True)
         for s in range(0, len(order), config.batch_size):
             b = order[s:s + config.batch_size]
-            c, r = train_pairs.ctx[b], train_pairs.resp[b]
-            pos = head(*train_features(c, r))
-            neg = head(*train_features(np.repeat(c, k), negs[b].ravel())).view(len(b), k)
-            loss = objective(pos, neg)
+            c = train_pairs.ctx[b]
+            # one features call per batch: a trainable encoder embeds each distinct text of it once
+            scores = head(*train_features(np.r_[c, np.repeat(c, k)], np.r_[train_pairs.resp[b], negs[b].ravel()]))
+            loss = objective(scores[:len(b)], scores[len(b):].view(len(b), k))
             optim.zero_grad(set_to_none=True)
             loss.backward()
             optim.step()
             losses.append(loss.item())
+        set_training(False)
         auc = _val_auc(head, val_features, val_pairs, val_negs)
         history.append({"epoch": epoch, "loss": float(np.mean(losses)), "val_auc": auc})
         if auc > best[0]:
-            best = (auc, epoch, copy.deepcopy(head.state_dict()))
+            best = (auc, epoch, snapshot())
         bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", val_auc=f"{auc:.4f}", best=f"{best[0]:.4f}")
         if epoch - best[1] >= config.patience:
             break
-    head.load_state_dict(best[2])
-    head.eval()
+    head.load_state_dict(best[2][0])
+    with torch.no_grad():
+        for name, p in tuned:
+            p.copy_(best[2][1][name])
+    set_training(False)
     return TrainResult(head, best[1], best[0], history, time.perf_counter() - start)

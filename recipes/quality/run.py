@@ -26,7 +26,7 @@ from pmi_reward.head import HeadConfig
 from pmi_reward.metrics import format_mean_std, roc_auc
 from pmi_reward.models import cache_root
 from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import load_pairs
+from pmi_reward.pairs import PairSet, load_pairs
 from pmi_reward.prompts import TEMPLATES
 from pmi_reward.study import EvalSet, FeatureBank
 from pmi_reward.study.report import markdown_table, provenance
@@ -35,34 +35,39 @@ from pmi_reward.training import TrainConfig, score_index_pairs, train_head
 # one change each against the base setting (keys: Try fields)
 VARIANTS: dict[str, dict] = {
     "base": {},
+    "mix-3r-1d": {"k_in_dialogue": 1},
+    "mix-3r-1d-resample": {"k_in_dialogue": 1, "resample": True},
+    "mix-7r-1d": {"k_random": 7, "k_in_dialogue": 1},
+    "random-k8": {"k_random": 8},
     "resample-every-epoch": {"resample": True},
-    "random-only": {"k_random": 4, "k_in_dialogue": 0},
-    "more-negatives-k8": {"k_random": 7, "k_in_dialogue": 1},
     "concat-uv": {"pair_product": False},
-    "prompt-input": {"input_mode": "prompt"},
-    "layer-4-of-6": {"layer": 4},
-    "layer-5-of-6": {"layer": 5},
     "no-normalize": {"normalize": False},
     "weight-decay-0.1": {"weight_decay": 0.1},
     "head-512-256": {"hidden": (512, 256)},
+    "head-64": {"hidden": (64,)},
     "lr-x0.3": {"lr_scale": 0.3},
+    "context-last-3-turns": {"context_turns": 3},
+    "layer-5-of-6": {"layer": 5},
+    "layer-4-of-6": {"layer": 4},
+    "prompt-input": {"input_mode": "prompt"},
 }
 
 
 @dataclass
 class Try:
-    """The knobs a variant may turn."""
+    """The knobs a variant may turn; the defaults are the study's setting (random negatives only, K=3)."""
 
     input_mode: str = "pair"
     pair_product: bool = True
     hidden: tuple = (256, 128)
     k_random: int = 3
-    k_in_dialogue: int = 1
+    k_in_dialogue: int = 0
     resample: bool = False
     layer: int = -1
     normalize: bool = True
     weight_decay: float = 0.01
     lr_scale: float = 1.0
+    context_turns: int | None = None  # keep only the last N turns of every context
 
 
 @dataclass
@@ -78,8 +83,16 @@ class QualityArguments:
     output_dir: str = "outputs/quality-en"
 
 
+def _last_turns(pairs: PairSet, n: int) -> PairSet:
+    cut = PairSet(**{**pairs.__dict__})
+    cut.contexts = ["\n".join(c.split("\n")[-n:]) for c in pairs.contexts]
+    return cut
+
+
 def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train, val, val_negs) -> dict:
     t = replace(Try(), **VARIANTS[name])
+    if t.context_turns:
+        train, val = _last_turns(train, t.context_turns), _last_turns(val, t.context_turns)
     spec = EncoderSpec(args.model, normalize=t.normalize, layer=t.layer, dtype=args.dtype)
     bank = FeatureBank(TextEncoder(spec, cache=cache), TEMPLATES[args.lang], progress=True)
     mix = NegativeSpec(t.k_random, t.k_in_dialogue, 0)
