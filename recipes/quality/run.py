@@ -28,7 +28,8 @@ from pmi_reward.models import cache_root
 from pmi_reward.negatives import NegativeSpec, sample_negatives
 from pmi_reward.pairs import PairSet, load_pairs
 from pmi_reward.prompts import TEMPLATES
-from pmi_reward.study import EvalSet, FeatureBank
+from pmi_reward.baselines.kde import KDEConfig
+from pmi_reward.study import EvalSet, FeatureBank, fit_method
 from pmi_reward.study.report import markdown_table, provenance
 from pmi_reward.training import TrainConfig, score_index_pairs, train_head
 
@@ -50,6 +51,11 @@ VARIANTS: dict[str, dict] = {
     "layer-5-of-6": {"layer": 5},
     "layer-4-of-6": {"layer": 4},
     "prompt-input": {"input_mode": "prompt"},
+    # the KDE baseline's bandwidth (on the same head inputs; one seed: it has no training randomness)
+    "kde-scott": {"kde": {"bandwidth": "scott"}},
+    "kde-scott-whiten-pca16": {"kde": {"bandwidth": "scott", "whiten": True, "n_components": 16}},
+    "kde-bandwidth-3": {"kde": {"bandwidth": 3.0}},
+    "kde-bandwidth-10": {"kde": {"bandwidth": 10.0}},
 }
 
 
@@ -68,6 +74,7 @@ class Try:
     weight_decay: float = 0.01
     lr_scale: float = 1.0
     context_turns: int | None = None  # keep only the last N turns of every context
+    kde: dict | None = None  # fit the KDE baseline (KDEConfig fields) instead of training a head
 
 
 @dataclass
@@ -100,14 +107,20 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
     val_set = EvalSet("val", val, val_negs)
     fv = bank(val_set, t.input_mode)
     seeds, start = [], time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(1 if t.kde else args.seeds):
         rng = np.random.default_rng(seed)
         train_negs = None if t.resample else sample_negatives(train, mix, rng)
         config = TrainConfig(k_random=mix.k_random, k_in_dialogue=mix.k_in_dialogue, k_context=0, epochs=args.epochs,
                              patience=args.patience, weight_decay=t.weight_decay, seed=seed,
                              lr=1e-3 * 1024 / bank.encoder.dim * t.lr_scale)
+        fit_val = EvalSet("val", val, sample_negatives(val, mix, np.random.default_rng(1000 + seed)))
+        if t.kde:
+            score, _ = fit_method("kde", head, EvalSet("train", train, train_negs), fit_val, bank, config,
+                                  KDEConfig(**t.kde))
+            seeds.append((score(fv, val.ctx, val.resp), score(fv, val_set.negative_contexts(), val_negs), 0))
+            continue
         result = train_head(head, bank(EvalSet("train", train), t.input_mode), train, fv, val, config, False,
-                            train_negs, sample_negatives(val, mix, np.random.default_rng(1000 + seed)))
+                            train_negs, fit_val.negatives)
         seeds.append((score_index_pairs(result.head, fv, val.ctx, val.resp),
                        score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs), result.best_epoch))
     aucs = {"random": lambda p, n: roc_auc(p, n[:, :5]), "in_dialogue": lambda p, n: roc_auc(p, n[:, 5:])}
