@@ -88,6 +88,7 @@ class QualityArguments:
     epochs: int = 40
     patience: int = 6
     output_dir: str = "outputs/quality-en"
+    progress: bool = True
 
 
 def _last_turns(pairs: PairSet, n: int) -> PairSet:
@@ -101,7 +102,7 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
     if t.context_turns:
         train, val = _last_turns(train, t.context_turns), _last_turns(val, t.context_turns)
     spec = EncoderSpec(args.model, normalize=t.normalize, layer=t.layer, dtype=args.dtype)
-    bank = FeatureBank(TextEncoder(spec, cache=cache), TEMPLATES[args.lang], progress=True)
+    bank = FeatureBank(TextEncoder(spec, cache=cache), TEMPLATES[args.lang], progress=args.progress)
     mix = NegativeSpec(t.k_random, t.k_in_dialogue, 0)
     head = HeadConfig(bank.encoder.dim, t.input_mode, t.hidden, pair_product=t.pair_product)
     val_set = EvalSet("val", val, val_negs)
