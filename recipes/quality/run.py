@@ -22,6 +22,7 @@ from trl import TrlParser
 
 from pmi_reward.cache import EmbeddingCache
 from pmi_reward.encoder import EncoderSpec, TextEncoder
+from pmi_reward.finetune import EncoderFeatures, LoraSpec, add_lora
 from pmi_reward.head import HeadConfig
 from pmi_reward.metrics import format_mean_std, roc_auc
 from pmi_reward.models import cache_root
@@ -56,6 +57,8 @@ VARIANTS: dict[str, dict] = {
     "kde-scott-whiten-pca16": {"kde": {"bandwidth": "scott", "whiten": True, "n_components": 16}},
     "kde-bandwidth-3": {"kde": {"bandwidth": 3.0}},
     "kde-bandwidth-10": {"kde": {"bandwidth": 10.0}},
+    # LoRA adapters on the encoder, trained with the head under the same NWJ loss (slow on CPU)
+    "lora-r8": {"lora": True},
 }
 
 
@@ -75,6 +78,7 @@ class Try:
     lr_scale: float = 1.0
     context_turns: int | None = None  # keep only the last N turns of every context
     kde: dict | None = None  # fit the KDE baseline (KDEConfig fields) instead of training a head
+    lora: bool = False  # fine-tune LoRA adapters (r=8) of the encoder along with the head
 
 
 @dataclass
@@ -85,6 +89,9 @@ class QualityArguments:
     dtype: str = "float32"
     variants: list[str] = field(default_factory=lambda: list(VARIANTS), metadata={"help": f"of {list(VARIANTS)}"})
     seeds: int = 3
+    max_train_pairs: int | None = field(default=None, metadata={"help": "first N training pairs (for slow tries)"})
+    lora_epochs: int = 3
+    lora_batch_size: int = 32
     epochs: int = 40
     patience: int = 6
     output_dir: str = "outputs/quality-en"
@@ -120,8 +127,14 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
                                   KDEConfig(**t.kde))
             seeds.append((score(fv, val.ctx, val.resp), score(fv, val_set.negative_contexts(), val_negs), 0))
             continue
-        result = train_head(head, bank(EvalSet("train", train), t.input_mode), train, fv, val, config, False,
-                            train_negs, fit_val.negatives)
+        ft = bank(EvalSet("train", train), t.input_mode)
+        if t.lora:  # a fresh encoder with adapters per seed; features embed with gradients, no cache
+            tuned = TextEncoder(replace(spec, batch_size=args.lora_batch_size), cache=None)
+            add_lora(tuned, LoraSpec())
+            ft, fv = EncoderFeatures(tuned, bank.template, train), EncoderFeatures(tuned, bank.template, val)
+            config = replace(config, epochs=args.lora_epochs, patience=args.lora_epochs,
+                             batch_size=args.lora_batch_size)
+        result = train_head(head, ft, train, fv, val, config, False, train_negs, fit_val.negatives)
         seeds.append((score_index_pairs(result.head, fv, val.ctx, val.resp),
                        score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs), result.best_epoch))
     aucs = {"random": lambda p, n: roc_auc(p, n[:, :5]), "in_dialogue": lambda p, n: roc_auc(p, n[:, 5:])}
@@ -137,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     (args,) = TrlParser((QualityArguments,), prog="recipes/quality/run.py").parse_args_and_config(argv)
     root = Path(args.data_dir) / "datasets" / "empirical" / args.lang
     train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
+    if args.max_train_pairs:
+        keep = list(range(min(args.max_train_pairs, len(train))))
+        train = PairSet.from_pairs([train.context_texts[i] for i in keep], [train.response_texts[i] for i in keep],
+                                   [str(train.group[i]) for i in keep])
     val_negs = sample_negatives(val, NegativeSpec(5, 1, 0), np.random.default_rng(20_000))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
