@@ -1,6 +1,6 @@
 """Evaluation metrics for scorers: ROC-AUC, rank and linear correlation, MSE, bootstrap CIs, mean ± std.
 
-Thin, NaN-safe wrappers over scikit-learn and scipy so every recipe reports the same quantities the same
+Thin, NaN-safe wrappers over scipy so every recipe reports the same quantities the same
 way: a degenerate input (one class only, a constant vector) gives NaN rather than a warning or a crash,
 and bootstrap resampling skips such draws.
 """
@@ -12,19 +12,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
-from sklearn.metrics import roc_auc_score
+from scipy.stats import ConstantInputWarning, pearsonr, rankdata, spearmanr
 
 __all__ = ["roc_auc", "spearman", "pearson", "mse", "bootstrap_ci", "mean_std", "Estimate", "format_mean_std"]
 
 
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     """Probability that a positive outscores a negative (ties count half); NaN if either side is empty."""
-    pos, neg = np.ravel(pos), np.ravel(neg)
+    pos, neg = np.ravel(pos).astype(np.float64), np.ravel(neg).astype(np.float64)
     if not len(pos) or not len(neg):
         return float("nan")
-    labels = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
-    return float(roc_auc_score(labels, np.r_[pos, neg]))
+    # Mann-Whitney U from mid-ranks: equal to sklearn's roc_auc_score, and fast enough to bootstrap
+    ranks = rankdata(np.r_[pos, neg])
+    return float((ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def _paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

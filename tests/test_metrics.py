@@ -65,3 +65,12 @@ def test_mean_std_and_format():
     assert format_mean_std([0.5, 0.7]) == "0.600 ± 0.141"
     assert format_mean_std([0.5]) == "0.500"
     assert format_mean_std([]) == "–"
+
+
+def test_roc_auc_matches_sklearn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(1)
+    pos, neg = rng.integers(0, 5, 200).astype(float), rng.integers(0, 4, 300).astype(float)
+    expected = roc_auc_score(np.r_[np.ones(200), np.zeros(300)], np.r_[pos, neg])
+    assert roc_auc(pos, neg) == pytest.approx(expected, abs=1e-12)
