@@ -90,17 +90,24 @@ class TextEncoder:
                progress: bool | str = False) -> np.ndarray:
         """(n, dim) embeddings of ``texts`` written into ``template`` (a format with ``{context}`` or
         ``{response}`` or ``{text}``); over-long texts keep their ``start`` or their ``end``."""
-        slot = next((s for s in ("{context}", "{response}", "{text}") if s in template), None)
-        if slot is None:
-            raise ValueError(f"template {template!r} has no {{context}}/{{response}}/{{text}} placeholder")
+        self._slot(template)
         keys = [cache_key(self._fingerprint, "text", template, keep, t) for t in texts]
+        return self._cached(keys, lambda idx: self._written([texts[i] for i in idx], template, keep), progress)
 
-        def make(idx: list[int]) -> list[str]:
-            budget = self.spec.max_length - self._overhead(template.replace(slot, "")) - _MARGIN
-            cut = self._cut([texts[i] for i in idx], [budget] * len(idx), keep_end=(keep == "end"))
-            return [template.replace(slot, c) for c in cut]
-
-        return self._cached(keys, make, progress)
+    def embed_with_grad(self, texts: Sequence[str], template: str = "{text}", keep: str = "start") -> torch.Tensor:
+        """(n, dim) float32 embeddings as ``encode`` makes them, but as a tensor that carries gradients back
+        into the model and bypasses the cache: for fine-tuning the encoder (e.g. LoRA) under a head's loss."""
+        ids = self.tokenizer(self._written(list(texts), template, keep), add_special_tokens=True, truncation=True,
+                             max_length=self.spec.max_length)["input_ids"]
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
+        for s in range(0, len(order), self.spec.batch_size):
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in order[s:s + self.spec.batch_size]]},
+                                       return_tensors="pt")
+            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}))
+        if not parts:
+            return torch.zeros(0, self.dim)
+        return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
 
     def encode_pairs(self, contexts: Sequence[str], responses: Sequence[str], template: str,
                      progress: bool | str = False) -> np.ndarray:
@@ -123,6 +130,26 @@ class TextEncoder:
         return self._cached(keys, make, progress)
 
     # -- internals --------------------------------------------------------------------------------
+    @staticmethod
+    def _slot(template: str) -> str:
+        slot = next((s for s in ("{context}", "{response}", "{text}") if s in template), None)
+        if slot is None:
+            raise ValueError(f"template {template!r} has no {{context}}/{{response}}/{{text}} placeholder")
+        return slot
+
+    def _written(self, texts: list[str], template: str, keep: str) -> list[str]:
+        """Texts cut to the token budget (keeping their ``start`` or ``end``) and written into the template."""
+        slot = self._slot(template)
+        budget = self.spec.max_length - self._overhead(template.replace(slot, "")) - _MARGIN
+        return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
+
+    def _forward(self, batch: dict) -> torch.Tensor:
+        """Pooled (and, per the spec, L2-normalized) float32 embeddings of one padded token batch."""
+        result = self.model(**batch, output_hidden_states=self.spec.layer != -1)
+        hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
+        pooled = pool_hidden(hidden, batch["attention_mask"], self.pooling).float()
+        return torch.nn.functional.normalize(pooled, dim=-1) if self.spec.normalize else pooled
+
     def _overhead(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
@@ -185,13 +212,7 @@ class TextEncoder:
                       leave=False):
             idx = order[s:s + bs]
             batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            result = self.model(**batch, output_hidden_states=self.spec.layer != -1)
-            hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
-            pooled = pool_hidden(hidden, batch["attention_mask"], self.pooling).float()
-            if self.spec.normalize:
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)
-            out[idx] = pooled.cpu().numpy()
+            out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
         self.stats.texts += len(texts)
         self.stats.tokens += int(sum(len(x) for x in ids))
         return out

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-__all__ = ["HeadConfig", "PMIHead", "softcap"]
+__all__ = ["HeadConfig", "PMIHead", "head_input", "softcap"]
 
 INPUT_MODES = ("pair", "prompt")
 
@@ -50,6 +50,19 @@ class HeadConfig:
         return {**asdict(self), "hidden": list(self.hidden)}
 
 
+def head_input(config: HeadConfig, u: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:
+    """The row a head of this config reads: ``u`` (prompt mode) or [u, v, u*v] / [u, v] (pair mode).
+
+    Public so that non-neural baselines (e.g. KDE) can be fitted on exactly the head's inputs.
+    """
+    if config.input_mode == "prompt":
+        return u
+    if v is None:
+        raise ValueError("pair mode needs context and response embeddings")
+    parts = [u, v, u * v] if config.pair_product else [u, v]
+    return torch.cat(parts, dim=-1)
+
+
 class PMIHead(nn.Module):
     """Linear-PReLU stack ending in one unit, soft-capped: the PMI estimate for each input row."""
 
@@ -65,12 +78,7 @@ class PMIHead(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     def features(self, u: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:
-        if self.config.input_mode == "prompt":
-            return u
-        if v is None:
-            raise ValueError("pair mode needs context and response embeddings")
-        parts = [u, v, u * v] if self.config.pair_product else [u, v]
-        return torch.cat(parts, dim=-1)
+        return head_input(self.config, u, v)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:
         """Scores of shape u.shape[:-1]: prompt embeddings ``u``, or context ``u`` with response ``v``."""

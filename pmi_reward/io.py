@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ def read_records(path: str | Path) -> list[dict]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         records = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # JSON Lines ends records at \n only
             if not line.strip():
                 continue
             try:
@@ -64,7 +65,8 @@ def read_records(path: str | Path) -> list[dict]:
             raise DataError(f"{path}: expected a JSON list of objects")
         return data
     if suffix in (".csv", ".tsv"):
-        reader = csv.DictReader(text.splitlines(keepends=True), delimiter="\t" if suffix == ".tsv" else ",")
+        # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
         if not reader.fieldnames:
             raise DataError(f"{path}: no header row")
         records = []

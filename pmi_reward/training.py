@@ -1,9 +1,12 @@
 """One training loop for every objective: rounds of fresh negatives, AdamW, validation ROC-AUC, best-of-run.
 
 Each round (epoch) draws new negatives for every training positive, then passes over the positives in
-batches of ``batch_size`` with their K negatives. After each round the head scores a fixed validation
-set (positives against negatives drawn once); the state with the best validation ROC-AUC is kept and
-training stops after ``patience`` rounds without improvement. Seeded and deterministic on CPU.
+batches of ``batch_size`` with their K negatives (studies that compare methods pass negatives drawn once
+instead, so that every method sees the very same pairs). After each round the head scores a fixed
+validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
+kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
+with trainable parameters (``pmi_reward.finetune.EncoderFeatures``: LoRA adapters) are trained along
+with the head, at ``encoder_lr``. Seeded and deterministic on CPU.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class TrainConfig:
     patience: int = 6
     seed: int = 0
     checkpoint_dir: str | None = None  # save state after every round there; resume from it when present
+    encoder_lr: float = 1e-4  # only for features with trainable parameters (e.g. LoRA adapters)
 
     def negatives(self) -> NegativeSpec:
         return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
@@ -77,15 +81,14 @@ def score_index_pairs(head: PMIHead, features, ctx: np.ndarray, resp: np.ndarray
 
 
 def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float:
-    head.eval()
     pos = score_index_pairs(head, features, pairs.ctx, pairs.resp)
     neg = score_index_pairs(head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
-    head.train()
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
 
-def _fingerprint(head_config: HeadConfig, config: TrainConfig, train: PairSet, val: PairSet) -> str:
+def _fingerprint(head_config: HeadConfig, config: TrainConfig, train: PairSet, val: PairSet,
+                 *fixed: np.ndarray | None) -> str:
     """Identifies a run's data and every setting that changes its rounds, so that a checkpoint is only resumed
     by the run that wrote it (or by one that only stops later: ``epochs`` and ``patience`` may change)."""
     settings = {k: v for k, v in asdict(config).items() if k not in ("checkpoint_dir", "epochs", "patience")}
@@ -93,60 +96,105 @@ def _fingerprint(head_config: HeadConfig, config: TrainConfig, train: PairSet, v
     for pairs in (train, val):
         for array in (pairs.ctx, pairs.resp):
             h.update(np.ascontiguousarray(array).tobytes())
+    for array in fixed:
+        h.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())
     return h.hexdigest()
 
 
+def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.ndarray | None:
+    if negs is None:
+        return None
+    negs = np.asarray(negs, dtype=np.int64)
+    if negs.ndim != 2 or len(negs) != len(pairs) or negs.shape[1] < 1:
+        raise ValueError(f"{name} must have shape ({len(pairs)}, K >= 1), got {negs.shape}")
+    if negs.min() < 0 or negs.max() >= len(pairs.responses):
+        raise ValueError(f"{name} holds indices outside the response table")
+    return negs
+
+
 def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, val_features, val_pairs: PairSet,
-               config: TrainConfig, progress: bool = True) -> TrainResult:
-    """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC."""
+               config: TrainConfig, progress: bool = True, train_negatives: np.ndarray | None = None,
+               val_negatives: np.ndarray | None = None) -> TrainResult:
+    """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
+
+    ``train_negatives`` (n_train, K) response indices fix the training negatives for every round
+    instead of drawing fresh ones (the paper's protocol; lets several methods share one draw);
+    ``val_negatives`` likewise fixes the validation negatives. The config's counts are then unused.
+    """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
+    train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
+    val_negatives = _check_negatives(val_negatives, val_pairs, "val_negatives")
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
-    spec = config.negatives()
+    spec = config.negatives() if train_negatives is None or val_negatives is None else None
     head = PMIHead(head_config)
     lr = config.lr if config.lr is not None else default_lr(head_config.dim)
-    optim = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=config.weight_decay)
-    val_negs = sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
-    best = (-math.inf, 0, copy.deepcopy(head.state_dict()))
+    encoder = getattr(train_features, "module", None)
+    tuned = [(n, p) for n, p in encoder.named_parameters() if p.requires_grad] if encoder is not None else []
+    groups = [{"params": list(head.parameters())}]
+    if tuned:
+        groups.append({"params": [p for _, p in tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
+    optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
+
+    def snapshot() -> tuple[dict, dict]:
+        return copy.deepcopy(head.state_dict()), {n: p.detach().clone() for n, p in tuned}
+
+    def set_training(on: bool) -> None:
+        head.train(on)
+        if encoder is not None:
+            encoder.train(on)
+
+    val_negs = val_negatives if val_negatives is not None else \
+        sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
+    best = (-math.inf, 0, snapshot())
     history: list[dict] = []
     first = 1
     if config.checkpoint_dir:
-        fingerprint = _fingerprint(head_config, config, train_pairs, val_pairs)
+        if tuned:
+            raise ValueError("checkpoint_dir resumes head-only training; it cannot restore trainable encoder features")
+        fingerprint = _fingerprint(head_config, config, train_pairs, val_pairs, train_negatives, val_negatives)
         resumed = load_round(config.checkpoint_dir, fingerprint, head, optim, rng)
         if resumed is not None:
-            best, history, first = resumed.best, resumed.history, resumed.epoch + 1
+            (auc, epoch, state), history, first = resumed.best, resumed.history, resumed.epoch + 1
+            best = (auc, epoch, (state, {}))
             if resumed.epoch - best[1] >= config.patience:
                 first = config.epochs + 1  # the interrupted run had already stopped early
     bar = tqdm(range(first, config.epochs + 1), desc=f"train {config.objective}", disable=not progress,
                unit="round", initial=first - 1, total=config.epochs)
     for epoch in bar:
-        negs = sample_negatives(train_pairs, spec, rng)
-        train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, spec.k)],
+        negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, spec, rng)
+        k = negs.shape[1]
+        train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, k)],
                                np.r_[train_pairs.resp, negs.ravel()])
         order = rng.permutation(len(train_pairs))
         losses = []
+        set_training(True)
         for s in range(0, len(order), config.batch_size):
             b = order[s:s + config.batch_size]
-            c, r = train_pairs.ctx[b], train_pairs.resp[b]
-            pos = head(*train_features(c, r))
-            neg = head(*train_features(np.repeat(c, spec.k), negs[b].ravel())).view(len(b), spec.k)
-            loss = objective(pos, neg)
+            c = train_pairs.ctx[b]
+            # one features call per batch: a trainable encoder embeds each distinct text of it once
+            scores = head(*train_features(np.r_[c, np.repeat(c, k)], np.r_[train_pairs.resp[b], negs[b].ravel()]))
+            loss = objective(scores[:len(b)], scores[len(b):].view(len(b), k))
             optim.zero_grad(set_to_none=True)
             loss.backward()
             optim.step()
             losses.append(loss.item())
+        set_training(False)
         auc = _val_auc(head, val_features, val_pairs, val_negs)
         history.append({"epoch": epoch, "loss": float(np.mean(losses)), "val_auc": auc})
         if auc > best[0]:
-            best = (auc, epoch, copy.deepcopy(head.state_dict()))
+            best = (auc, epoch, snapshot())
         bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", val_auc=f"{auc:.4f}", best=f"{best[0]:.4f}")
         if config.checkpoint_dir:
-            save_round(config.checkpoint_dir, fingerprint, epoch, head, optim, best, history, rng)
+            save_round(config.checkpoint_dir, fingerprint, epoch, head, optim, (best[0], best[1], best[2][0]), history, rng)
         if epoch - best[1] >= config.patience:
             break
-    head.load_state_dict(best[2])
-    head.eval()
+    head.load_state_dict(best[2][0])
+    with torch.no_grad():
+        for name, p in tuned:
+            p.copy_(best[2][1][name])
+    set_training(False)
     return TrainResult(head, best[1], best[0], history, time.perf_counter() - start)

@@ -73,3 +73,34 @@ def test_score_reports_bad_input_file(tmp_path):
 
     with pytest.raises(DataError, match="missing column 'response'"):
         main(["score", "--scorer", str(tmp_path), "--input", str(bad), "--output", str(tmp_path / "o.csv")])
+
+
+def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, monkeypatch, capsys):
+    from pmi_reward.fit import fit_scorer
+    from pmi_reward.pairs import load_pairs
+    from pmi_reward.prompts import TEMPLATES
+    from pmi_reward.training import TrainConfig
+
+    train = load_pairs(_pair_file(tmp_path / "train.csv", 40, 0))
+    val = load_pairs(_pair_file(tmp_path / "val.csv", 12, 1))
+    config = TrainConfig(k_random=3, k_in_dialogue=0, k_context=0, batch_size=32, epochs=6, lr=3e-3)
+    scorer, _ = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, progress=False)
+    monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(lambda cls, *a, **k: scorer))
+    path = tmp_path / "rated.csv"
+    rows = list(csv.DictReader(open(_pair_file(tmp_path / "eval.csv", 12, 2), newline="")))
+    scores = scorer.score([r["context"] for r in rows], [r["response"] for r in rows])
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, ["dialog_key", "context", "response", "rating", "p_xy", "p_x", "p_y"])
+        w.writeheader()
+        for r, s in zip(rows, scores):  # a rating that follows the score; p's whose PMI is the score + 1
+            w.writerow({**r, "rating": float(s), "p_xy": float(np.exp(s + 1)) * 0.01, "p_x": 0.1, "p_y": 0.1})
+    assert main(["evaluate", "--scorer", "unused", "--input", str(path), "--k_random", "2", "--k_in_dialogue", "1",
+                 "--targets", "rating", "--pmi_columns", "p_xy", "p_x", "p_y", "--n_boot", "50",
+                 "--progress", "false"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == len(rows) and 0.0 <= report["auc"]["value"] <= 1.0
+    assert {"auc_random", "auc_in_dialogue"} <= set(report)
+    assert report["rating"]["spearman"]["value"] == pytest.approx(1.0)
+    low, high = report["rating"]["pearson"]["ci95"]
+    assert low <= report["rating"]["pearson"]["value"] <= high
+    assert report["true_pmi"]["mse"]["value"] == pytest.approx(1.0, abs=1e-4)

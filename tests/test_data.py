@@ -99,3 +99,21 @@ def test_load_dialogues_from_a_datasets_object_and_folder(tmp_path):
     assert [d.turns for d in load_dialogues(ds)] == [("hi", "hello", "how are you?")]
     ds.save_to_disk(str(tmp_path / "ds"))
     assert [d.id for d in load_dialogues(tmp_path / "ds")] == ["a"]
+
+
+def test_csv_fields_may_hold_unicode_line_separators(tmp_path):
+    # str.splitlines() would cut these rows at \x85 / \u2028 and misread the file
+    path = tmp_path / "pairs.csv"
+    path.write_text('dialog_key,context,response\nk1,"Will\x85Where is he?","Safe\u2028inside."\nk2,Hi,Hello\n',
+                    encoding="utf-8")
+    pairs = load_pairs(path)
+    assert pairs.context_texts == ["Will\x85Where is he?", "Hi"]
+    assert pairs.response_texts == ["Safe\u2028inside.", "Hello"]
+
+
+def test_jsonl_records_may_hold_unicode_line_separators(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"context": "a\x85b", "response": "c\u2028d"}, {"context": "e", "response": "f"}]
+    path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    pairs = load_pairs(path)
+    assert pairs.context_texts == ["a\x85b", "e"] and pairs.response_texts == ["c\u2028d", "f"]

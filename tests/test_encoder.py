@@ -77,3 +77,14 @@ def test_cache_round_trip_and_hits(tiny_encoder_factory, tmp_path):
 def test_bad_template_rejected(tiny_encoder):
     with pytest.raises(ValueError, match="placeholder"):
         tiny_encoder.encode(["x"], template="no slot")
+
+
+def test_embed_with_grad_matches_encode_and_reaches_the_weights(tiny_encoder_factory):
+    enc = tiny_encoder_factory("bert", "mean", max_length=16)
+    texts = ["one two three four five six seven eight nine ten eleven twelve thirteen fourteen", "hi", ""]
+    fixed = enc.encode(texts, keep="end")
+    enc.model.requires_grad_(True)
+    live = enc.embed_with_grad(texts, keep="end")
+    np.testing.assert_allclose(live.detach().numpy(), fixed, atol=1e-5)  # same cut, same pooling, same norm
+    live.sum().backward()
+    assert enc.model.embeddings.word_embeddings.weight.grad.abs().sum() > 0

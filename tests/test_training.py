@@ -81,3 +81,40 @@ def test_fit_scorer_end_to_end_with_tiny_encoder(split, tiny_encoder, mode):
     assert 0.0 <= auc <= 1.0
     s = scorer.score(val.context_texts[:5], val.response_texts[:5])
     assert s.shape == (5,) and np.isfinite(s).all()
+
+
+class _CountingFeatures(TensorFeatures):
+    """Records every index pair the loop asks for."""
+
+    def __init__(self, base: TensorFeatures) -> None:
+        super().__init__(base.u, base.v)
+        self.asked: set[tuple[int, int]] = set()
+
+    def __call__(self, ctx, resp):
+        self.asked.update(zip(np.ravel(ctx).tolist(), np.ravel(resp).tolist()))
+        return super().__call__(ctx, resp)
+
+
+def test_fixed_negatives_are_the_only_negatives_seen(split):
+    train, val = split
+    rng = np.random.default_rng(0)
+    from pmi_reward.negatives import sample_negatives
+
+    train_negs = sample_negatives(train, NegativeSpec(2, 0), rng)
+    val_negs = sample_negatives(val, NegativeSpec(3, 0), rng)
+    ft = _CountingFeatures(_topic_features(train, 0))
+    config = TrainConfig(k_random=7, k_in_dialogue=0, k_context=0, batch_size=32, epochs=3, patience=5, lr=3e-3)
+    result = train_head(HeadConfig(dim=8), ft, train, _topic_features(val, 1), val, config, progress=False,
+                        train_negatives=train_negs, val_negatives=val_negs)
+    allowed = set(zip(train.ctx.tolist(), train.resp.tolist()))
+    allowed |= set(zip(np.repeat(train.ctx, 2).tolist(), train_negs.ravel().tolist()))
+    assert ft.asked and ft.asked <= allowed  # no fresh draws, whatever the config's counts say
+    # the validation AUC is the one of the given negatives
+    fv = _topic_features(val, 1)
+    pos = score_index_pairs(result.head, fv, val.ctx, val.resp)
+    neg = score_index_pairs(result.head, fv, np.repeat(val.ctx[:, None], 3, 1), val_negs)
+    from pmi_reward.metrics import roc_auc
+
+    assert roc_auc(pos, neg) == pytest.approx(result.best_val_auc, abs=1e-6)
+    with pytest.raises(ValueError, match="train_negatives"):
+        train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False, train_negatives=train_negs[:5])

@@ -9,6 +9,7 @@ COMMANDS = {
     "train": ("pmi_reward.cli.train", "train a PMIScore scorer on pairs or dialogues"),
     "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
     "serve": ("pmi_reward.cli.serve", "serve a scorer over HTTP (OpenRLHF /get_reward, /score, /rerank, /health)"),
+    "evaluate": ("pmi_reward.cli.evaluate", "AUC against negatives and correlations with target columns, with CIs"),
     "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
 }
 

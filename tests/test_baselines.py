@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.baselines.kde import KDEConfig, KDEScorer
+from pmi_reward.baselines.meep import MEEPConfig, MEEPScorer, parse_score
+from pmi_reward.metrics import pearson, roc_auc
+
+
+def test_kde_recovers_a_known_log_density_ratio():
+    # p+ = N(+m, I), p- = N(-m, I): log p+/p- = 2 m.x, linear in x
+    rng = np.random.default_rng(0)
+    m = np.array([0.6, -0.4, 0.3, 0.0])
+    pos, neg = rng.normal(size=(1500, 4)) + m, rng.normal(size=(3000, 4)) - m
+    kde = KDEScorer(KDEConfig(n_components=4, bandwidth=0.5)).fit(pos, neg)
+    test_pos, test_neg = rng.normal(size=(400, 4)) + m, rng.normal(size=(400, 4)) - m
+    x = np.vstack([test_pos, test_neg])
+    est = kde.score(x)
+    assert est.dtype == np.float32 and est.shape == (800,)
+    assert pearson(est, 2 * x @ m) > 0.85
+    assert roc_auc(kde.score(test_pos), kde.score(test_neg)) > 0.75
+    # PCA keeps at most what the data has
+    assert KDEScorer(KDEConfig(n_components=128)).fit(pos, neg).pca.n_components_ == 4
+    with pytest.raises(ValueError):
+        KDEScorer().fit(pos, neg[:, :3])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("85", 85.0), ("Score: 85/100", 85.0), ("I'd say 70.", 70.0), ("85%", 85.0), ("8/10", 80.0),
+    ("8 out of 10", 80.0), ("4.5/5", 90.0), ("On a 0-100 scale: 62", 62.0), ("Rating (1 to 10 is too coarse): 75", 75.0),
+    ("SmolLM2 says 40", 40.0), ("150, no wait, 90", 90.0), ("0", 0.0), ("100!", 100.0),
+])
+def test_parse_score_reads_loose_answers(text, expected):
+    assert parse_score(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "very engaging!", "-5", "250", "11/10", None, "Score: /100"])
+def test_parse_score_gives_none_without_a_usable_number(text):
+    assert parse_score(text) is None
+
+
+def _tiny_chat_lm(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer():
+    from pmi_reward.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+def test_meep_samples_from_a_shared_prefill_and_falls_back(chat_tokenizer, tmp_path):
+    model = _tiny_chat_lm(chat_tokenizer)
+    config = MEEPConfig(n_samples=3, max_new_tokens=4, batch_size=2, fallback=50.0)
+    cache = tmp_path / "meep.jsonl"
+    meep = MEEPScorer(config, model=model, tokenizer=chat_tokenizer, cache_file=cache)
+    contexts, responses = ["Hi there!", "I like tea.\nMe too.", ""], ["Hello!", "Green or black?", "Hm."]
+    answers = meep.answers(meep.prompts(contexts, responses))
+    assert [len(a) for a in answers] == [3, 3, 3] and all(isinstance(t, str) for a in answers for t in a)
+    scores = meep.score(contexts, responses)  # an untrained model answers garbage: the fallback, never NaN
+    assert scores.shape == (3,) and np.isfinite(scores).all() and 0.0 <= meep.parse_rate <= 1.0
+    # greedy decoding from the shared cache matches transformers' own generate()
+    greedy = MEEPScorer(MEEPConfig(n_samples=2, temperature=0.0, max_new_tokens=5), model=model,
+                        tokenizer=chat_tokenizer)
+    prompts = greedy.prompts(contexts[:2], responses[:2])
+    ours = greedy.answers(prompts)
+    enc = chat_tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ref = model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=chat_tokenizer.pad_token_id)
+    texts = chat_tokenizer.batch_decode(ref[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert [a[0] for a in ours] == texts and [a[1] for a in ours] == texts
+    # answers are cached on disk: a new scorer reuses them without generating
+    again = MEEPScorer(config, model=model, tokenizer=chat_tokenizer, cache_file=cache)
+    again._sample = None  # would fail if called
+    assert again.answers(meep.prompts(contexts, responses)) == answers

@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from pmi_reward.negatives import NegativeSpec, sample_negatives
+from pmi_reward.pairs import PairSet
+from pmi_reward.prompts import TEMPLATES
+from pmi_reward.study import (EvalSet, FeatureBank, MethodScores, average_rounds, load_scores, run_round, save_scores,
+                              score_texts)
+from pmi_reward.study.report import cell
+from pmi_reward.metrics import roc_auc
+from pmi_reward.training import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def sets(topic_dialogues):
+    train, val, test = (PairSet.from_dialogues(topic_dialogues[a:b]) for a, b in ((0, 40), (40, 60), (60, 80)))
+    rng = np.random.default_rng(0)
+    spec = NegativeSpec(2, 1)
+    return (EvalSet("train", train, sample_negatives(train, spec, rng)), EvalSet("val", val, sample_negatives(val, spec, rng)),
+            EvalSet("test", test, sample_negatives(test, NegativeSpec(3, 0), rng)))
+
+
+def test_round_scores_every_method_on_the_shared_negatives(sets, tiny_encoder):
+    train, val, test = sets
+    bank = FeatureBank(tiny_encoder, TEMPLATES["en"], progress=False)
+    config = TrainConfig(batch_size=32, epochs=2, patience=5, lr=3e-3, seed=1)
+    runs = run_round(["nwj", "kde"], ["pair"], 0, train, val, [test], bank, config, progress=False)
+    assert [(r.method, r.input_mode) for r in runs] == [("nwj", "pair"), ("kde", "pair")]
+    for run in runs:
+        assert run.pos["test"].shape == (len(test.pairs),) and run.neg["test"].shape == (len(test.pairs), 3)
+        assert np.isfinite(run.pos["test"]).all() and np.isfinite(run.neg["test"]).all()
+        assert 0.0 <= run.info["best_val_auc"] <= 1.0
+    # the bank embeds each split once for all methods
+    assert bank(train, "pair") is bank(train, "pair")
+    with pytest.raises(ValueError, match="unknown method"):
+        run_round(["nope"], ["pair"], 0, train, val, [test], bank, config)
+
+
+def test_text_methods_score_a_subset_and_averages_and_storage(sets, tmp_path):
+    _, _, test = sets
+    seen = []
+
+    def fake(contexts, responses):
+        seen.append(len(contexts))
+        return np.array([len(r) for r in responses], dtype=np.float32)
+
+    run = score_texts("lm", "meep", fake, [test], limit={"test": 5})
+    assert seen == [5 * 4]  # 5 positives and their 3 negatives each
+    assert np.isfinite(run.pos["test"][:5]).all() and np.isnan(run.pos["test"][5:]).all()
+    assert run.neg["test"][4, 2] == len(test.pairs.responses[test.negatives[4, 2]])
+    a = MethodScores("enc", "nwj", "pair", 0, {"test": np.array([1.0, 2.0])}, {"test": np.zeros((2, 1))})
+    b = MethodScores("enc", "nwj", "pair", 1, {"test": np.array([3.0, 4.0])}, {"test": np.ones((2, 1))})
+    (avg,) = average_rounds([a, b])
+    assert avg.round == -1 and avg.pos["test"].tolist() == [2.0, 3.0] and avg.neg["test"].tolist() == [[0.5], [0.5]]
+    save_scores(tmp_path / "s.npz", [a, run])
+    loaded = load_scores(tmp_path / "s.npz")
+    assert loaded[0].pos["test"].tolist() == [1.0, 2.0] and loaded[1].method == "meep"
+    np.testing.assert_array_equal(loaded[1].neg["test"], run.neg["test"])
+
+
+def test_report_cell_bootstraps_the_mean_over_rounds():
+    rng = np.random.default_rng(0)
+    pos = [rng.normal(1.0, 1.0, 300) for _ in range(3)]
+    neg = [rng.normal(0.0, 1.0, (300, 2)) for _ in range(3)]
+    c = cell(roc_auc, list(zip(pos, neg)), n_boot=200)
+    assert len(c["rounds"]) == 3 and c["rows"] == 300
+    assert c["ci95"][0] < np.mean(c["rounds"]) < c["ci95"][1]
+    pos[0][:10] = np.nan  # rows a method did not score are left out
+    assert cell(roc_auc, list(zip(pos, neg)), n_boot=50)["rows"] == 290
