@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ class PMIReward:
         if options is not None and kwargs:
             raise TypeError("pass either options or keyword options, not both")
         self.__name__ = self.options.name
+        self.seconds = 0.0  # wall time spent inside calls (a trainer reports the reward's share of a step)
         if self.options.max_context_turns is None:
             trained = (scorer.metadata.get("data") or {}).get("max_context_turns")
             self.options.max_context_turns = int(trained) if trained else None
@@ -75,6 +77,7 @@ class PMIReward:
     # -- the TRL contract ---------------------------------------------------------------------------
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
                  log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float | None]:
+        start = time.perf_counter()
         opts = self.options
         prompts, completions = list(prompts or []), list(completions or [])
         if len(prompts) != len(completions):
@@ -89,8 +92,11 @@ class PMIReward:
             raw[idx] = self._score([contexts[i] for i in idx], [replies[i].strip() for i in idx])
         rewards = self._shape(raw, contexts)
         out = [float(r) if math.isfinite(r) else opts.empty_score for r in rewards]
+        elapsed = time.perf_counter() - start
+        self.seconds += elapsed
         if log_metric is not None and len(prompts):
             self._log(log_metric, raw, rewards, len(valid))
+            log_metric(f"{self.__name__}/seconds", elapsed)
         return out
 
     def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
@@ -140,3 +146,4 @@ class PMIReward:
         self.scorer = PMIScorer.from_config(state["scorer_config"], state["head"])
         self.options = RewardOptions(**state["options"])
         self.__name__ = self.options.name
+        self.seconds = 0.0

@@ -69,3 +69,52 @@ def topic_dialogues():
         turns = list(rng.permutation(TOPICS[topic]))
         out.append(Dialogue(f"d{n}", tuple(turns)))
     return out
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2's tokenizer (with its chat template), from the converted offline model."""
+    from pmi_reward.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct", padding_side="left")
+
+
+@pytest.fixture
+def tiny_policy(smol_tokenizer):
+    """A factory of tiny Llama chat policies on SmolLM2's vocabulary (seeded, built from a config)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def make(seed: int = 0):
+        torch.manual_seed(seed)
+        tok = smol_tokenizer
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
+                          tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                          bos_token_id=tok.bos_token_id)
+        model = LlamaForCausalLM(cfg)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        return model
+
+    return make
+
+
+@pytest.fixture
+def tiny_scorer(tiny_encoder):
+    """A PMIScorer on the tiny encoder with a random head scaled so that scores spread out."""
+    from pmi_reward.head import HeadConfig, PMIHead
+    from pmi_reward.prompts import TEMPLATES
+    from pmi_reward.scorer import PMIScorer
+
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, cap=20.0))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(30)
+    return PMIScorer(tiny_encoder, TEMPLATES["en"], head)
+
+
+@pytest.fixture
+def tiny_reward(tiny_scorer):
+    from pmi_reward.reward import PMIReward
+
+    return PMIReward(tiny_scorer)

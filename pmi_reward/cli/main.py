@@ -8,6 +8,7 @@ import sys
 COMMANDS = {
     "train": ("pmi_reward.cli.train", "train a PMIScore scorer on pairs or dialogues"),
     "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
+    "rerank": ("pmi_reward.cli.rerank", "sort candidate replies by PMI (or sample n with a chat model: best-of-n)"),
     "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
 }
 

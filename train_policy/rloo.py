@@ -1,0 +1,24 @@
+"""RLOO with PMIReward on TRL's RLOOTrainer: full or LoRA fine-tuning of a chat policy on dialogue prompts.
+
+    python -m train_policy.rloo --config recipes/smollm2-135m/rloo/config_cpu.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m train_policy.rloo --config ...
+
+RLOO samples ``num_generations`` replies per prompt; each reply's baseline is the mean reward of the other
+replies to the same prompt (leave-one-out), an unbiased REINFORCE baseline with no value model.
+"""
+
+from __future__ import annotations
+
+from trl import ModelConfig, RLOOConfig, RLOOTrainer, TrlParser
+
+from .common import ScriptArguments, train_with_trl
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = TrlParser((ScriptArguments, RLOOConfig, ModelConfig), prog="train_policy.rloo")
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    return train_with_trl(RLOOTrainer, script_args, training_args, model_args)
+
+
+if __name__ == "__main__":
+    main()
