@@ -29,7 +29,8 @@ def _sort(candidates: Sequence[str], scores: Sequence[float | None]) -> Ranked:
     return [(candidates[i], scores[i]) for i in order]
 
 
-def rerank_many(scorer: PMIScorer | PMIReward, contexts: Sequence[Any], candidates: Sequence[Sequence[str]]) -> list[Ranked]:
+def rerank_many(scorer: PMIScorer | PMIReward, contexts: Sequence[Any],
+                candidates: Sequence[Sequence[str]]) -> list[Ranked]:
     """For each context, its candidates as ``(text, pmi)`` best first (ties keep input order), in one scoring pass."""
     if len(contexts) != len(candidates):
         raise ValueError(f"got {len(contexts)} contexts but {len(candidates)} candidate lists")

@@ -51,7 +51,7 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "Did you watch the match?",
                                               "I flew to Rome.\nHow was it?\nAmazing food.")]
     base, other = tiny_policy(0), tiny_policy(1)
-    args = EvalArguments(samples=3, max_new_tokens=5, batch_size=4)
+    args = EvalArguments(samples=2, max_new_tokens=4, batch_size=8)
     out = evaluate_policies({"base": (base, smol_tokenizer), "same": (base, smol_tokenizer),
                              "other": (other, smol_tokenizer)}, prompts, tiny_scorer, tiny_scorer, args,
                             references=["Coltrane.", "Yes!", "Pasta?"])
@@ -62,7 +62,7 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     for r in rows.values():
         assert r["pmi_lo"] <= r["pmi_mean"] <= r["pmi_hi"] and 0 <= r["distinct_2"] <= 1
         assert r["reward_pmi"] == pytest.approx(r["pmi_mean"])  # same scorer on both sides here
-    assert np.asarray(out["scores"]["other"]).shape == (3, 3) and len(out["samples"]) == 3
+    assert np.asarray(out["scores"]["other"]).shape == (3, 2) and len(out["samples"]) == 3
     table = markdown_table(out["rows"])
     assert table.count("\n") == 5 and "human reference" in table
     assert plot_distributions(out["scores"], tmp_path / "h.png").stat().st_size > 1000
@@ -74,7 +74,8 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     base = tiny_policy(0)
     base.save_pretrained(tmp_path / "base")
     smol_tokenizer.save_pretrained(tmp_path / "base")
-    tuned = get_peft_model(tiny_policy(0), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    tuned = get_peft_model(tiny_policy(0), lora)
     tuned.peft_config["default"].base_model_name_or_path = str(tmp_path / "base")
     tuned.save_pretrained(tmp_path / "adapter")
     ids = torch.tensor([[1, 5, 9, 12]])

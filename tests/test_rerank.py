@@ -76,7 +76,8 @@ def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
 def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch):
     monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps({"context": "hi", "candidates": ["a"]}) + "\n" + json.dumps({"context": "hi", "candidates": "a"}))
+    good, bad = {"context": "hi", "candidates": ["a"]}, {"context": "hi", "candidates": "a"}
+    src.write_text(json.dumps(good) + "\n" + json.dumps(bad))
     with pytest.raises(Exception, match="row 2.*candidates"):
         main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")])
     src.write_text(json.dumps({"context": "hi"}))

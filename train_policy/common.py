@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,15 +19,15 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
-from trl import ModelConfig, get_peft_config
+from trl import ModelConfig, TrlParser, get_peft_config
 
 from pmi_reward.models import load_tokenizer, resolve_model
 from pmi_reward.reward import PMIReward
 
 from .prompts import PromptArguments, build_prompts
 
-__all__ = ["RewardArguments", "ScriptArguments", "load_policy", "lora_config", "build_rewards", "RewardTimer", "write_summary",
-           "train_with_trl"]
+__all__ = ["RewardArguments", "ScriptArguments", "load_policy", "lora_config", "build_rewards", "RewardTimer",
+           "cpu_seconds", "write_summary", "train_with_trl", "trl_main"]
 
 
 @dataclass
@@ -83,21 +85,28 @@ def build_rewards(args: RewardArguments) -> list[Callable]:
     return [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process so far, all threads (a wall-time-free measure of a run's cost on a busy machine)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class RewardTimer(TrainerCallback):
-    """Wall time of training vs time spent inside PMIReward calls (the reward's share of a step)."""
+    """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share)."""
 
     def __init__(self, reward: PMIReward) -> None:
-        self.reward, self.start, self.seconds = reward, 0.0, 0.0
+        self.reward, self.start, self.seconds, self.cpu = reward, 0.0, 0.0, 0.0
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.reward.seconds, self.start = 0.0, time.perf_counter()
+        self.reward.seconds, self.start, self.cpu = 0.0, time.perf_counter(), cpu_seconds()
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
-        self.seconds = time.perf_counter() - self.start
+        self.seconds, self.cpu = time.perf_counter() - self.start, cpu_seconds() - self.cpu
 
     def summary(self) -> dict[str, float]:
         total = max(self.seconds, 1e-9)
-        return {"train_seconds": round(self.seconds, 1), "reward_seconds": round(self.reward.seconds, 2),
+        return {"train_seconds": round(self.seconds, 1), "train_cpu_seconds": round(self.cpu, 1),
+                "load_average": round(os.getloadavg()[0], 2), "reward_seconds": round(self.reward.seconds, 2),
                 "reward_share": round(self.reward.seconds / total, 4)}
 
 
@@ -136,6 +145,14 @@ def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_arg
                "mean_step_time": _mean(h.get("step_time") for h in logged), **timer.summary()}
     write_summary(training_args.output_dir, summary)
     return summary
+
+
+def trl_main(trainer_cls: type, config_cls: type, argv: list[str] | None = None) -> dict:
+    """The command line of a TRL-trainer script: script, trainer and model arguments from YAML and flags."""
+    name = trainer_cls.__name__.removesuffix("Trainer").lower()
+    parser = TrlParser((ScriptArguments, config_cls, ModelConfig), prog=f"train_policy.{name}")
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    return train_with_trl(trainer_cls, script_args, training_args, model_args)
 
 
 def _mean(values) -> float | None:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,4 +84,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    main()

@@ -98,8 +98,9 @@ def evaluate_policies(policies: dict, prompts: list, scorer: PMIScorer, reward_s
         if train_judge is not None:
             row["reward_pmi"] = float(score_grid(train_judge, prompts, replies[name]).mean())
         rows.append(row)
-    samples = [{"context": c, **{n: [{"reply": r, "pmi": round(float(s), 3)} for r, s in zip(replies[n][i], scores[n][i])]
-                                 for n in replies}} for i, c in enumerate(contexts)]
+    samples = [{"context": c, **{n: [{"reply": r, "pmi": round(float(s), 3)}
+                                     for r, s in zip(replies[n][i], scores[n][i])] for n in replies}}
+               for i, c in enumerate(contexts)]
     return {"rows": rows, "samples": samples, "scores": {n: s.tolist() for n, s in scores.items()}}
 
 

@@ -9,15 +9,14 @@ as the advantage, so no value model is needed and a constant offset of PMI cance
 
 from __future__ import annotations
 
-from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser
+from trl import GRPOConfig, GRPOTrainer
 
-from .common import ScriptArguments, train_with_trl
+from .common import trl_main
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = TrlParser((ScriptArguments, GRPOConfig, ModelConfig), prog="train_policy.grpo")
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    return train_with_trl(GRPOTrainer, script_args, training_args, model_args)
+    """Prompts, reward, trainer and model options from ``--config`` YAML and flags (``--help`` lists them)."""
+    return trl_main(GRPOTrainer, GRPOConfig, argv)
 
 
 if __name__ == "__main__":

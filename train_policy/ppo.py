@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,8 +28,8 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from trl import ModelConfig, TrlParser
 
-from .common import ScriptArguments, build_rewards, load_policy, lora_config, write_summary
-from .ppo_core import gae, masked_mean, ppo_loss, shaped_rewards, token_logprobs, whiten
+from .common import ScriptArguments, build_rewards, cpu_seconds, load_policy, lora_config, write_summary
+from .ppo_core import gae, ppo_loss, shaped_rewards, token_logprobs, whiten
 from .prompts import build_prompts
 
 
@@ -160,7 +161,7 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     per_step = cfg.batch_size * accelerator.num_processes
     log_path = Path(cfg.output_dir) / "ppo_log.jsonl"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    history, start = [], time.perf_counter()
+    history, start, cpu_start = [], time.perf_counter(), cpu_seconds()
     reward_seconds = getattr(reward, "seconds", 0.0)
     bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
     for step in bar:
@@ -189,6 +190,7 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     summary = {"trainer": "PPO", "steps": cfg.steps, "prompts": len(prompts), "processes": accelerator.num_processes,
                "first_reward": history[0]["score"], "last_reward": history[-1]["score"],
                "last_kl": history[-1]["kl"], "train_seconds": round(total, 1),
+               "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1), "load_average": round(os.getloadavg()[0], 2),
                "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
                "config": asdict(cfg)}
     if accelerator.is_main_process:

@@ -9,15 +9,14 @@ replies to the same prompt (leave-one-out), an unbiased REINFORCE baseline with 
 
 from __future__ import annotations
 
-from trl import ModelConfig, RLOOConfig, RLOOTrainer, TrlParser
+from trl import RLOOConfig, RLOOTrainer
 
-from .common import ScriptArguments, train_with_trl
+from .common import trl_main
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = TrlParser((ScriptArguments, RLOOConfig, ModelConfig), prog="train_policy.rloo")
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    return train_with_trl(RLOOTrainer, script_args, training_args, model_args)
+    """Prompts, reward, trainer and model options from ``--config`` YAML and flags (``--help`` lists them)."""
+    return trl_main(RLOOTrainer, RLOOConfig, argv)
 
 
 if __name__ == "__main__":
