@@ -160,7 +160,9 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     order = np.random.default_rng(cfg.seed).permutation(len(prompts))
     per_step = cfg.batch_size * accelerator.num_processes
     log_path = Path(cfg.output_dir) / "ppo_log.jsonl"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if accelerator.is_main_process:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("")
     history, start, cpu_start = [], time.perf_counter(), cpu_seconds()
     reward_seconds = getattr(reward, "seconds", 0.0)
     bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
