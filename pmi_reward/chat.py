@@ -12,7 +12,7 @@ from typing import Any
 
 from .pairs import join_turns
 
-__all__ = ["message_text", "prompt_to_context", "completion_to_text"]
+__all__ = ["message_text", "prompt_to_context", "completion_to_text", "turns_to_messages"]
 
 _SPEAKERS = ("user", "assistant")
 
@@ -58,3 +58,14 @@ def completion_to_text(completion: Any) -> str | None:
         texts = [t for t in texts if t is not None]
         return " ".join(texts) if texts else None
     return None
+
+
+def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = None) -> list[dict]:
+    """Chat messages of a conversation (turns oldest first, or one string with a turn per line) in which
+    the newest turn is the user's, so a chat model replies as the next speaker."""
+    if isinstance(turns, str):
+        turns = [line for line in turns.split("\n") if line.strip()]
+    n = len(turns)
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return messages + [{"role": "user" if (n - 1 - i) % 2 == 0 else "assistant", "content": t}
+                       for i, t in enumerate(turns)]

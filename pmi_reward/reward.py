@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,6 +173,7 @@ class PMIReward(RewardShaper):
             raise TypeError("pass either options or keyword options, not both")
         super().__init__(options or RewardOptions(**kwargs))
         self.scorer = scorer
+        self.seconds = 0.0  # wall time spent inside calls (a trainer reports the reward's share of a step)
         if self.options.max_context_turns is None:
             self.options.max_context_turns = scorer.trained_context_turns
 
@@ -189,13 +191,19 @@ class PMIReward(RewardShaper):
     # -- the TRL contract ---------------------------------------------------------------------------
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
                  log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float | None]:
+        start = time.perf_counter()
         batch = self.prepare(prompts, completions)
         if batch is None:
             return self.empty(len(list(completions or [])))
         raw = np.full(len(batch.contexts), np.nan, dtype=np.float64)
         for idx, contexts, replies in batch.chunks(self.options.batch_size):
             raw[idx] = self._score(contexts, replies)
-        return self.finish(batch, raw, log_metric)
+        out = self.finish(batch, raw, log_metric)
+        elapsed = time.perf_counter() - start
+        self.seconds += elapsed
+        if log_metric is not None and len(out):
+            log_metric(f"{self.__name__}/seconds", elapsed)
+        return out
 
     def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         return score_robustly(self.scorer, contexts, replies)
@@ -209,3 +217,4 @@ class PMIReward(RewardShaper):
         self.scorer = PMIScorer.from_config(state["scorer_config"], state["head"])
         self.options = RewardOptions(**state["options"])
         self.__name__ = self.options.name
+        self.seconds = 0.0

@@ -72,6 +72,33 @@ def topic_dialogues():
 
 
 @pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2's tokenizer (with its chat template), from the converted offline model."""
+    from pmi_reward.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct", padding_side="left")
+
+
+@pytest.fixture
+def tiny_policy(smol_tokenizer):
+    """A factory of tiny Llama chat policies on SmolLM2's vocabulary (seeded, built from a config)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def make(seed: int = 0):
+        torch.manual_seed(seed)
+        tok = smol_tokenizer
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
+                          tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                          bos_token_id=tok.bos_token_id)
+        model = LlamaForCausalLM(cfg)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        return model
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def tiny_scorer(tiny_encoder_factory):
     """A scorer on the tiny encoder whose head spreads scores out (an untrained head is nearly constant)."""
     from pmi_reward.head import HeadConfig, PMIHead
@@ -118,3 +145,10 @@ def http(url: str, method: str, path: str, body: bytes | dict | list | None = No
         return response.status, json.loads(data)
     except ValueError:
         return response.status, None
+
+
+@pytest.fixture
+def tiny_reward(tiny_scorer):
+    from pmi_reward.reward import PMIReward
+
+    return PMIReward(tiny_scorer)

@@ -15,13 +15,8 @@ from pmi_reward.scorer import PMIScorer
 
 
 @pytest.fixture
-def scorer(tiny_encoder):
-    torch.manual_seed(0)
-    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, cap=20.0))
-    with torch.no_grad():
-        for p in head.parameters():
-            p.mul_(30)  # make scores spread out (and saturate the cap for some inputs)
-    return PMIScorer(tiny_encoder, TEMPLATES["en"], head)
+def scorer(tiny_scorer):
+    return tiny_scorer
 
 
 CHAT_PROMPT = [{"role": "system", "content": "You are nice."}, {"role": "user", "content": "I love jazz."},

@@ -10,6 +10,7 @@ COMMANDS = {
     "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
     "serve": ("pmi_reward.cli.serve", "serve a scorer over HTTP (OpenRLHF /get_reward, /score, /rerank, /health)"),
     "evaluate": ("pmi_reward.cli.evaluate", "AUC against negatives and correlations with target columns, with CIs"),
+    "rerank": ("pmi_reward.cli.rerank", "sort candidate replies by PMI (or sample n with a chat model: best-of-n)"),
     "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
 }
 

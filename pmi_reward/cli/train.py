@@ -33,7 +33,9 @@ class DataArguments:
     context_column: str = "context"
     response_column: str = "response"
     key_column: str = "dialog_key"
-    max_dialogues: int | None = field(default=None, metadata={"help": "use the first N dialogues"})
+    skip_dialogues: int = field(default=0, metadata={"help": "skip the first N dialogues (e.g. to train a second "
+                                                               "scorer on dialogues disjoint from the first's)"})
+    max_dialogues: int | None = field(default=None, metadata={"help": "use the first N dialogues (after skipping)"})
     max_context_turns: int = field(default=3, metadata={"help": "turns of context before each response"})
     max_pairs_per_dialogue: int | None = field(default=None, metadata={"help": "sample at most N pairs per dialogue"})
     val_fraction: float = 0.1
@@ -49,11 +51,14 @@ def build_pairs(args: DataArguments) -> tuple[PairSet, PairSet, PairSet | None, 
     if args.dialogues and args.train_file:
         raise SystemExit("give either --dialogues or --train_file, not both")
     if args.dialogues:
-        dialogues = load_dialogues(args.dialogues, limit=args.max_dialogues)
+        dialogues = load_dialogues(args.dialogues)[args.skip_dialogues:]
+        dialogues = dialogues[:args.max_dialogues] if args.max_dialogues else dialogues
+        if not dialogues:
+            raise SystemExit(f"--skip_dialogues {args.skip_dialogues} leaves no dialogues in {args.dialogues}")
         splits = split_dialogues(dialogues, args.val_fraction, args.test_fraction, args.split_seed)
         made = [PairSet.from_dialogues(s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue,
                                        seed=args.split_seed) if s else None for s in splits]
-        source = {"dialogues": args.dialogues, "n_dialogues": [len(s) for s in splits],
+        source = {"dialogues": args.dialogues, "skip_dialogues": args.skip_dialogues, "n_dialogues": [len(s) for s in splits],
                   "max_context_turns": args.max_context_turns}
         return made[0], made[1], made[2], source
     if not args.train_file:

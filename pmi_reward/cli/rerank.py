@@ -1,0 +1,96 @@
+"""``pmi-reward rerank``: candidate replies sorted by PMI, from the command line or a JSONL of rows.
+
+    pmi-reward rerank --scorer DIR --context "I went hiking." "Where?" "Yosemite!" --candidates "Nice." "Half Dome?"
+    pmi-reward rerank --scorer DIR --input rows.jsonl --output ranked.jsonl
+    pmi-reward rerank --scorer DIR --input contexts.jsonl --output best.jsonl --model smollm2-135m-instruct --n 8
+
+Rows hold a context (a string with one turn per line, or chat messages) and a list of candidates; with
+``--model``, rows without candidates get ``n`` sampled replies (best-of-n). Each output row gains
+``ranked`` (``[{"text", "pmi"}]``, best first) and ``best``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from trl import TrlParser
+
+from ..chat import turns_to_messages
+from ..generation import SamplingSettings, sample_replies
+from ..io import DataError, read_records, write_records
+from ..rerank import rerank_many
+from ..scorer import PMIScorer
+
+
+@dataclass
+class RerankArguments:
+    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
+    context: list[str] | None = field(default=None, metadata={"help": "inline context: its turns, oldest first"})
+    candidates: list[str] | None = field(default=None, metadata={"help": "inline candidate replies"})
+    input: str | None = field(default=None, metadata={"help": "JSONL/JSON rows with a context and candidates"})
+    output: str | None = field(default=None, metadata={"help": "where to write the ranked rows (.jsonl/.json); "
+                                                                "without it, print them"})
+    context_column: str = "context"
+    candidates_column: str = "candidates"
+    model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
+    n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
+    system_prompt: str | None = None
+    max_new_tokens: int = 48
+    temperature: float = 0.8
+    top_p: float = 0.95
+    seed: int = 0
+
+
+def _rows(args: RerankArguments) -> list[dict]:
+    if args.input:
+        rows = read_records(args.input)
+        for n, row in enumerate(rows, 1):
+            if not isinstance(row.get(args.context_column), (str, list)):
+                raise DataError(f"{args.input}, row {n}, field {args.context_column!r}: expected text or chat messages")
+            cands = row.get(args.candidates_column)
+            if cands is not None and not (isinstance(cands, list) and all(isinstance(c, str) for c in cands)):
+                raise DataError(f"{args.input}, row {n}, field {args.candidates_column!r}: expected a list of strings")
+        return rows
+    if not args.context:
+        raise SystemExit("give --input FILE, or --context TURN [TURN ...] with --candidates (or --model)")
+    return [{args.context_column: "\n".join(args.context), args.candidates_column: args.candidates}]
+
+
+def _sample_missing(args: RerankArguments, rows: list[dict]) -> None:
+    missing = [r for r in rows if not r.get(args.candidates_column)]
+    if not missing:
+        return
+    if not args.model:
+        raise SystemExit(f"{len(missing)} row(s) have no candidates: give them, or --model for best-of-n")
+    from ..models import load_causal_lm, load_tokenizer
+
+    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
+    prompts = [c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
+               for c in (r[args.context_column] for r in missing)]
+    settings = SamplingSettings(args.max_new_tokens, args.temperature, args.top_p, seed=args.seed)
+    for row, replies in zip(missing, sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")):
+        row[args.candidates_column] = replies
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = TrlParser((RerankArguments,), prog="pmi-reward rerank")
+    (args,) = parser.parse_args_and_config(argv)
+    if args.output and not args.output.lower().endswith((".jsonl", ".ndjson", ".json")):
+        raise SystemExit(f"--output {args.output}: ranked rows hold lists; use .jsonl or .json")
+    rows = _rows(args)
+    _sample_missing(args, rows)
+    scorer = PMIScorer.from_pretrained(args.scorer)
+    ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
+    for row, ranking in zip(rows, ranked):
+        row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]
+        row["best"] = ranking[0][0] if ranking else None
+    if args.output:
+        write_records(args.output, rows)
+        print(json.dumps({"rows": len(rows), "output": args.output}))
+        return 0
+    for row in rows:
+        print("   PMI  reply")
+        for r in row["ranked"]:
+            print(f"{'    --' if r['pmi'] is None else format(r['pmi'], '+6.2f')}  {r['text']}")
+    return 0

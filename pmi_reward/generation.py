@@ -1,0 +1,65 @@
+"""Sampling replies from a chat model: N per prompt, batched, seeded, with progress.
+
+Best-of-n reranking and policy evaluation both need "N sampled replies to each of these conversations
+under fixed sampling settings"; this is that, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["SamplingSettings", "sample_replies"]
+
+
+@dataclass
+class SamplingSettings:
+    """How replies are sampled (the same settings for every policy that is compared)."""
+
+    max_new_tokens: int = 48
+    temperature: float = 0.8
+    top_p: float = 0.95
+    batch_size: int = 32  # sequences per generate call
+    seed: int = 0
+
+
+@torch.no_grad()
+def sample_replies(model, tokenizer, prompts: Sequence[list[dict] | str], n: int = 1,
+                   settings: SamplingSettings | None = None, progress: bool | str = False) -> list[list[str]]:
+    """``n`` sampled replies for each prompt (chat messages, or plain text used as is), as text.
+
+    Prompts are rendered with the tokenizer's chat template and left-padded; each batch is seeded from
+    ``settings.seed`` and its position, so a run is reproducible and two models see the same seeds.
+    """
+    settings = settings or SamplingSettings()
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+             for p in prompts]
+    flat = [t for t in texts for _ in range(n)]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[str] = []
+    starts = range(0, len(flat), settings.batch_size)
+    try:
+        for b, s in enumerate(tqdm(starts, desc=progress if isinstance(progress, str) else "sampling",
+                                   disable=not progress, unit="batch")):
+            batch = tokenizer(flat[s:s + settings.batch_size], return_tensors="pt", padding=True,
+                              add_special_tokens=False).to(device)
+            torch.manual_seed(settings.seed * 1_000_003 + b)
+            sample = settings.temperature > 0
+            ids = model.generate(**batch, max_new_tokens=settings.max_new_tokens, do_sample=sample,
+                                 temperature=settings.temperature if sample else None,
+                                 top_p=settings.top_p if sample else None, top_k=None,
+                                 pad_token_id=tokenizer.pad_token_id)
+            out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    out = [o.strip() for o in out]
+    return [out[i * n:(i + 1) * n] for i in range(len(prompts))]

@@ -1,0 +1,97 @@
+"""Engagement-gain evaluation: metrics on known inputs, bootstrap CIs, the full comparison on tiny policies,
+loading LoRA adapters, the independence note and the report files."""
+
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.chat import turns_to_messages
+from train_policy.evaluate import EvalArguments, evaluate_policies
+from train_policy.metrics import (bootstrap_ci, copies_context, distinct_n, is_generic, paired_bootstrap_ci, win_rate,
+                                  words)
+from train_policy.policy_io import load_policy_dir
+from train_policy.report import independence_note, markdown_table, plot_distributions
+
+
+def test_text_metrics():
+    assert words("That's GREAT, isn't it?!") == ["thats", "great", "isnt", "it"]
+    assert distinct_n(["a b c", "a b d"], 1) == pytest.approx(4 / 6)
+    assert distinct_n(["a b c", "a b d"], 2) == pytest.approx(3 / 4)
+    assert distinct_n(["", "a"], 2) == 0.0
+    ctx = "We went to Yosemite, the views were amazing.\nWhere did you go?"
+    assert copies_context("Yosemite, the views were amazing!", ctx)
+    assert copies_context("where did you go", ctx)
+    assert not copies_context("Did you see Half Dome at Yosemite?", ctx)
+    assert not copies_context("Yosemite", ctx)  # too short to call a copy
+    assert is_generic("That's interesting.") and is_generic("lol") and is_generic("  ") and is_generic("OK!")
+    assert not is_generic("Did you see Half Dome?")
+
+
+def test_win_rate_counts_pairs_within_contexts_and_ties_half():
+    a = np.array([[2.0, 0.0], [1.0, 1.0]])
+    b = np.array([[1.0, 1.0], [1.0, 3.0]])
+    # context 0: (2>1, 2>1, 0<1, 0<1) -> 2/4; context 1: (tie, 1<3, tie, 1<3) -> 1/4
+    assert win_rate(a, b) == pytest.approx((0.5 + 0.25) / 2)
+    assert win_rate(a, a[:, ::-1]) == pytest.approx(0.5)
+
+
+def test_bootstrap_ci_is_seeded_covers_the_mean_and_narrows_with_more_contexts():
+    rng = np.random.default_rng(0)
+    small, large = rng.normal(1.0, 2.0, (20, 4)), rng.normal(1.0, 2.0, (500, 4))
+    m, lo, hi = bootstrap_ci(small)
+    assert lo < m < hi and m == pytest.approx(small.mean())
+    assert bootstrap_ci(small) == (m, lo, hi)
+    m2, lo2, hi2 = bootstrap_ci(large)
+    assert hi2 - lo2 < (hi - lo) / 2 and lo2 < 1.0 < hi2
+    d, dlo, dhi = paired_bootstrap_ci(small + 3.0, small)
+    assert d == pytest.approx(3.0) and dlo == pytest.approx(3.0) and dhi == pytest.approx(3.0)  # paired: no noise
+
+
+def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scorer, tmp_path):
+    prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "Did you watch the match?",
+                                              "I flew to Rome.\nHow was it?\nAmazing food.")]
+    base, other = tiny_policy(0), tiny_policy(1)
+    args = EvalArguments(samples=2, max_new_tokens=4, batch_size=8)
+    out = evaluate_policies({"base": (base, smol_tokenizer), "same": (base, smol_tokenizer),
+                             "other": (other, smol_tokenizer)}, prompts, tiny_scorer, tiny_scorer, args,
+                            references=["Coltrane.", "Yes!", "Pasta?"])
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert list(rows) == ["base", "same", "other", "human reference"]
+    assert "gain" not in rows["base"]
+    assert rows["same"]["gain"] == pytest.approx(0.0, abs=1e-6) and rows["same"]["win_rate"] == pytest.approx(0.5)
+    for r in rows.values():
+        assert r["pmi_lo"] <= r["pmi_mean"] <= r["pmi_hi"] and 0 <= r["distinct_2"] <= 1
+        assert r["reward_pmi"] == pytest.approx(r["pmi_mean"])  # same scorer on both sides here
+    assert np.asarray(out["scores"]["other"]).shape == (3, 2) and len(out["samples"]) == 3
+    table = markdown_table(out["rows"])
+    assert table.count("\n") == 5 and "human reference" in table
+    assert plot_distributions(out["scores"], tmp_path / "h.png").stat().st_size > 1000
+
+
+def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_policy(0)
+    base.save_pretrained(tmp_path / "base")
+    smol_tokenizer.save_pretrained(tmp_path / "base")
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    tuned = get_peft_model(tiny_policy(0), lora)
+    tuned.peft_config["default"].base_model_name_or_path = str(tmp_path / "base")
+    tuned.save_pretrained(tmp_path / "adapter")
+    ids = torch.tensor([[1, 5, 9, 12]])
+    model, tok = load_policy_dir(str(tmp_path / "adapter"))
+    torch.testing.assert_close(model(ids).logits, tuned.eval()(ids).logits, atol=1e-4, rtol=1e-4)
+    assert tok.padding_side == "left" and not hasattr(model, "peft_config")
+    plain, _ = load_policy_dir(str(tmp_path / "base"))
+    torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
+
+
+def test_independence_note():
+    reward = {"model_args": {"model": "minilm"}, "training": {"seed": 0},
+              "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]}}
+    indep = {"model_args": {"model": "minilm"}, "training": {"seed": 1},
+             "data": {"dialogues": "chitchat", "skip_dialogues": 1000, "n_dialogues": [800, 100, 100]}}
+    note = independence_note(indep, reward)
+    assert "a different seed, disjoint training dialogues" in note and "chitchat dialogues 1000-2000" in note
+    assert "NOT independent" in independence_note(reward, reward)
+    assert "not checked" in independence_note(indep, None)

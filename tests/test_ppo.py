@@ -1,0 +1,110 @@
+"""Our PPO: the math (GAE, whitening, KL shaping, clipped loss), one update on a fixed batch, zero KL at
+step 0, and a two-step run on a tiny config-built policy (LoRA and full fine-tuning)."""
+
+import json
+
+import pytest
+import torch
+from accelerate import Accelerator
+from trl import ModelConfig
+
+from train_policy.common import ScriptArguments
+from train_policy.ppo import PolicyWithValue, PPOConfig, ppo_update, response_mask, response_stats, rollout, train_ppo
+from train_policy.ppo_core import gae, ppo_loss, shaped_rewards, whiten
+
+
+def test_gae_matches_a_direct_computation():
+    torch.manual_seed(0)
+    rewards, values = torch.randn(3, 5), torch.randn(3, 5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float)
+    gamma, lam = 0.9, 0.8
+    adv, ret = gae(rewards, values, mask, gamma, lam)
+    for b in range(3):
+        n = int(mask[b].sum())
+        for t in range(n):
+            expected = sum((gamma * lam) ** (k - t) * (rewards[b, k] + gamma * (values[b, k + 1] if k + 1 < n else 0)
+                                                         - values[b, k]) for k in range(t, n))
+            assert adv[b, t].item() == pytest.approx(expected.item(), abs=1e-5)
+        assert torch.all(adv[b, n:] == 0) and torch.all(ret[b, n:] == 0)
+    torch.testing.assert_close(ret, (adv + values) * mask)
+
+
+def test_whiten_and_kl_shaping():
+    x, mask = torch.randn(4, 6) * 5 + 3, torch.ones(4, 6)
+    mask[0, 3:] = 0
+    w = whiten(x, mask)
+    vals = w[mask.bool()]
+    assert vals.mean().abs() < 1e-5 and vals.std().item() == pytest.approx(1.0, abs=1e-4) and torch.all(w[0, 3:] == 0)
+    logp, ref = torch.full((2, 4), -1.0), torch.full((2, 4), -1.5)
+    m = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float)
+    rewards, kl = shaped_rewards(torch.tensor([2.0, -1.0]), logp, ref, m, kl_coef=0.1)
+    torch.testing.assert_close(kl, 0.5 * m)
+    torch.testing.assert_close(rewards, torch.tensor([[-0.05, 1.95, 0, 0], [-0.05, -0.05, -0.05, -1.05]]))
+    assert response_mask(torch.tensor([[5, 2, 2, 2], [5, 6, 7, 8]]), {2}).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_clipped_loss_stops_pushing_past_the_clip():
+    old, adv, mask = torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)
+    inside = torch.tensor([[0.1, 0.1]], requires_grad=True)
+    outside = torch.tensor([[0.5, 0.5]], requires_grad=True)
+    zeros = torch.zeros(1, 2)
+    for logp, grad_nonzero in ((inside, True), (outside, False)):
+        loss, stats = ppo_loss(logp, old, adv, zeros, zeros, zeros, mask, clip_range=0.2)
+        loss.backward()
+        assert (logp.grad.abs().sum() > 0) == grad_nonzero
+    assert stats["clip_frac"] == 1.0
+
+
+def _fixed_batch(policy, tokenizer):
+    prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "I love jazz."}]]
+    cfg = PPOConfig(max_new_tokens=6, temperature=1.0)
+    acc = Accelerator(cpu=True)
+    batch = rollout(policy, None if hasattr(policy.lm, "disable_adapter") else policy, tokenizer, prompts,
+                    lambda p, c, **k: [1.0, -1.0], cfg, acc)
+    return batch, cfg, acc
+
+
+def test_one_update_raises_the_probability_of_high_advantage_tokens(tiny_policy, smol_tokenizer):
+    torch.manual_seed(0)
+    policy = PolicyWithValue(tiny_policy()).eval()
+    batch, cfg, acc = _fixed_batch(policy, smol_tokenizer)
+    mask = batch["mask"]
+    batch["advantages"] = torch.stack([mask[0], -mask[1]])  # reply 0 good, reply 1 bad, on every token
+    batch["returns"] = torch.zeros_like(mask)
+    before = batch["logprobs"].clone()
+    cfg.ppo_epochs, cfg.mini_batch_size, cfg.learning_rate = 1, 2, 1e-2
+    optim = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    stats = ppo_update(policy, optim, acc, batch, cfg)
+    after, _ = response_stats(policy, batch, cfg.temperature)
+    gain = ((after - before) * mask).sum(1) / mask.sum(1)
+    assert gain[0] > 0 > gain[1], gain
+    assert stats["clip_frac"] == 0.0  # a single pass starts on-policy: ratios are exactly 1
+
+
+def test_kl_is_zero_at_step_zero_with_lora(tiny_policy, smol_tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    lm = get_peft_model(tiny_policy(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    batch, _, _ = _fixed_batch(PolicyWithValue(lm).eval(), smol_tokenizer)
+    _, kl = shaped_rewards(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"], 0.1)
+    assert kl.abs().max().item() < 1e-5 and batch["mask"].sum() > 0
+
+
+@pytest.mark.parametrize("use_peft", [True, False])
+def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward, use_peft):
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
+    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused",
+                             lora_top_layers=1)
+    cfg = PPOConfig(output_dir=str(tmp_path / "ppo"), steps=2, batch_size=4, mini_batch_size=2, max_new_tokens=5)
+    model_args = ModelConfig(use_peft=use_peft, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
+    summary = train_ppo(cfg, script, model_args, model=tiny_policy(), tokenizer=smol_tokenizer, reward=tiny_reward)
+    assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10
+    log = [json.loads(line) for line in (tmp_path / "ppo" / "ppo_log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and abs(log[0]["kl"]) < 1e-4  # the first rollout is from the reference policy itself
+    saved = tmp_path / "ppo"
+    assert (saved / "value_head.safetensors").is_file()
+    assert (saved / ("adapter_model.safetensors" if use_peft else "model.safetensors")).is_file()
+    if use_peft:
+        adapter = json.loads((saved / "adapter_config.json").read_text())
+        assert adapter["layers_to_transform"] == [1]

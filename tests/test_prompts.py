@@ -1,0 +1,52 @@
+"""Policy prompts cut from dialogues: roles, the human reference, ranges, length filter, prompt files."""
+
+import json
+
+import pytest
+
+from pmi_reward.data import Dialogue
+from pmi_reward.io import DataError
+from train_policy.common import ScriptArguments, lora_config
+from train_policy.prompts import PromptArguments, build_prompts, dialogue_prompts
+
+DIALOGUES = [Dialogue(f"d{i}", tuple(f"turn {j} of {i}" for j in range(6))) for i in range(5)]
+
+
+def test_prompts_end_with_the_user_and_keep_the_next_turn_as_reference():
+    rows = dialogue_prompts(DIALOGUES, max_context_turns=3, per_dialogue=2, system_prompt="Be brief.", seed=0)
+    assert len(rows) == 10
+    for row in rows:
+        msgs = row["prompt"]
+        assert msgs[0] == {"role": "system", "content": "Be brief."} and msgs[-1]["role"] == "user"
+        roles = [m["role"] for m in msgs[1:]]
+        assert all(a != b for a, b in zip(roles, roles[1:])) and 1 <= len(roles) <= 3
+        i, j = map(int, msgs[-1]["content"].replace("turn ", "").split(" of ")[::-1])
+        assert row["reference"] == f"turn {j + 1} of {i}" and row["dialogue_id"] == f"d{i}"
+    assert rows == dialogue_prompts(DIALOGUES, max_context_turns=3, per_dialogue=2, system_prompt="Be brief.", seed=0)
+    short = dialogue_prompts(DIALOGUES, max_context_turns=3, max_context_chars=12, system_prompt=None)
+    assert all(len(r["prompt"]) == 1 for r in short)  # only one-turn contexts fit in 12 characters
+
+
+def test_build_prompts_from_ranges_and_files(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in DIALOGUES))
+    data = build_prompts(PromptArguments(dialogues=str(path), first_dialogue=1, max_dialogues=2))
+    assert sorted(set(data["dialogue_id"])) == ["d1", "d2"]
+    with pytest.raises(DataError, match="no dialogues from index 9"):
+        build_prompts(PromptArguments(dialogues=str(path), first_dialogue=9))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n" + json.dumps({"prompt": 3}))
+    with pytest.raises(DataError, match="row 2, field 'prompt'"):
+        build_prompts(PromptArguments(prompt_file=str(prompts)))
+    prompts.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}]}))
+    assert build_prompts(PromptArguments(prompt_file=str(prompts)))["prompt"] == [[{"role": "user", "content": "hi"}]]
+
+
+def test_lora_on_the_top_layers_only(tiny_policy):
+    from trl import ModelConfig
+
+    model = tiny_policy()
+    assert lora_config(ModelConfig(), model, 1) is None
+    config = lora_config(ModelConfig(use_peft=True, lora_target_modules=["q_proj"]), model,
+                         ScriptArguments(lora_top_layers=1).lora_top_layers)
+    assert config.layers_to_transform == [1]

@@ -1,0 +1,85 @@
+"""Reranking by PMI: order, unscorable candidates, batching, best-of-n sampling, and the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pmi_reward.chat import turns_to_messages
+from pmi_reward.cli import rerank as rerank_cli
+from pmi_reward.cli.main import main
+from pmi_reward.generation import SamplingSettings, sample_replies
+from pmi_reward.rerank import best_of_n, rerank, rerank_many
+
+CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
+CANDIDATES = ["Coltrane, no doubt.", "ok", "", "I like pizza.", "Miles Davis and Bill Evans.", "   "]
+
+
+def test_rerank_sorts_by_score_and_puts_unscorable_last(tiny_scorer):
+    ranked = rerank(tiny_scorer, CONTEXT, CANDIDATES)
+    assert sorted(t for t, _ in ranked) == sorted(CANDIDATES)
+    scored = [s for _, s in ranked if s is not None]
+    assert scored == sorted(scored, reverse=True) and len(scored) == 4
+    assert [t for t, s in ranked if s is None] == ["", "   "]
+    direct = tiny_scorer.score([CONTEXT] * 4, [c for c in CANDIDATES if c.strip()])
+    assert scored == pytest.approx(sorted(direct.tolist(), reverse=True), abs=1e-5)
+
+
+def test_chat_context_ranks_like_plain_context(tiny_scorer):
+    chat = turns_to_messages(CONTEXT, system_prompt="Be nice.")
+    assert chat[-1] == {"role": "user", "content": "Who is your favourite?"} and chat[0]["role"] == "system"
+    assert rerank(tiny_scorer, chat, CANDIDATES) == rerank(tiny_scorer, CONTEXT, CANDIDATES)
+
+
+def test_rerank_many_matches_one_by_one(tiny_scorer):
+    contexts = [CONTEXT, "Did you watch the match?", "我喜欢音乐"]
+    cands = [CANDIDATES[:3], ["Yes, what a goal!", "No."], ["我也是", "🎵"]]
+    many = rerank_many(tiny_scorer, contexts, cands)
+    for ctx, c, ranked in zip(contexts, cands, many):
+        assert ranked == rerank(tiny_scorer, ctx, c)
+    assert rerank(tiny_scorer, CONTEXT, []) == []
+    with pytest.raises(ValueError):
+        rerank_many(tiny_scorer, contexts, cands[:1])
+
+
+def test_sampling_is_seeded_and_best_of_n_ranks_n_replies(tiny_scorer, tiny_policy, smol_tokenizer):
+    model = tiny_policy()
+    settings = SamplingSettings(max_new_tokens=5, batch_size=3, seed=7)
+    prompts = [turns_to_messages(CONTEXT), "plain prompt"]
+    first = sample_replies(model, smol_tokenizer, prompts, n=2, settings=settings)
+    assert len(first) == 2 and all(len(r) == 2 for r in first)
+    assert sample_replies(model, smol_tokenizer, prompts, n=2, settings=settings) == first
+    ranked = best_of_n(tiny_scorer, model, smol_tokenizer, CONTEXT, n=4, settings=settings)
+    assert len(ranked) == 4
+    scores = [s for _, s in ranked if s is not None]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
+    assert main(["rerank", "--scorer", "x", "--context", "I love jazz.", "Who is your favourite?",
+                 "--candidates", "Coltrane.", "ok"]) == 0
+    printed = capsys.readouterr().out
+    assert "Coltrane." in printed and "ok" in printed
+    rows = [{"context": CONTEXT, "candidates": CANDIDATES[:4], "id": 1},
+            {"context": turns_to_messages("Did you watch the match?"), "candidates": ["Yes!", "No."], "id": 2}]
+    src, out = tmp_path / "rows.jsonl", tmp_path / "ranked.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows))
+    assert main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(out)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in got] == [1, 2]
+    pmis = [r["pmi"] for r in got[0]["ranked"] if r["pmi"] is not None]
+    assert got[0]["best"] == got[0]["ranked"][0]["text"] and pmis == sorted(pmis, reverse=True)
+    assert np.isfinite(pmis).all()
+
+
+def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch):
+    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
+    src = tmp_path / "bad.jsonl"
+    good, bad = {"context": "hi", "candidates": ["a"]}, {"context": "hi", "candidates": "a"}
+    src.write_text(json.dumps(good) + "\n" + json.dumps(bad))
+    with pytest.raises(Exception, match="row 2.*candidates"):
+        main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")])
+    src.write_text(json.dumps({"context": "hi"}))
+    with pytest.raises(SystemExit, match="--model"):
+        main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")])

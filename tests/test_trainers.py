@@ -1,0 +1,75 @@
+"""PMIReward as-is in TRL's GRPO, RLOO and Online DPO trainers: two steps each on a tiny config-built policy."""
+
+import json
+import math
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer
+
+from train_policy.common import ScriptArguments, train_with_trl
+
+COMMON = dict(use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4, num_generations=4,
+              max_completion_length=6, logging_steps=1, report_to=[], save_strategy="no", learning_rate=1e-3,
+              gradient_checkpointing=False)
+
+
+@pytest.fixture
+def dialogue_file(tmp_path, topic_dialogues):
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:12]))
+    return str(path)
+
+
+def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer, reward):
+    script = ScriptArguments(dialogues=str(dialogue_file), first_dialogue=0, max_dialogues=None, scorer="unused")
+    args = config_cls(output_dir=str(tmp_path / "out"), **COMMON)
+    summary = train_with_trl(trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer,
+                             rewards=[reward])
+    assert summary["steps"] == 2 and summary["prompts"] == 12
+    assert 0 < summary["reward_seconds"] and 0 < summary["reward_share"] < 1
+    saved = json.loads((tmp_path / "out" / "run_summary.json").read_text())
+    assert saved["trainer"] == trainer_cls.__name__
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+    return saved
+
+
+def test_grpo_two_steps(tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward):
+    summary = _run(GRPOTrainer, GRPOConfig, tmp_path, dialogue_file, tiny_policy(), smol_tokenizer, tiny_reward)
+    assert math.isfinite(summary["first_reward"]) and summary["mean_step_time"] > 0
+
+
+def test_rloo_two_steps(tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward):
+    from transformers import AutoModelForCausalLM
+
+    tiny_policy().save_pretrained(tmp_path / "tiny")  # RLOO's KL term loads its reference from the policy's path
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
+    summary = _run(RLOOTrainer, RLOOConfig, tmp_path, dialogue_file, model, smol_tokenizer, tiny_reward)
+    assert math.isfinite(summary["first_reward"])
+
+
+def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward):
+    from datasets import Dataset
+    from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+
+    calls = []
+
+    def spy(prompts, completions, **kwargs):
+        out = tiny_reward(prompts, completions, **kwargs)
+        calls.append(out)
+        return out
+
+    spy.__name__ = tiny_reward.__name__
+    prompts = [{"prompt": [{"role": "user", "content": f"I love topic {i}. Do you?"}]} for i in range(8)]
+    args = OnlineDPOConfig(output_dir=str(tmp_path / "dpo"), use_cpu=True, bf16=False, max_steps=2,
+                           per_device_train_batch_size=2, max_new_tokens=6, logging_steps=1, report_to=[],
+                           save_strategy="no", learning_rate=1e-3)
+    model = tiny_policy()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = OnlineDPOTrainer(model=model, reward_funcs=spy, args=args, train_dataset=Dataset.from_list(prompts),
+                               processing_class=smol_tokenizer)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(calls) == 2
+    assert all(len(c) == 4 and all(math.isfinite(x) for x in c) for c in calls)  # 2 prompts x 2 completions
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
