@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = run_study(args, TEMPLATES["en"], train, val, [EvalSet("test", test, negs)],
                              {"test": data.meep_test_pairs})
             save_scores(out / "scores.npz", runs)
-        runs = [r for d in [out, *(Path(m) / kind for m in data.merge)] for r in load_scores(d / "scores.npz")]
+        merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()]  # may cover fewer sets
+        runs = [r for d in [out, *merged] for r in load_scores(d / "scores.npz")]
         rows = results[kind] = metrics(runs, truth, study.n_boot)
         for run in runs:
             if run.round == 0 and np.isfinite(run.pos["test"]).any():
