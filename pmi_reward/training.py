@@ -36,18 +36,21 @@ __all__ = ["TrainConfig", "TrainResult", "train_head", "default_lr", "score_inde
 class TrainConfig:
     """Optimisation and sampling settings of the head."""
 
-    objective: str = "nwj"
-    k_random: int = 4
-    k_in_dialogue: int = 1
-    k_context: int = 1
-    batch_size: int = 256
-    lr: float | None = None  # None: 1e-3 * 1024 / encoder dim
+    objective: str = field(default="nwj", metadata={"help": "nwj (PMIScore), mine, infonce, js, chi2, hellinger, tv"})
+    k_random: int = field(default=4, metadata={"help": "negatives per positive: responses of other dialogues"})
+    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive: other turns of its dialogue"})
+    k_context: int = field(default=1, metadata={"help": "negatives per positive: lines of its own context "
+                                                       "(so that parroting is not rewarded)"})
+    batch_size: int = field(default=256, metadata={"help": "positives per step (each with its K negatives)"})
+    lr: float | None = field(default=None, metadata={"help": "AdamW learning rate (default: 1e-3 * 1024 / dim)"})
     weight_decay: float = 0.01
-    epochs: int = 40
-    patience: int = 6
+    epochs: int = field(default=40, metadata={"help": "rounds, each with freshly drawn negatives"})
+    patience: int = field(default=6, metadata={"help": "stop after this many rounds without a better val AUC"})
     seed: int = 0
-    checkpoint_dir: str | None = None  # save state after every round there; resume from it when present
-    encoder_lr: float = 1e-4  # only for features with trainable parameters (e.g. LoRA adapters)
+    checkpoint_dir: str | None = field(default=None, metadata={
+        "help": "save state after every round there; resume from it when present"})
+    encoder_lr: float = field(default=1e-4, metadata={
+        "help": "learning rate of trainable features (e.g. LoRA adapters on the encoder)"})
 
     def negatives(self) -> NegativeSpec:
         return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
