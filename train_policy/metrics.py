@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pmi_reward import metrics
+
 __all__ = ["words", "distinct_n", "copies_context", "is_generic", "bootstrap_ci", "paired_bootstrap_ci", "win_rate",
            "GENERIC_REPLIES"]
 
@@ -61,10 +63,8 @@ def bootstrap_ci(values: np.ndarray, n_boot: int = 2000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): percentile CI of the mean over rows (contexts); a row's value is its mean."""
     per_row = np.asarray(values, dtype=np.float64).reshape(len(values), -1).mean(1)
-    rng = np.random.default_rng(seed)
-    means = per_row[rng.integers(0, len(per_row), (n_boot, len(per_row)))].mean(1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(per_row.mean()), float(lo), float(hi)
+    lo, hi = metrics.bootstrap_ci(np.mean, per_row, n_boot=n_boot, level=1 - alpha, seed=seed)
+    return float(per_row.mean()), lo, hi
 
 
 def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, alpha: float = 0.05,
