@@ -79,10 +79,13 @@ def test_group_centering_scale_and_clip(scorer):
 
 def test_log_metric_receives_batch_stats(scorer):
     logged = {}
-    PMIReward(scorer, clip=0.1)(["c"] * 4, ["", "a", "b", "c d"], log_metric=lambda k, v: logged.setdefault(k, v),
-                                trainer_state=None, log_extra=lambda *a: None, completion_ids=[[1]] * 4, extra_col=[1] * 4)
+    reward = PMIReward(scorer, clip=0.1)
+    reward(["c"] * 4, ["", "a", "b", "c d"], log_metric=lambda k, v: logged.setdefault(k, v),
+           trainer_state=None, log_extra=lambda *a: None, completion_ids=[[1]] * 4, extra_col=[1] * 4)
     assert logged["pmi_reward/empty_frac"] == 0.25
     assert "pmi_reward/raw_pmi_mean" in logged and 0 <= logged["pmi_reward/clipped_frac"] <= 1
+    # the reward's own wall time, which the training scripts report as its share of a step
+    assert logged["pmi_reward/seconds"] > 0 and reward.seconds == logged["pmi_reward/seconds"]
 
 
 def test_mismatched_lengths_and_bad_options(scorer):
