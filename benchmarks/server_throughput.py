@@ -25,12 +25,12 @@ import sys
 import time
 
 import torch
+from loadtest import run_load, score_bodies
 
-from pmi_reward.data import load_dialogues
-from pmi_reward.loadtest import run_load, score_bodies
-from pmi_reward.pairs import PairSet
-from pmi_reward.remote import request_json
-from pmi_reward.scorer import PMIScorer
+from pmi_reward.data.dialogues import load_dialogues
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.rewards.remote import request_json
+from pmi_reward.scoring.scorer import PMIScorer
 
 
 def chitchat_pairs(n: int) -> tuple[list[str], list[str]]:

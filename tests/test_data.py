@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from pmi_reward.data import chitchat_dialogues, load_dialogues, split_dialogues
-from pmi_reward.io import DataError
-from pmi_reward.pairs import PairSet, load_pairs
+from pmi_reward.data.dialogues import chitchat_dialogues, load_dialogues, split_dialogues
+from pmi_reward.data.pairs import PairSet, load_pairs
+from pmi_reward.data.records import DataError
 
 
 def test_split_is_by_dialogue(topic_dialogues):

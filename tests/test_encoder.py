@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.cache import EmbeddingCache
-from pmi_reward.encoder import pool_hidden
-from pmi_reward.prompts import TEMPLATES, fill
+from pmi_reward.scoring.cache import EmbeddingCache
+from pmi_reward.scoring.encoder import pool_hidden
+from pmi_reward.scoring.templates import TEMPLATES, fill
 
 
 def test_last_pooling_is_padding_side_aware():

@@ -5,12 +5,19 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.chat import turns_to_messages
-from train_policy.evaluate import EvalArguments, evaluate_policies
-from train_policy.metrics import (bootstrap_ci, copies_context, distinct_n, is_generic, paired_bootstrap_ci, win_rate,
-                                  words)
-from train_policy.policy_io import load_policy_dir
-from train_policy.report import independence_note, markdown_table, plot_distributions
+from pmi_reward.data.conversation import turns_to_messages
+from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies
+from pmi_reward.policy.loading import load_policy_dir
+from pmi_reward.policy.metrics import (
+    bootstrap_ci,
+    copies_context,
+    distinct_n,
+    is_generic,
+    paired_bootstrap_ci,
+    win_rate,
+    words,
+)
+from pmi_reward.policy.report import independence_note, markdown_table, plot_distributions
 
 
 def test_text_metrics():

@@ -1,12 +1,12 @@
 import numpy as np
 import torch
 
-from pmi_reward.encoder import TextEncoder
-from pmi_reward.finetune import EncoderFeatures, LoraSpec, add_lora, merge_and_save
-from pmi_reward.head import HeadConfig
-from pmi_reward.pairs import PairSet
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.training import TrainConfig, score_index_pairs, train_head
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.scoring.encoder import TextEncoder
+from pmi_reward.scoring.head import HeadConfig
+from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
+from pmi_reward.training.lora import EncoderFeatures, LoraSpec, add_lora, merge_and_save
 
 
 def test_lora_adapters_train_in_the_one_loop_and_merge(topic_dialogues, tiny_encoder_factory, tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from pmi_reward.head import HeadConfig, PMIHead, softcap
+from pmi_reward.scoring.head import HeadConfig, PMIHead, softcap
 
 
 def test_softcap_bound_holds_for_extreme_inputs():

@@ -1,8 +1,16 @@
 import numpy as np
 import pytest
 
-from pmi_reward.metrics import (Estimate, bootstrap_ci, format_mean_std, mean_std, mse, pearson, roc_auc,
-                                spearman)
+from pmi_reward.evaluation.metrics import (
+    Estimate,
+    bootstrap_ci,
+    format_mean_std,
+    mean_std,
+    mse,
+    pearson,
+    roc_auc,
+    spearman,
+)
 
 
 def test_roc_auc_known_values():

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from pmi_reward import models
+from pmi_reward.scoring import models
 
 
 def test_shipped_names_resolve_to_local_files():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import PairSet
+from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import PairSet
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.head import HeadConfig, PMIHead
-from pmi_reward.objectives import CALIBRATED, OBJECTIVES, get_objective
+from pmi_reward.scoring.head import HeadConfig, PMIHead
+from pmi_reward.training.objectives import CALIBRATED, OBJECTIVES, get_objective
 
 # p = N(0, 1), q = N(1, 1): log p(x)/q(x) = 1/2 - x
 GRID = torch.linspace(-1.5, 1.5, 31).unsqueeze(1)

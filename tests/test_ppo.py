@@ -8,9 +8,17 @@ import torch
 from accelerate import Accelerator
 from trl import ModelConfig
 
-from train_policy.common import ScriptArguments
-from train_policy.ppo import PolicyWithValue, PPOConfig, ppo_update, response_mask, response_stats, rollout, train_ppo
-from train_policy.ppo_core import gae, ppo_loss, shaped_rewards, whiten
+from pmi_reward.policy.ppo import (
+    PolicyWithValue,
+    PPOConfig,
+    ppo_update,
+    response_mask,
+    response_stats,
+    rollout,
+    train_ppo,
+)
+from pmi_reward.policy.ppo_core import gae, ppo_loss, shaped_rewards, whiten
+from pmi_reward.policy.trainers import ScriptArguments
 
 
 def test_gae_matches_a_direct_computation():

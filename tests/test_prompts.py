@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from pmi_reward.data import Dialogue
-from pmi_reward.io import DataError
-from train_policy.common import ScriptArguments, lora_config
-from train_policy.prompts import PromptArguments, build_prompts, dialogue_prompts
+from pmi_reward.data.dialogues import Dialogue
+from pmi_reward.data.records import DataError
+from pmi_reward.policy.prompts import PromptArguments, build_prompts, dialogue_prompts
+from pmi_reward.policy.trainers import ScriptArguments, lora_config
 
 DIALOGUES = [Dialogue(f"d{i}", tuple(f"turn {j} of {i}" for j in range(6))) for i in range(5)]
 

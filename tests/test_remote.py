@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import is_async_callable
 
-from pmi_reward.remote import RemotePMIReward, RemoteRewardError
-from pmi_reward.reward import PMIReward, RewardOptions
+from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
+from pmi_reward.rewards.reward import PMIReward, RewardOptions
 
 TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000]))
 JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.chat import completion_to_text, prompt_to_context
-from pmi_reward.head import HeadConfig, PMIHead
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.reward import PMIReward, RewardOptions
-from pmi_reward.scorer import PMIScorer
+from pmi_reward.data.conversation import completion_to_text, prompt_to_context
+from pmi_reward.rewards.reward import PMIReward, RewardOptions
+from pmi_reward.scoring.head import HeadConfig, PMIHead
+from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.scoring.templates import TEMPLATES
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_a_failing_batch_is_rescored_pair_by_pair(scorer, monkeypatch):
 
 @pytest.mark.integration
 def test_pickle_round_trip_on_minilm(tmp_path):
-    from pmi_reward.encoder import EncoderSpec, TextEncoder
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 
     enc = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)

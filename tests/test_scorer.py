@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from pmi_reward.head import HeadConfig, PMIHead
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.scorer import PMIScorer, ScorerLoadError
+from pmi_reward.scoring.head import HeadConfig, PMIHead
+from pmi_reward.scoring.scorer import PMIScorer, ScorerLoadError
+from pmi_reward.scoring.templates import TEMPLATES
 
 
 @pytest.fixture(params=["pair", "prompt"])

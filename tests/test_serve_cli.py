@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import http
 
 from pmi_reward.cli.main import main
-
-from conftest import http
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,10 +29,10 @@ def test_serve_refuses_a_bad_scorer_dir(tmp_path, capsys):
 
 @pytest.mark.integration
 def test_serve_answers_then_drains_on_sigterm(tmp_path):
-    from pmi_reward.encoder import EncoderSpec, TextEncoder
-    from pmi_reward.head import HeadConfig, PMIHead
-    from pmi_reward.prompts import TEMPLATES
-    from pmi_reward.scorer import PMIScorer
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.scoring.scorer import PMIScorer
+    from pmi_reward.scoring.templates import TEMPLATES
 
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
@@ -59,7 +58,7 @@ def test_grpo_gets_its_reward_from_the_server(reward_server, tmp_path):
     spec = importlib.util.spec_from_file_location("grpo_smoke", ROOT / "recipes/remote_reward/grpo_smoke.py")
     recipe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recipe)
-    from pmi_reward.models import load_tokenizer
+    from pmi_reward.scoring.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2")
     before = reward_server.batcher.stats.requests

@@ -8,12 +8,11 @@ import time
 
 import numpy as np
 import pytest
-
-from pmi_reward.loadtest import run_load, score_bodies
-from pmi_reward.reward import PMIReward
-from pmi_reward.server import RewardServer, ServerConfig
-
 from conftest import TOPICS, http
+
+from benchmarks.loadtest import run_load, score_bodies
+from pmi_reward.rewards.reward import PMIReward
+from pmi_reward.serving.server import RewardServer, ServerConfig
 
 CHATML_PROMPT = ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
                  "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"

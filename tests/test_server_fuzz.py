@@ -8,10 +8,9 @@ import math
 from collections import Counter
 
 import pytest
+from conftest import http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import http
 
 SENT: Counter = Counter()
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow],

@@ -1,14 +1,22 @@
 import numpy as np
 import pytest
 
-from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import PairSet
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.study import (EvalSet, FeatureBank, MethodScores, average_rounds, load_scores, run_round, save_scores,
-                              score_texts)
-from pmi_reward.study.report import cell
-from pmi_reward.metrics import roc_auc
-from pmi_reward.training import TrainConfig
+from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.evaluation.metrics import roc_auc
+from pmi_reward.evaluation.study import (
+    EvalSet,
+    FeatureBank,
+    MethodScores,
+    average_rounds,
+    load_scores,
+    run_round,
+    save_scores,
+    score_texts,
+)
+from pmi_reward.evaluation.study.report import cell
+from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.loop import TrainConfig
 
 
 @pytest.fixture(scope="module")

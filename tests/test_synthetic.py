@@ -3,9 +3,17 @@ import csv
 import numpy as np
 import pytest
 
-from pmi_reward.pairs import load_pairs
-from pmi_reward.synthetic import (KINDS, PROTOTYPES, light_paraphrase, make_joint, make_records, sample_pairs,
-                                  true_pmi, write_splits)
+from pmi_reward.data.pairs import load_pairs
+from pmi_reward.data.synthetic import (
+    KINDS,
+    PROTOTYPES,
+    light_paraphrase,
+    make_joint,
+    make_records,
+    sample_pairs,
+    true_pmi,
+    write_splits,
+)
 
 
 @pytest.mark.parametrize("kind", KINDS)

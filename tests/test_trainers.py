@@ -7,7 +7,7 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer
 
-from train_policy.common import ScriptArguments, train_with_trl
+from pmi_reward.policy.trainers import ScriptArguments, train_with_trl
 
 COMMON = dict(use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4, num_generations=4,
               max_completion_length=6, logging_steps=1, report_to=[], save_strategy="no", learning_rate=1e-3,

@@ -1,16 +1,15 @@
 import numpy as np
 import pytest
 import torch
-
-from pmi_reward.features import TensorFeatures
-from pmi_reward.fit import evaluate_auc, fit_scorer
-from pmi_reward.head import HeadConfig
-from pmi_reward.negatives import NegativeSpec
-from pmi_reward.pairs import PairSet
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.training import TrainConfig, score_index_pairs, train_head
-
 from conftest import TOPICS
+
+from pmi_reward.data.negatives import NegativeSpec
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.scoring.features import TensorFeatures
+from pmi_reward.scoring.head import HeadConfig
+from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.fit import evaluate_auc, fit_scorer
+from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
 
 TOPIC_OF = {t: i for i, (name, turns) in enumerate(TOPICS.items()) for t in turns}
 
@@ -98,7 +97,7 @@ class _CountingFeatures(TensorFeatures):
 def test_fixed_negatives_are_the_only_negatives_seen(split):
     train, val = split
     rng = np.random.default_rng(0)
-    from pmi_reward.negatives import sample_negatives
+    from pmi_reward.data.negatives import sample_negatives
 
     train_negs = sample_negatives(train, NegativeSpec(2, 0), rng)
     val_negs = sample_negatives(val, NegativeSpec(3, 0), rng)
@@ -113,7 +112,7 @@ def test_fixed_negatives_are_the_only_negatives_seen(split):
     fv = _topic_features(val, 1)
     pos = score_index_pairs(result.head, fv, val.ctx, val.resp)
     neg = score_index_pairs(result.head, fv, np.repeat(val.ctx[:, None], 3, 1), val_negs)
-    from pmi_reward.metrics import roc_auc
+    from pmi_reward.evaluation.metrics import roc_auc
 
     assert roc_auc(pos, neg) == pytest.approx(result.best_val_auc, abs=1e-6)
     with pytest.raises(ValueError, match="train_negatives"):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-import pmi_reward.integrations.verl as verl_adapter
-from pmi_reward.reward import PMIReward
+import pmi_reward.rewards.verl as verl_adapter
+from pmi_reward.rewards.reward import PMIReward
 
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
 MESSAGES = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "Me too!"},
@@ -73,10 +73,10 @@ def test_settings_errors(reward_server, monkeypatch):
 
 @pytest.mark.integration
 def test_compute_score_with_a_local_scorer_dir(tmp_path):
-    from pmi_reward.encoder import EncoderSpec, TextEncoder
-    from pmi_reward.head import HeadConfig, PMIHead
-    from pmi_reward.prompts import TEMPLATES
-    from pmi_reward.scorer import PMIScorer
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.scoring.scorer import PMIScorer
+    from pmi_reward.scoring.templates import TEMPLATES
 
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)

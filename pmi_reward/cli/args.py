@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..encoder import EncoderSpec
-from ..prompts import PromptTemplate, get_template
+from ..scoring.encoder import EncoderSpec
+from ..scoring.templates import PromptTemplate, get_template
 
 
 @dataclass

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from trl import TrlParser
 
-from ..cache import EmbeddingCache
-from ..fit import score_with_negatives
-from ..io import DataError
-from ..metrics import Estimate, mse, pearson, roc_auc, spearman
-from ..models import cache_root
-from ..negatives import NegativeSpec
-from ..pairs import load_pairs
-from ..scorer import PMIScorer
-from ..synthetic import true_pmi
+from ..data.negatives import NegativeSpec
+from ..data.pairs import load_pairs
+from ..data.records import DataError
+from ..data.synthetic import true_pmi
+from ..evaluation.metrics import Estimate, mse, pearson, roc_auc, spearman
+from ..scoring.cache import EmbeddingCache
+from ..scoring.models import cache_root
+from ..scoring.scorer import PMIScorer
+from ..training.fit import score_with_negatives
 
 
 @dataclass

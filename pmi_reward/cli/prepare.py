@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..models import SHIPPED, resolve_model
+from ..scoring.models import SHIPPED, resolve_model
 
 
 def main(argv: list[str]) -> int:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from trl import TrlParser
 
-from ..chat import turns_to_messages
-from ..generation import SamplingSettings, sample_replies
-from ..io import DataError, read_records, write_records
-from ..rerank import rerank_many
-from ..scorer import PMIScorer
+from ..data.conversation import turns_to_messages
+from ..data.records import DataError, read_records, write_records
+from ..policy.sampling import SamplingSettings, sample_replies
+from ..rewards.rerank import rerank_many
+from ..scoring.scorer import PMIScorer
 
 
 @dataclass
@@ -63,7 +63,7 @@ def _sample_missing(args: RerankArguments, rows: list[dict]) -> None:
         return
     if not args.model:
         raise SystemExit(f"{len(missing)} row(s) have no candidates: give them, or --model for best-of-n")
-    from ..models import load_causal_lm, load_tokenizer
+    from ..scoring.models import load_causal_lm, load_tokenizer
 
     model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
     prompts = [c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)

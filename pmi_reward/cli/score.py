@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import TrlParser
 
-from ..io import read_records, require_text, write_records
-from ..scorer import PMIScorer
+from ..data.records import read_records, require_text, write_records
+from ..scoring.scorer import PMIScorer
 
 
 @dataclass

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from trl import TrlParser
 
-from ..reward import RewardOptions
-from ..scorer import PMIScorer, ScorerLoadError
-from ..server import ServerConfig, serve
+from ..rewards.reward import RewardOptions
+from ..scoring.scorer import PMIScorer, ScorerLoadError
+from ..serving.server import ServerConfig, serve
 
 
 @dataclass

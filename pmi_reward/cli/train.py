@@ -10,13 +10,13 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from ..cache import EmbeddingCache
-from ..data import load_dialogues, split_dialogues
-from ..encoder import TextEncoder
-from ..fit import evaluate_auc, fit_scorer
-from ..models import cache_root
-from ..pairs import PairSet, load_pairs
-from ..training import TrainConfig
+from ..data.dialogues import load_dialogues, split_dialogues
+from ..data.pairs import PairSet, load_pairs
+from ..scoring.cache import EmbeddingCache
+from ..scoring.encoder import TextEncoder
+from ..scoring.models import cache_root
+from ..training.fit import evaluate_auc, fit_scorer
+from ..training.loop import TrainConfig
 from .args import ModelArguments
 
 

@@ -19,14 +19,22 @@ from pathlib import Path
 import numpy as np
 from trl import TrlParser
 
-from pmi_reward.io import read_records
-from pmi_reward.metrics import pearson, roc_auc, spearman
-from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import PairSet, load_pairs
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
-from pmi_reward.study.report import (bar_plot, cell, cell_text, group_runs, markdown_table, paper_method,
-                                     provenance, read_paper_table)
+from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import PairSet, load_pairs
+from pmi_reward.data.records import read_records
+from pmi_reward.evaluation.metrics import pearson, roc_auc, spearman
+from pmi_reward.evaluation.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study.report import (
+    bar_plot,
+    cell,
+    cell_text,
+    group_runs,
+    markdown_table,
+    paper_method,
+    provenance,
+    read_paper_table,
+)
+from pmi_reward.scoring.templates import TEMPLATES
 
 TARGETS = {"annot_relevant_mean": "relevant", "annot_engaging_mean": "engaging", "annot_overall_mean": "overall"}
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")

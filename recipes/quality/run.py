@@ -20,19 +20,19 @@ from pathlib import Path
 import numpy as np
 from trl import TrlParser
 
-from pmi_reward.cache import EmbeddingCache
-from pmi_reward.encoder import EncoderSpec, TextEncoder
-from pmi_reward.finetune import EncoderFeatures, LoraSpec, add_lora
-from pmi_reward.head import HeadConfig
-from pmi_reward.metrics import format_mean_std, roc_auc
-from pmi_reward.models import cache_root
-from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import PairSet, load_pairs
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.baselines.kde import KDEConfig
-from pmi_reward.study import EvalSet, FeatureBank, fit_method
-from pmi_reward.study.report import markdown_table, provenance
-from pmi_reward.training import TrainConfig, score_index_pairs, train_head
+from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import PairSet, load_pairs
+from pmi_reward.evaluation.baselines.kde import KDEConfig
+from pmi_reward.evaluation.metrics import format_mean_std, roc_auc
+from pmi_reward.evaluation.study import EvalSet, FeatureBank, fit_method
+from pmi_reward.evaluation.study.report import markdown_table, provenance
+from pmi_reward.scoring.cache import EmbeddingCache
+from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+from pmi_reward.scoring.head import HeadConfig
+from pmi_reward.scoring.models import cache_root
+from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
+from pmi_reward.training.lora import EncoderFeatures, LoraSpec, add_lora
 
 # one change each against the base setting (keys: Try fields)
 VARIANTS: dict[str, dict] = {

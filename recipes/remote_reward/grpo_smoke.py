@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from pmi_reward.data import load_dialogues
-from pmi_reward.models import load_causal_lm, load_tokenizer
-from pmi_reward.remote import RemotePMIReward, request_json
+from pmi_reward.data.dialogues import load_dialogues
+from pmi_reward.rewards.remote import RemotePMIReward, request_json
+from pmi_reward.scoring.models import load_causal_lm, load_tokenizer
 
 
 def chat_prompts(n: int, turns: int = 3) -> list[list[dict]]:

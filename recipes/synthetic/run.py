@@ -19,14 +19,22 @@ from pathlib import Path
 import numpy as np
 from trl import TrlParser
 
-from pmi_reward.metrics import mse, pearson, roc_auc, spearman
-from pmi_reward.negatives import NegativeSpec, sample_negatives
-from pmi_reward.pairs import load_pairs
-from pmi_reward.prompts import TEMPLATES
-from pmi_reward.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
-from pmi_reward.study.report import (cell, cell_text, group_runs, markdown_table, paper_method, provenance,
-                                     read_paper_table, scatter_plot)
-from pmi_reward.synthetic import KINDS, light_paraphrase, true_pmi, write_splits
+from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import load_pairs
+from pmi_reward.data.synthetic import KINDS, light_paraphrase, true_pmi, write_splits
+from pmi_reward.evaluation.metrics import mse, pearson, roc_auc, spearman
+from pmi_reward.evaluation.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study.report import (
+    cell,
+    cell_text,
+    group_runs,
+    markdown_table,
+    paper_method,
+    provenance,
+    read_paper_table,
+    scatter_plot,
+)
+from pmi_reward.scoring.templates import TEMPLATES
 
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 PROBS = ["p_xy", "p_x", "p_y"]

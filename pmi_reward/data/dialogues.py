@@ -1,0 +1,138 @@
+"""Dialogues from any source as one record type, and dialogue-level splits.
+
+A dialogue is an id plus its turns (one string per speaker turn, oldest first). Sources: the embedded
+``chitchat`` corpus (PyPI ``chitchat-dataset``), JSONL/JSON files (``{"id", "turns": [...]}`` or chat
+``{"messages": [{"role", "content"}]}``), CSV/TSV files with one row per turn (``dialog_id``, ``text``),
+and Hugging Face ``datasets`` objects or ``save_to_disk`` folders with either JSON layout as columns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .records import DataError, read_records
+
+__all__ = ["Dialogue", "load_dialogues", "chitchat_dialogues", "dialogues_from_records", "split_dialogues",
+           "CHAT_ROLES"]
+
+CHAT_ROLES = ("user", "assistant")
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """One conversation: an id unique within its corpus and its turns, oldest first."""
+
+    id: str
+    turns: tuple[str, ...]
+
+
+def chitchat_dialogues() -> list[Dialogue]:
+    """The 7k English chats of the Chit-Chat Challenge (PyPI ``chitchat-dataset``, MIT).
+
+    A turn is the consecutive messages of one speaker joined with spaces.
+    """
+    spec = importlib.util.find_spec("chitchat_dataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the chitchat corpus needs: pip install chitchat-dataset")
+    path = Path(list(spec.submodule_search_locations)[0]) / "dataset.json"
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    dialogues = []
+    for key, convo in raw.items():
+        turns = tuple(
+            " ".join(u["text"].strip() for u in message if u.get("text", "").strip())
+            for message in convo["messages"]
+        )
+        dialogues.append(Dialogue(str(key), tuple(t for t in turns if t)))
+    return dialogues
+
+
+def _turns_of(record: dict, where: str) -> tuple[str, ...]:
+    if "turns" in record:
+        turns = record["turns"]
+        if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+            raise DataError(f"{where}, field 'turns': expected a list of strings")
+        return tuple(turns)
+    if "messages" in record:
+        messages = record["messages"]
+        if not isinstance(messages, list):
+            raise DataError(f"{where}, field 'messages': expected a list of {{role, content}} objects")
+        turns = []
+        for m in messages:
+            if isinstance(m, str):
+                turns.append(m)
+            elif isinstance(m, dict) and isinstance(m.get("content"), str):
+                if m.get("role", "user") in CHAT_ROLES:
+                    turns.append(m["content"])
+            else:
+                raise DataError(f"{where}, field 'messages': expected {{role, content}} objects with text content")
+        return tuple(turns)
+    raise DataError(f"{where}: needs a 'turns' or 'messages' field (has {sorted(record)})")
+
+
+def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -> list[Dialogue]:
+    """Dialogues from dict records: JSON layouts (``turns``/``messages``) or one turn per row (``dialog_id``, ``text``)."""
+    if not records:
+        raise DataError(f"{source}: no dialogues")
+    first = records[0]
+    if "turns" in first or "messages" in first:
+        out = []
+        for n, record in enumerate(records, 1):
+            turns = tuple(t.strip() for t in _turns_of(record, f"{source}, row {n}") if t.strip())
+            out.append(Dialogue(str(record.get("id", record.get("dialog_id", n))), turns))
+        return out
+    for field in ("dialog_id", "text"):
+        if field not in first:
+            raise DataError(f"{source}: missing column {field!r}; a turn-per-row file needs 'dialog_id' and 'text' "
+                            f"(columns: {sorted(first)})")
+    grouped: dict[str, list[str]] = {}
+    for n, record in enumerate(records, 1):
+        text = record.get("text")
+        if not isinstance(text, str):
+            raise DataError(f"{source}, row {n}, field 'text': missing or not text")
+        if text.strip():
+            grouped.setdefault(str(record["dialog_id"]), []).append(text.strip())
+    return [Dialogue(key, tuple(turns)) for key, turns in grouped.items()]
+
+
+def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None) -> list[Dialogue]:
+    """Dialogues from ``"chitchat"``, a file, a ``datasets`` folder or object, or an iterable of dict records.
+
+    Dialogues with fewer than two turns are dropped (they hold no context-response pair); ``limit`` keeps
+    the first ``limit`` of the rest.
+    """
+    if isinstance(source, (str, Path)) and str(source) == "chitchat":
+        dialogues = chitchat_dialogues()
+    elif isinstance(source, (str, Path)) and Path(source).is_dir():
+        import datasets
+
+        dialogues = dialogues_from_records(list(datasets.load_from_disk(str(source))), str(source))
+    elif isinstance(source, (str, Path)):
+        dialogues = dialogues_from_records(read_records(source), str(source))
+    else:
+        dialogues = dialogues_from_records(list(source), type(source).__name__)
+    dialogues = [d for d in dialogues if len(d.turns) >= 2]
+    if not dialogues:
+        raise DataError(f"{source}: no dialogue has two or more turns")
+    ids = [d.id for d in dialogues]
+    if len(set(ids)) != len(ids):
+        raise DataError(f"{source}: dialogue ids are not unique")
+    return dialogues[:limit] if limit else dialogues
+
+
+def split_dialogues(
+    dialogues: Sequence[Dialogue], val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[Dialogue], list[Dialogue], list[Dialogue]]:
+    """Split by dialogue (train, val, test) so no dialogue's turns land in two splits."""
+    if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
+        raise ValueError("val_fraction and test_fraction must be in [0, 1) and sum to less than 1")
+    order = np.random.default_rng(seed).permutation(len(dialogues))
+    n_val = int(round(val_fraction * len(dialogues)))
+    n_test = int(round(test_fraction * len(dialogues)))
+    pick = lambda idx: [dialogues[i] for i in sorted(idx)]  # noqa: E731
+    return pick(order[n_val + n_test:]), pick(order[:n_val]), pick(order[n_val:n_val + n_test])

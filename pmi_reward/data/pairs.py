@@ -1,0 +1,172 @@
+"""Positive (context, response) pairs with text tables and per-dialogue candidate pools for negatives.
+
+Texts are interned: ``contexts`` and ``responses`` are tables of distinct strings and pairs hold indices
+into them, so "a negative never equals the gold response" is an index comparison and each distinct text
+is encoded once. ``responses`` also holds every turn that may serve as an in-dialogue negative: the
+other turns of the dialogue (from dialogues), or the other responses and the context lines that share a
+``dialog_key`` (from pair files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .dialogues import Dialogue
+from .records import DataError, read_records, require_text
+
+__all__ = ["PairSet", "load_pairs", "join_turns"]
+
+
+def join_turns(turns: Sequence[str]) -> str:
+    """How a context is written: its turns, oldest first, one per line."""
+    return "\n".join(t.strip() for t in turns)
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        return self.index.setdefault(text, len(self.index))
+
+    def table(self) -> list[str]:
+        return list(self.index)
+
+
+@dataclass
+class PairSet:
+    """Positive pairs: ``ctx[i]``/``resp[i]`` index the text tables; ``group[i]`` is the dialogue.
+
+    ``pool[pool_ptr[g]:pool_ptr[g + 1]]`` are the response-table indices of dialogue ``g``'s turns, the
+    candidates for in-dialogue negatives; ``lines[line_ptr[c]:line_ptr[c + 1]]`` are those of context
+    ``c``'s own lines (parroting negatives). ``extras`` carries other per-pair columns (e.g. ratings).
+    """
+
+    contexts: list[str]
+    responses: list[str]
+    ctx: np.ndarray
+    resp: np.ndarray
+    group: np.ndarray
+    pool_ptr: np.ndarray
+    pool: np.ndarray
+    line_ptr: np.ndarray
+    lines: np.ndarray
+    extras: dict[str, list] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ctx)
+
+    @property
+    def context_texts(self) -> list[str]:
+        return [self.contexts[i] for i in self.ctx]
+
+    @property
+    def response_texts(self) -> list[str]:
+        return [self.responses[i] for i in self.resp]
+
+    @classmethod
+    def _build(cls, items: Sequence[tuple[str, str, str, Sequence[str]]], extras=None) -> "PairSet":
+        """From (context, response, dialogue key, the dialogue's candidate turns) tuples."""
+        contexts, responses, groups = _Interner(), _Interner(), _Interner()
+        ctx, resp, group = [], [], []
+        members: dict[int, dict[int, None]] = {}
+        for context, response, key, turns in items:
+            g = groups(key)
+            ctx.append(contexts(context))
+            resp.append(responses(response))
+            group.append(g)
+            pool = members.setdefault(g, {})
+            pool[resp[-1]] = None
+            for turn in turns:
+                pool[responses(turn)] = None
+        context_table = contexts.table()
+        context_lines = [[responses(line.strip()) for line in c.split("\n") if line.strip()] for c in context_table]
+        ptr, pool = _csr([list(members[g]) for g in range(len(groups.index))])
+        line_ptr, lines = _csr(context_lines)
+        return cls(context_table, responses.table(), np.asarray(ctx, dtype=np.int64),
+                   np.asarray(resp, dtype=np.int64), np.asarray(group, dtype=np.int64), ptr, pool, line_ptr, lines,
+                   extras)
+
+    @classmethod
+    def from_dialogues(
+        cls,
+        dialogues: Sequence[Dialogue],
+        max_context_turns: int = 3,
+        min_context_turns: int = 1,
+        max_pairs_per_dialogue: int | None = None,
+        seed: int = 0,
+    ) -> "PairSet":
+        """Every turn with at least ``min_context_turns`` before it is a response; its context is the
+        ``max_context_turns`` turns before it. ``max_pairs_per_dialogue`` samples positions (seeded)."""
+        if max_context_turns < 1 or min_context_turns < 1 or min_context_turns > max_context_turns:
+            raise ValueError("need 1 <= min_context_turns <= max_context_turns")
+        rng = np.random.default_rng(seed)
+        items = []
+        for d in dialogues:
+            positions = list(range(min_context_turns, len(d.turns)))
+            if max_pairs_per_dialogue is not None and len(positions) > max_pairs_per_dialogue:
+                positions = sorted(rng.choice(positions, max_pairs_per_dialogue, replace=False).tolist())
+            for n, t in enumerate(positions):
+                context = join_turns(d.turns[max(0, t - max_context_turns):t])
+                items.append((context, d.turns[t], d.id, d.turns if n == 0 else ()))
+        if not items:
+            raise DataError("no context-response pairs: every dialogue is shorter than min_context_turns + 1")
+        return cls._build(items)
+
+    @classmethod
+    def from_pairs(
+        cls, contexts: Sequence[str], responses: Sequence[str], keys: Sequence[str] | None = None,
+        extras: dict[str, list] | None = None,
+    ) -> "PairSet":
+        """Ready-made pairs; context lines and same-key responses become in-dialogue candidates.
+
+        Without ``keys`` every pair is its own dialogue.
+        """
+        if len(contexts) != len(responses) or (keys is not None and len(keys) != len(contexts)):
+            raise ValueError("contexts, responses and keys must have the same length")
+        keys = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
+        items = [(c, r, k, [line.strip() for line in c.split("\n") if line.strip()])
+                 for c, r, k in zip(contexts, responses, keys)]
+        return cls._build(items, extras)
+
+
+def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in rows])
+    return ptr, np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
+
+
+def load_pairs(
+    path: str | Path,
+    context_column: str = "context",
+    response_column: str = "response",
+    key_column: str | None = "dialog_key",
+    extra_columns: Sequence[str] = (),
+) -> PairSet:
+    """A pair file (CSV/TSV/JSONL/JSON) with context and response columns and an optional dialogue key.
+
+    ``extra_columns`` (e.g. human ratings, analytic PMI parts) are kept as floats where they parse.
+    """
+    records = read_records(path)
+    contexts = require_text(records, path, context_column, allow_empty=True)
+    responses = require_text(records, path, response_column)
+    keys = None
+    if key_column and key_column in records[0]:
+        keys = [str(v) for v in require_text(records, path, key_column)]
+    extras = {}
+    for column in extra_columns:
+        if column not in records[0]:
+            raise DataError(f"{path}: missing column {column!r} (columns: {sorted(records[0])})")
+        extras[column] = [_maybe_float(r.get(column)) for r in records]
+    return PairSet.from_pairs(contexts, responses, keys, extras or None)
+
+
+def _maybe_float(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value

@@ -1,0 +1,174 @@
+"""MEEP baseline: ask a chat LM how engaging a response is (0-100) and average a few sampled answers.
+
+MEEP (Ferron et al., 2023) prompts an LLM with a definition of engagingness and asks for a score; it
+needs no training and no negatives, which makes it the zero-shot reference point of the study. Small
+models answer loosely ("Score: 85/100", "I'd say 70."), so ``parse_score`` reads the first usable
+number and a row where no sample parses gets ``fallback`` (the scale's midpoint by default), never NaN.
+Sampling prefills each prompt once and draws all samples from the shared cache, which matters on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ...scoring.models import load_causal_lm, load_tokenizer
+
+__all__ = ["MEEP_PROMPT", "MEEPConfig", "MEEPScorer", "parse_score"]
+
+MEEP_PROMPT = (
+    "Rate how engaging the response is as the next turn of the dialogue, on a scale from 0 (not engaging at "
+    "all) to 100 (extremely engaging). An engaging response fits the context, is specific and interesting, "
+    "varies with what was said, invites the other person to reply and to reply well, and makes them feel "
+    "heard and included.\n\nDialogue context:\n{context}\n\nResponse:\n{response}\n\n"
+    "Answer with the score only, a number from 0 to 100."
+)
+
+_NUMBER = re.compile(r"(?<![\w./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?")
+_SCALE = re.compile(r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])")  # "0-100", "1 to 10": the scale, not a score
+
+
+def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | None:
+    """The first number in ``text`` that reads as a score in [low, high], or None.
+
+    "85", "Score: 85/100", "I'd say 70." and "85%" give 85/85/70/85; "8/10", "8 out of 10" and "4.5/5"
+    are rescaled to the 0-100 scale; a mention of the scale ("0-100") is skipped, as are numbers outside
+    [low, high]; text without a usable number gives None.
+    """
+    if not isinstance(text, str):
+        return None
+    for match in _NUMBER.finditer(_SCALE.sub(" ", text)):
+        value = float(match.group(1))
+        if match.group(3):  # a fraction: rescale x / d to the [low, high] scale
+            denominator = float(match.group(3))
+            if denominator <= 0 or value > denominator or value < 0:
+                continue
+            value = low + value / denominator * (high - low)
+        if low <= value <= high:
+            return value
+    return None
+
+
+@dataclass
+class MEEPConfig:
+    """Which chat LM answers, how many samples are averaged, and how long they may be."""
+
+    model: str = "smollm2-135m-instruct"
+    dtype: str = "bfloat16"
+    n_samples: int = 3
+    temperature: float = 0.7  # 0: greedy (then one sample is enough)
+    max_new_tokens: int = 8
+    batch_size: int = 8
+    max_context_chars: int = 1200  # long contexts keep their most recent part
+    fallback: float = 50.0
+    prompt: str = MEEP_PROMPT
+    answer_prefix: str = "Score:"  # the answer starts here, so that small models go straight to a number
+    seed: int = 0
+
+
+class MEEPScorer:
+    """Scores (context, response) pairs with the mean parsed MEEP answer; optional on-disk answer cache."""
+
+    def __init__(self, config: MEEPConfig | None = None, model=None, tokenizer=None,
+                 cache_file: str | Path | None = None) -> None:
+        self.config = config or MEEPConfig()
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
+        self.tokenizer.padding_side = "left"
+        self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
+        self.model.eval()
+        self.cache_file = Path(cache_file) if cache_file else None
+        self._answers: dict[str, list[str]] = {}
+        if self.cache_file and self.cache_file.is_file():
+            for line in self.cache_file.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                self._answers[record["key"]] = record["answers"]
+        self.parse_rate = float("nan")
+
+    def prompts(self, contexts: Sequence[str], responses: Sequence[str]) -> list[str]:
+        """The chat-formatted prompts, one per pair."""
+        out = []
+        for context, response in zip(contexts, responses):
+            context = context[-self.config.max_context_chars:] if context else "(no context)"
+            text = self.config.prompt.replace("{context}", context).replace("{response}", response)
+            chat = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                      add_generation_prompt=True, tokenize=False)
+            out.append(chat + self.config.answer_prefix)
+        return out
+
+    def _key(self, prompt: str) -> str:
+        c = self.config
+        setting = json.dumps([c.model, c.dtype, c.n_samples, c.temperature, c.max_new_tokens, c.seed])
+        return hashlib.sha1((setting + prompt).encode("utf-8")).hexdigest()
+
+    def answers(self, prompts: Sequence[str], progress: bool = False) -> list[list[str]]:
+        """``n_samples`` generated answers per prompt (cached by prompt and setting)."""
+        keys = [self._key(p) for p in prompts]
+        missing = {k: p for k, p in zip(keys, prompts) if k not in self._answers}
+        todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch
+        bs = self.config.batch_size
+        for s in tqdm(range(0, len(todo), bs), desc="MEEP", disable=not progress, unit="batch"):
+            batch = todo[s:s + bs]
+            generator = torch.Generator().manual_seed(self.config.seed + s)
+            texts = self._sample([p for _, p in batch], generator)
+            new = {k: t for (k, _), t in zip(batch, texts)}
+            self._answers.update(new)
+            if self.cache_file:
+                self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+                with self.cache_file.open("a", encoding="utf-8") as f:
+                    for key, answers in new.items():
+                        f.write(json.dumps({"key": key, "answers": answers}, ensure_ascii=False) + "\n")
+        return [self._answers[k] for k in keys]
+
+    def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
+        """float32 mean parsed score per pair; ``fallback`` where no sample parses (see ``parse_rate``)."""
+        answers = self.answers(self.prompts(contexts, responses), progress)
+        parsed = [[v for v in map(parse_score, texts) if v is not None] for texts in answers]
+        n_samples = sum(len(texts) for texts in answers)
+        self.parse_rate = sum(map(len, parsed)) / n_samples if n_samples else float("nan")
+        return np.array([np.mean(p) if p else self.config.fallback for p in parsed], dtype=np.float32)
+
+    @torch.inference_mode()
+    def _sample(self, prompts: list[str], generator: torch.Generator) -> list[list[str]]:
+        """Prefill the batch once, then draw ``n_samples`` continuations per prompt from the shared cache."""
+        n, c = self.config.n_samples, self.config
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        mask = enc["attention_mask"]
+        device = next(self.model.parameters()).device
+        out = self.model(input_ids=enc["input_ids"].to(device), attention_mask=mask.to(device),
+                         position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1].float().repeat_interleave(n, 0).cpu()
+        mask = mask.repeat_interleave(n, 0)
+        eos = self.tokenizer.eos_token_id
+        tokens = torch.zeros(len(mask), 0, dtype=torch.long)
+        done = torch.zeros(len(mask), dtype=torch.bool)
+        for _ in range(c.max_new_tokens):
+            if c.temperature > 0:
+                probs = torch.softmax(logits / c.temperature, dim=-1)
+                step = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            else:
+                step = logits.argmax(-1)
+            step = torch.where(done, torch.full_like(step, eos), step)
+            tokens = torch.cat([tokens, step[:, None]], dim=1)
+            done |= step == eos
+            if done.all():
+                break
+            mask = torch.cat([mask, torch.ones(len(mask), 1, dtype=mask.dtype)], dim=1)
+            out = self.model(input_ids=step[:, None].to(device), attention_mask=mask.to(device),
+                             position_ids=(mask.sum(-1, keepdim=True) - 1).to(device), past_key_values=cache,
+                             use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
+        texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
+        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def describe(self) -> dict:
+        return {**asdict(self.config), "parse_rate": self.parse_rate}

@@ -1,0 +1,178 @@
+"""The study loop shared by the recipes: encoders x rounds x input modes x methods, on per-round negatives.
+
+Each round draws one set of training and validation negatives (seeded by the round) that every method
+and input mode of the round shares; evaluation sets keep the fixed negatives the recipe gave them.
+MEEP, which reads texts rather than embeddings, runs once. Scores (not just metrics) are kept, so
+recipes can compute any metric, bootstrap it, plot it, and average heads across rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ...data.negatives import NegativeSpec, sample_negatives
+from ...data.pairs import PairSet
+from ...scoring.cache import EmbeddingCache
+from ...scoring.encoder import EncoderSpec, TextEncoder
+from ...scoring.models import cache_root
+from ...scoring.templates import PromptTemplate
+from ...training.loop import TrainConfig
+from ..baselines.kde import KDEConfig
+from ..baselines.meep import MEEPConfig, MEEPScorer
+from .methods import EvalSet, FeatureBank, MethodScores, run_round, score_texts
+
+__all__ = ["StudyArguments", "run_study", "average_rounds", "save_scores", "load_scores"]
+
+ALL_METHODS = ["nwj", "mine", "infonce", "js", "chi2", "hellinger", "tv", "kde"]
+
+
+@dataclass
+class StudyArguments:
+    """Encoders, methods, negatives, rounds and head training shared by the study recipes."""
+
+    output_dir: str = field(default="outputs/study", metadata={"help": "tables, plots, scores and logs go here"})
+    models: list[str] = field(default_factory=lambda: ["minilm"], metadata={"help": "encoders (short names or HF ids)"})
+    dtypes: list[str] = field(default_factory=lambda: ["float32"], metadata={"help": "dtype per model (one: all)"})
+    max_length: int = 256
+    encode_batch_size: int = 64
+    input_modes: list[str] = field(default_factory=lambda: ["pair", "prompt"])
+    methods: list[str] = field(default_factory=lambda: list(ALL_METHODS),
+                               metadata={"help": "objectives of the registry and/or kde"})
+    rounds: int = field(default=5, metadata={"help": "rounds (seeds): fresh negatives and head init each"})
+    seed: int = 0
+    k_random: int = field(default=3, metadata={"help": "negatives per positive from other dialogues"})
+    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive from the same dialogue"})
+    k_context: int = field(default=0, metadata={"help": "negatives per positive from the context's own lines"})
+    epochs: int = 40
+    patience: int = 6
+    batch_size: int = 256
+    lr: float | None = None
+    weight_decay: float = 0.01
+    hidden: list[int] = field(default_factory=lambda: [256, 128])
+    cap: float = 20.0
+    pair_product: bool = True
+    kde_components: int = 128
+    kde_bandwidth: str = field(default="scott", metadata={"help": "a number, scott or silverman"})
+    kde_whiten: bool = False
+    meep: bool = field(default=True, metadata={"help": "also score with MEEP (a chat LM's 0-100 rating)"})
+    meep_model: str = "smollm2-135m-instruct"
+    meep_dtype: str = "bfloat16"
+    meep_samples: int = 3
+    meep_max_new_tokens: int = 6
+    meep_batch_size: int = 8
+    n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95% intervals"})
+    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default ~/.cache/pmi_reward)"})
+    progress: bool = True
+
+    def negatives(self) -> NegativeSpec:
+        return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(k_random=self.k_random, k_in_dialogue=self.k_in_dialogue, k_context=self.k_context,
+                           batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
+                           epochs=self.epochs, patience=self.patience, seed=seed)
+
+    def kde_config(self) -> KDEConfig:
+        try:
+            bandwidth: float | str = float(self.kde_bandwidth)
+        except ValueError:
+            bandwidth = self.kde_bandwidth
+        return KDEConfig(self.kde_components, bandwidth, self.kde_whiten)
+
+    def encoder_specs(self) -> list[EncoderSpec]:
+        dtypes = self.dtypes if len(self.dtypes) == len(self.models) else self.dtypes[:1] * len(self.models)
+        return [EncoderSpec(m, max_length=self.max_length, dtype=d, batch_size=self.encode_batch_size)
+                for m, d in zip(self.models, dtypes)]
+
+
+def _log(path: Path, record: dict) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def run_study(args: StudyArguments, template: PromptTemplate, train: PairSet, val: PairSet, evals: Sequence[EvalSet],
+              meep_limit: dict[str, int] | None = None) -> list[MethodScores]:
+    """All (encoder, round, input mode, method) scores on ``evals``, MEEP's, and the round averages."""
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "train_log.jsonl"
+    cache = EmbeddingCache(args.cache_dir or cache_root() / "embeddings")
+    spec = args.negatives()
+    runs: list[MethodScores] = []
+    for enc_spec in args.encoder_specs():
+        encoder = TextEncoder(enc_spec, cache=cache)
+        bank = FeatureBank(encoder, template, args.progress)
+        for r in range(args.rounds):
+            seed = args.seed + r
+            rng = np.random.default_rng(seed)
+            train_set = EvalSet("train", train, sample_negatives(train, spec, rng))
+            val_set = EvalSet("val", val, sample_negatives(val, spec, rng))
+            start = time.perf_counter()
+            done = run_round(args.methods, args.input_modes, r, train_set, val_set, evals, bank,
+                             args.train_config(seed), {"hidden": args.hidden, "cap": args.cap,
+                                                       "pair_product": args.pair_product},
+                             args.kde_config(), progress=False)
+            for d in done:
+                _log(log, {"encoder": d.encoder, "input_mode": d.input_mode, "method": d.method, "round": r,
+                           **d.info})
+            print(f"[study] {enc_spec.model} round {r + 1}/{args.rounds}: {len(done)} fits in "
+                  f"{time.perf_counter() - start:.0f}s", flush=True)
+            runs += done
+    runs += average_rounds(runs)
+    if args.meep:
+        meep = MEEPScorer(MEEPConfig(args.meep_model, args.meep_dtype, args.meep_samples,
+                                     max_new_tokens=args.meep_max_new_tokens, batch_size=args.meep_batch_size,
+                                     seed=args.seed), cache_file=out_dir / "meep_answers.jsonl")
+        result = score_texts(args.meep_model, "meep", lambda c, r: meep.score(c, r, args.progress), evals, meep_limit)
+        result.info = meep.describe()
+        runs.append(result)
+    return runs
+
+
+def average_rounds(runs: Sequence[MethodScores]) -> list[MethodScores]:
+    """Per (encoder, mode, method) with several rounds: the mean of their scores (head averaging)."""
+    groups: dict[tuple, list[MethodScores]] = {}
+    for run in runs:
+        if run.round >= 0:
+            groups.setdefault((run.encoder, run.method, run.input_mode), []).append(run)
+    out = []
+    for (encoder, method, mode), members in groups.items():
+        if len(members) < 2:
+            continue
+        avg = MethodScores(encoder, method, mode, -1, info={"rounds": len(members)})
+        for name in members[0].pos:
+            avg.pos[name] = np.mean([m.pos[name] for m in members], axis=0)
+        for name in members[0].neg:
+            avg.neg[name] = np.mean([m.neg[name] for m in members], axis=0)
+        out.append(avg)
+    return out
+
+
+def save_scores(path: str | Path, runs: Sequence[MethodScores]) -> None:
+    """All scores in one ``.npz`` plus a JSON index of the runs (method, mode, round, info)."""
+    arrays, index = {}, []
+    for i, run in enumerate(runs):
+        for name, value in run.pos.items():
+            arrays[f"{i}/pos/{name}"] = value
+        for name, value in run.neg.items():
+            arrays[f"{i}/neg/{name}"] = value
+        index.append({k: v for k, v in asdict(run).items() if k not in ("pos", "neg")})
+    np.savez_compressed(path, **arrays)
+    Path(path).with_suffix(".json").write_text(json.dumps(index, indent=1, default=float))
+
+
+def load_scores(path: str | Path) -> list[MethodScores]:
+    """The runs written by ``save_scores``."""
+    index = json.loads(Path(path).with_suffix(".json").read_text())
+    runs = [MethodScores(**meta) for meta in index]
+    with np.load(path) as data:
+        for key in data.files:
+            i, kind, name = key.split("/", 2)
+            getattr(runs[int(i)], kind)[name] = data[key]
+    return runs

@@ -1,1 +1,0 @@
-"""Adapters that plug the PMI reward into other RL engines' reward hooks (verl)."""

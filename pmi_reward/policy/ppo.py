@@ -1,0 +1,218 @@
+"""PPO for a chat policy with PMIReward (TRL dropped its PPOTrainer; this is the standard RLHF recipe).
+
+    python -m pmi_reward.policy.ppo --config recipes/smollm2-135m/ppo/config_cpu.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.policy.ppo --config ...
+
+Each step: sample replies to a batch of prompts; score them with PMIReward (the reward sits on the last
+reply token); subtract a per-token KL penalty to the frozen reference (the policy with its LoRA adapter
+disabled, or a frozen copy without LoRA); GAE on a value head over the policy's last hidden state;
+whitened advantages; ``ppo_epochs`` passes of clipped policy and value losses over mini-batches. Runs on
+accelerate: each process rolls out its own prompts, gradients and whitening statistics are pooled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+from trl import ModelConfig, TrlParser
+
+from .ppo_core import gae, ppo_loss, shaped_rewards, token_logprobs, whiten
+from .prompts import build_prompts
+from .trainers import ScriptArguments, build_rewards, cpu_seconds, load_policy, lora_config, write_summary
+
+
+@dataclass
+class PPOConfig:
+    """Rollout, loss and optimisation settings (names follow the usual RLHF PPO recipe)."""
+
+    output_dir: str = "outputs/policies/ppo"
+    steps: int = 20  # rollout + update iterations
+    batch_size: int = 16  # rollouts per step and process
+    mini_batch_size: int = 8
+    ppo_epochs: int = 2
+    learning_rate: float = 1e-4
+    max_grad_norm: float = 1.0
+    kl_coef: float = 0.05
+    gamma: float = 1.0
+    lam: float = 0.95
+    clip_range: float = 0.2
+    clip_range_value: float = 0.2
+    vf_coef: float = 0.1
+    whiten_advantages: bool = True
+    max_new_tokens: int = 32
+    temperature: float = 0.8  # the policy is the tempered softmax; log-probs use the same temperature
+    seed: int = 0
+    use_cpu: bool = field(default=True, metadata={"help": "run on CPU even when a GPU is visible"})
+
+
+class PolicyWithValue(torch.nn.Module):
+    """A causal LM and a scalar value head reading its last hidden state (the frozen reference uses the same
+    wrapper and ignores its values)."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.value_head = torch.nn.Linear(lm.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int):
+        """Logits of the last ``keep`` positions and values of every position."""
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                      output_hidden_states=True, use_cache=False, logits_to_keep=keep)
+        return out.logits, self.value_head(out.hidden_states[-1].float()).squeeze(-1)
+
+
+def response_stats(model: torch.nn.Module, batch: dict, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of the response under ``model`` and the values of the states before each token."""
+    p, r = batch["prompt_len"], batch["response"].shape[1]
+    logits, values = model(batch["ids"], batch["attention"], keep=r + 1)
+    return token_logprobs(logits[:, :-1] / temperature, batch["response"]), values[:, p - 1:-1]
+
+
+def response_mask(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
+    """1 on real response tokens: up to and including the first EOS."""
+    is_eos = torch.zeros_like(response, dtype=torch.bool)
+    for e in eos_ids:
+        is_eos |= response == e
+    after = (is_eos.cumsum(1) - is_eos.long()) > 0
+    return (~after).float()
+
+
+@torch.no_grad()
+def rollout(model, ref_model, tokenizer, prompts: list, reward: Callable, cfg: PPOConfig,
+            accelerator: Accelerator) -> dict:
+    """Sample replies, score them, and record old log-probs, reference log-probs and values."""
+    policy = accelerator.unwrap_model(model)
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(accelerator.device)
+    seq = policy.lm.generate(**enc, do_sample=True, temperature=cfg.temperature, top_p=1.0, top_k=0,
+                             max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    p = enc["input_ids"].shape[1]
+    eos = policy.lm.generation_config.eos_token_id
+    mask = response_mask(seq[:, p:], set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id})
+    response = seq[:, p:].masked_fill(mask == 0, tokenizer.pad_token_id)
+    batch = {"ids": torch.cat([enc["input_ids"], response], 1), "response": response, "mask": mask,
+             "attention": torch.cat([enc["attention_mask"], mask.long()], 1), "prompt_len": p}
+    replies = tokenizer.batch_decode(response, skip_special_tokens=True)
+    scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies])
+    batch["scores"] = torch.tensor([0.0 if s is None else s for s in scores], device=accelerator.device)
+    batch["logprobs"], batch["values"] = response_stats(model, batch, cfg.temperature)
+    if ref_model is None:  # LoRA: the reference is the policy with its adapter switched off
+        with policy.lm.disable_adapter():
+            batch["ref_logprobs"], _ = response_stats(policy, batch, cfg.temperature)
+    else:
+        batch["ref_logprobs"], _ = response_stats(ref_model, batch, cfg.temperature)
+    batch["replies"] = replies
+    return batch
+
+
+def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPOConfig) -> dict[str, float]:
+    """``ppo_epochs`` passes of clipped policy + value losses over shuffled mini-batches of one rollout batch."""
+    n, stats = len(batch["ids"]), []
+    for _ in range(cfg.ppo_epochs):
+        for idx in torch.randperm(n).split(cfg.mini_batch_size):
+            mb = {k: v[idx] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items() if k != "replies"}
+            logprobs, values = response_stats(model, mb, cfg.temperature)
+            loss, s = ppo_loss(logprobs, mb["logprobs"], mb["advantages"], values, mb["values"], mb["returns"],
+                               mb["mask"], cfg.clip_range, cfg.clip_range_value, cfg.vf_coef)
+            accelerator.backward(loss)
+            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            stats.append(s)
+    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+
+
+def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelConfig, model=None, tokenizer=None,
+              reward: Callable | None = None) -> dict:
+    """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary."""
+    accelerator = Accelerator(cpu=cfg.use_cpu)
+    set_seed(cfg.seed, device_specific=True)  # processes sample different replies
+    prompts = list(build_prompts(script_args)["prompt"])
+    if model is None:
+        model, tokenizer = load_policy(model_args)
+    reward = reward or build_rewards(script_args)[0]
+    peft = lora_config(model_args, model, script_args.lora_top_layers)
+    ref_model = None
+    if peft is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft)
+    else:
+        ref_model = PolicyWithValue(copy.deepcopy(model)).requires_grad_(False).eval().to(accelerator.device)
+    policy = PolicyWithValue(model).eval()  # eval: no dropout, so old and new log-probs agree at step 0
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    order = np.random.default_rng(cfg.seed).permutation(len(prompts))
+    per_step = cfg.batch_size * accelerator.num_processes
+    log_path = Path(cfg.output_dir) / "ppo_log.jsonl"
+    if accelerator.is_main_process:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("")
+    history, start, cpu_start = [], time.perf_counter(), cpu_seconds()
+    reward_seconds = getattr(reward, "seconds", 0.0)
+    bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
+    for step in bar:
+        take = [order[(step * per_step + accelerator.process_index * cfg.batch_size + j) % len(prompts)]
+                for j in range(cfg.batch_size)]
+        t0 = time.perf_counter()
+        batch = rollout(policy, ref_model, tokenizer, [prompts[i] for i in take], reward, cfg, accelerator)
+        rewards, kl = shaped_rewards(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"],
+                                     cfg.kl_coef)
+        advantages, batch["returns"] = gae(rewards, batch["values"], batch["mask"], cfg.gamma, cfg.lam)
+        if cfg.whiten_advantages:
+            advantages = whiten(advantages, batch["mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
+        batch["advantages"] = advantages
+        stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
+        pooled = accelerator.gather(torch.stack([batch["scores"].mean(), kl.sum(1).mean(),
+                                                 batch["mask"].sum(1).mean()])[None]).mean(0).tolist()
+        row = {"step": step + 1, "score": pooled[0], "kl": pooled[1], "response_tokens": pooled[2], **stats,
+               "seconds": time.perf_counter() - t0, "example": batch["replies"][0]}
+        history.append(row)
+        if accelerator.is_main_process:
+            with log_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        bar.set_postfix(score=f"{row['score']:+.2f}", kl=f"{row['kl']:.3f}", len=f"{row['response_tokens']:.0f}")
+    total = time.perf_counter() - start
+    accelerator.wait_for_everyone()
+    summary = {"trainer": "PPO", "steps": cfg.steps, "prompts": len(prompts), "processes": accelerator.num_processes,
+               "first_reward": history[0]["score"], "last_reward": history[-1]["score"],
+               "last_kl": history[-1]["kl"], "train_seconds": round(total, 1),
+               "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1), "load_average": round(os.getloadavg()[0], 2),
+               "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
+               "config": asdict(cfg)}
+    if accelerator.is_main_process:
+        _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)
+        write_summary(cfg.output_dir, summary)
+    return summary
+
+
+def _save(policy: PolicyWithValue, tokenizer, output_dir: str) -> None:
+    policy.lm.save_pretrained(output_dir)  # a LoRA adapter (peft) or the full model
+    tokenizer.save_pretrained(output_dir)
+    save_file({k: v.detach().contiguous() for k, v in policy.value_head.state_dict().items()},
+              str(Path(output_dir) / "value_head.safetensors"))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = TrlParser((ScriptArguments, PPOConfig, ModelConfig), prog="pmi_reward.policy.ppo")
+    script_args, cfg, model_args = parser.parse_args_and_config(argv)
+    return train_ppo(cfg, script_args, model_args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Frozen-LM text embeddings: pooling, truncation that keeps what matters, batching and caching.
+
+Contexts keep their END (the most recent turns); responses keep their start; a pair prompt keeps the
+whole response where it fits and fills the rest with the end of the context, so the template's tail
+("Result:") is never cut and last-token pooling reads the right position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .cache import EmbeddingCache, cache_key
+from .models import default_pooling, load_backbone, load_tokenizer
+from .templates import fill
+
+__all__ = ["EncoderSpec", "TextEncoder", "pool_hidden"]
+
+_MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
+
+
+@dataclass
+class EncoderSpec:
+    """Which frozen model embeds text, and how."""
+
+    model: str = "minilm"
+    pooling: str | None = None  # "mean" | "last"; None picks by model type
+    normalize: bool = True  # L2-normalize embeddings
+    max_length: int = 256
+    dtype: str = "float32"  # compute dtype: float32 | bfloat16
+    layer: int = -1  # which hidden layer to pool (-1: the last)
+    batch_size: int = 64
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EncoderSpec":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Mean over real tokens, or the last real token (correct for left or right padding)."""
+    if pooling == "mean":
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+    if pooling == "last":
+        last = mask.shape[1] - 1 - mask.flip(1).to(torch.int64).argmax(1)
+        return hidden[torch.arange(hidden.shape[0]), last]
+    raise ValueError(f"pooling must be 'mean' or 'last', got {pooling!r}")
+
+
+@dataclass
+class _Stats:
+    texts: int = 0
+    tokens: int = 0
+    cache_hits: int = 0
+
+
+class TextEncoder:
+    """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out."""
+
+    def __init__(self, spec: EncoderSpec, cache: EmbeddingCache | None = None, device: str | None = None,
+                 model=None, tokenizer=None) -> None:
+        self.spec = spec
+        self.pooling = spec.pooling or default_pooling(spec.model)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
+        self.tokenizer.padding_side = "right"
+        self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
+        self.model.eval().requires_grad_(False)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model.to(self.device)
+        self.cache = cache
+        self.stats = _Stats()
+        self._fingerprint = json.dumps({**spec.to_dict(), "pooling": self.pooling, "batch_size": None},
+                                       sort_keys=True)
+        self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    # -- public API -------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[str], template: str = "{text}", keep: str = "start",
+               progress: bool | str = False) -> np.ndarray:
+        """(n, dim) embeddings of ``texts`` written into ``template`` (a format with ``{context}`` or
+        ``{response}`` or ``{text}``); over-long texts keep their ``start`` or their ``end``."""
+        self._slot(template)
+        keys = [cache_key(self._fingerprint, "text", template, keep, t) for t in texts]
+        return self._cached(keys, lambda idx: self._written([texts[i] for i in idx], template, keep), progress)
+
+    def embed_with_grad(self, texts: Sequence[str], template: str = "{text}", keep: str = "start") -> torch.Tensor:
+        """(n, dim) float32 embeddings as ``encode`` makes them, but as a tensor that carries gradients back
+        into the model and bypasses the cache: for fine-tuning the encoder (e.g. LoRA) under a head's loss."""
+        ids = self.tokenizer(self._written(list(texts), template, keep), add_special_tokens=True, truncation=True,
+                             max_length=self.spec.max_length)["input_ids"]
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
+        for s in range(0, len(order), self.spec.batch_size):
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in order[s:s + self.spec.batch_size]]},
+                                       return_tensors="pt")
+            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}))
+        if not parts:
+            return torch.zeros(0, self.dim)
+        return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
+
+    def encode_pairs(self, contexts: Sequence[str], responses: Sequence[str], template: str,
+                     progress: bool | str = False) -> np.ndarray:
+        """(n, dim) embeddings of single pair prompts (the paper's input), with budgeted truncation."""
+        if len(contexts) != len(responses):
+            raise ValueError("contexts and responses must have the same length")
+        keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses)]
+
+        def make(idx: list[int]) -> list[str]:
+            budget = self.spec.max_length - self._overhead(fill(template, context="", response="")) - _MARGIN
+            cs, rs = [contexts[i] for i in idx], [responses[i] for i in idx]
+            lc, lr = np.array(self._lengths(cs)), np.array(self._lengths(rs))
+            fits = lc + lr <= budget
+            r_keep = np.where(fits, lr, np.minimum(lr, np.maximum(budget - lc, budget // 2)))
+            c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
+            cs = self._cut(cs, c_keep.tolist(), keep_end=True)
+            rs = self._cut(rs, r_keep.tolist(), keep_end=False)
+            return [fill(template, context=c, response=r) for c, r in zip(cs, rs)]
+
+        return self._cached(keys, make, progress)
+
+    # -- internals --------------------------------------------------------------------------------
+    @staticmethod
+    def _slot(template: str) -> str:
+        slot = next((s for s in ("{context}", "{response}", "{text}") if s in template), None)
+        if slot is None:
+            raise ValueError(f"template {template!r} has no {{context}}/{{response}}/{{text}} placeholder")
+        return slot
+
+    def _written(self, texts: list[str], template: str, keep: str) -> list[str]:
+        """Texts cut to the token budget (keeping their ``start`` or ``end``) and written into the template."""
+        slot = self._slot(template)
+        budget = self.spec.max_length - self._overhead(template.replace(slot, "")) - _MARGIN
+        return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
+
+    def _forward(self, batch: dict) -> torch.Tensor:
+        """Pooled (and, per the spec, L2-normalized) float32 embeddings of one padded token batch."""
+        result = self.model(**batch, output_hidden_states=self.spec.layer != -1)
+        hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
+        pooled = pool_hidden(hidden, batch["attention_mask"], self.pooling).float()
+        return torch.nn.functional.normalize(pooled, dim=-1) if self.spec.normalize else pooled
+
+    def _overhead(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def _lengths(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+
+    def _cut(self, texts: list[str], budgets: list[int], keep_end: bool) -> list[str]:
+        """Cut each text to at most ``budget`` tokens at a token boundary, keeping its end or its start."""
+        if not texts:
+            return []
+        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        out = []
+        for text, offsets, budget in zip(texts, enc["offset_mapping"], budgets):
+            if len(offsets) <= budget:
+                out.append(text)
+            elif budget <= 0:
+                out.append("")
+            elif keep_end:
+                out.append(text[offsets[len(offsets) - budget][0]:])
+            else:
+                out.append(text[:offsets[budget - 1][1]])
+        return out
+
+    def _cached(self, keys: list[bytes], make, progress: bool | str) -> np.ndarray:
+        """Look keys up (cache, then duplicates within the call), encode the rest once each."""
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
+        found = self.cache.get(list(dict.fromkeys(keys))) if self.cache is not None else {}
+        first: dict[bytes, int] = {}
+        todo = []
+        for i, k in enumerate(keys):
+            if k in found:
+                out[i] = found[k]
+            elif k not in first:
+                first[k] = i
+                todo.append(i)
+        self.stats.cache_hits += len(keys) - len(first)
+        if todo:
+            vectors = self._embed(make(todo), progress)
+            out[todo] = vectors
+            if self.cache is not None:
+                self.cache.put([keys[i] for i in todo], vectors)
+        for i, k in enumerate(keys):
+            j = first.get(k)
+            if j is not None and j != i:
+                out[i] = out[j]
+        return out
+
+    @torch.inference_mode()
+    def _embed(self, texts: list[str], progress: bool | str) -> np.ndarray:
+        enc = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.spec.max_length)
+        ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in enc["input_ids"]]
+        order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bs = self.spec.batch_size
+        starts = range(0, len(order), bs)
+        desc = progress if isinstance(progress, str) else "encoding"
+        for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch",
+                      leave=False):
+            idx = order[s:s + bs]
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
+            out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
+        self.stats.texts += len(texts)
+        self.stats.tokens += int(sum(len(x) for x in ids))
+        return out

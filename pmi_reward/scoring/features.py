@@ -1,0 +1,105 @@
+"""Head inputs for (context, response) index pairs, embedded once and on demand.
+
+The same three functions embed contexts, responses and pair prompts for training and for scoring, so
+a trained head always sees inputs made the same way. ``PairFeatures`` serves a ``PairSet`` to the
+training loop: in ``pair`` mode each distinct context and response is encoded once, ever (negatives
+cost nothing); in ``prompt`` mode each new (context, response) combination is one more encoder call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..data.pairs import PairSet
+from .encoder import TextEncoder
+from .templates import PromptTemplate
+
+__all__ = ["embed_contexts", "embed_responses", "embed_prompts", "PairFeatures", "TensorFeatures"]
+
+
+def embed_contexts(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
+                   progress: bool | str = False) -> np.ndarray:
+    return encoder.encode(texts, template.context, keep="end", progress=progress)
+
+
+def embed_responses(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
+                    progress: bool | str = False) -> np.ndarray:
+    return encoder.encode(texts, template.response, keep="start", progress=progress)
+
+
+def embed_prompts(encoder: TextEncoder, template: PromptTemplate, contexts: Sequence[str],
+                  responses: Sequence[str], progress: bool | str = False) -> np.ndarray:
+    return encoder.encode_pairs(contexts, responses, template.pair, progress=progress)
+
+
+class TensorFeatures:
+    """Precomputed tables: ``u[ctx]`` with ``v[resp]`` (pair mode), or ``u[ctx]`` alone when ``v`` is None
+    and ctx indexes rows directly (toy problems and tests)."""
+
+    def __init__(self, u: torch.Tensor, v: torch.Tensor | None = None) -> None:
+        self.u, self.v = u, v
+
+    def prepare(self, ctx: np.ndarray, resp: np.ndarray) -> None:
+        return None
+
+    def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ctx, resp = torch.as_tensor(ctx), torch.as_tensor(resp)
+        return (self.u[ctx], None) if self.v is None else (self.u[ctx], self.v[resp])
+
+
+class PairFeatures:
+    """Embeddings of a PairSet's texts, computed lazily the first time an index pair is asked for."""
+
+    def __init__(self, encoder: TextEncoder, template: PromptTemplate, pairs: PairSet, input_mode: str,
+                 progress: bool = True) -> None:
+        self.encoder, self.template, self.pairs = encoder, template, pairs
+        self.input_mode, self.progress = input_mode, progress
+        d = encoder.dim
+        if input_mode == "pair":
+            self.u = torch.zeros(len(pairs.contexts), d)
+            self.v = torch.zeros(len(pairs.responses), d)
+            self.have_u = np.zeros(len(pairs.contexts), dtype=bool)
+            self.have_v = np.zeros(len(pairs.responses), dtype=bool)
+        else:
+            self.rows: dict[int, int] = {}
+            self.table = torch.zeros(0, d)
+
+    def _key(self, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
+        return np.asarray(ctx, dtype=np.int64) * len(self.pairs.responses) + np.asarray(resp, dtype=np.int64)
+
+    def prepare(self, ctx: np.ndarray, resp: np.ndarray) -> None:
+        """Encode whatever these index pairs need that is not embedded yet."""
+        if self.input_mode == "pair":
+            need = np.unique(ctx[~self.have_u[ctx]])
+            if len(need):
+                texts = [self.pairs.contexts[i] for i in need]
+                self.u[need] = torch.from_numpy(embed_contexts(self.encoder, self.template, texts,
+                                                               self.progress and "contexts"))
+                self.have_u[need] = True
+            need = np.unique(resp[~self.have_v[resp]])
+            if len(need):
+                texts = [self.pairs.responses[i] for i in need]
+                self.v[need] = torch.from_numpy(embed_responses(self.encoder, self.template, texts,
+                                                                self.progress and "responses"))
+                self.have_v[need] = True
+            return
+        keys = np.unique(self._key(ctx, resp))
+        new = [k for k in keys.tolist() if k not in self.rows]
+        if not new:
+            return
+        n_resp = len(self.pairs.responses)
+        cs = [self.pairs.contexts[k // n_resp] for k in new]
+        rs = [self.pairs.responses[k % n_resp] for k in new]
+        emb = torch.from_numpy(embed_prompts(self.encoder, self.template, cs, rs, self.progress and "pair prompts"))
+        base = len(self.table)
+        self.table = torch.cat([self.table, emb])
+        self.rows.update((k, base + j) for j, k in enumerate(new))
+
+    def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.input_mode == "pair":
+            return self.u[torch.as_tensor(ctx)], self.v[torch.as_tensor(resp)]
+        rows = [self.rows[k] for k in self._key(ctx, resp).ravel().tolist()]
+        return self.table[torch.as_tensor(rows)].view(*np.shape(ctx), -1), None

@@ -1,0 +1,161 @@
+"""``PMIScorer``: encoder spec + template + head, saved as JSON + safetensors (no pickle anywhere)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..data.records import atomic_write
+from .cache import EmbeddingCache
+from .encoder import EncoderSpec, TextEncoder
+from .features import embed_contexts, embed_prompts, embed_responses
+from .head import HeadConfig, PMIHead
+from .templates import PromptTemplate
+
+__all__ = ["PMIScorer", "ScorerLoadError"]
+
+FORMAT = "pmi-reward-scorer"
+VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "head.safetensors"
+
+
+class ScorerLoadError(ValueError):
+    """A scorer directory that is missing, partial or corrupted."""
+
+
+def _check_texts(name: str, values: Sequence[str]) -> list[str]:
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a sequence of strings, got {type(values).__name__}")
+    bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+    if bad is not None:
+        raise TypeError(f"{name}[{bad}] must be a string, got {type(values[bad]).__name__}")
+    return list(values)
+
+
+class PMIScorer:
+    """Scores (context, response) pairs with a PMI estimate in nats, bounded by +-cap.
+
+    A context is the conversation so far, turns joined by newlines, oldest first; a response is the
+    reply being judged. Generic replies score near 0, on-topic ones above, mismatched ones below.
+    """
+
+    def __init__(self, encoder: TextEncoder, template: PromptTemplate, head: PMIHead,
+                 metadata: dict | None = None) -> None:
+        if head.config.dim != encoder.dim:
+            raise ValueError(f"head expects {head.config.dim}-d embeddings, encoder gives {encoder.dim}")
+        self.encoder, self.template, self.head = encoder, template, head.eval()
+        self.metadata = metadata or {}
+
+    @property
+    def input_mode(self) -> str:
+        return self.head.config.input_mode
+
+    @property
+    def cap(self) -> float:
+        return self.head.config.cap
+
+    @property
+    def trained_context_turns(self) -> int | None:
+        """How many turns of context the training pairs kept (None when unknown: use every turn)."""
+        turns = (self.metadata.get("data") or {}).get("max_context_turns")
+        return int(turns) if turns else None
+
+    def embed(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False):
+        """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode."""
+        if self.input_mode == "prompt":
+            return torch.from_numpy(embed_prompts(self.encoder, self.template, contexts, responses, progress)), None
+        u = embed_contexts(self.encoder, self.template, contexts, progress and "contexts")
+        v = embed_responses(self.encoder, self.template, responses, progress and "responses")
+        return torch.from_numpy(u), torch.from_numpy(v)
+
+    @torch.no_grad()
+    def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
+        """float32 PMI estimates, one per pair; each distinct context and response is encoded once."""
+        contexts, responses = _check_texts("contexts", contexts), _check_texts("responses", responses)
+        if len(contexts) != len(responses):
+            raise ValueError(f"got {len(contexts)} contexts but {len(responses)} responses")
+        if not contexts:
+            return np.zeros(0, dtype=np.float32)
+        u, v = self.embed(contexts, responses, progress)
+        return self.head(u, v).numpy().astype(np.float32)
+
+    # -- persistence ------------------------------------------------------------------------------
+    def config(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "encoder": self.encoder.spec.to_dict(),
+                "template": self.template.to_dict(), "head": self.head.config.to_dict(),
+                "metadata": self.metadata}
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` and ``head.safetensors`` into ``directory`` (each file atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / CONFIG_NAME,
+                      lambda p: Path(p).write_text(json.dumps(self.config(), indent=2, ensure_ascii=False)))
+        state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
+        atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
+        return directory
+
+    @classmethod
+    def read_config(cls, directory: str | Path) -> dict:
+        directory = Path(directory)
+        path = directory / CONFIG_NAME
+        if not directory.is_dir():
+            raise ScorerLoadError(f"{directory}: not a directory (expected a saved pmi-reward scorer)")
+        if not path.is_file():
+            raise ScorerLoadError(f"{directory}: missing {CONFIG_NAME}; not a saved pmi-reward scorer")
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ScorerLoadError(f"{path}: corrupted ({err})") from None
+        if not isinstance(config, dict) or config.get("format") != FORMAT:
+            raise ScorerLoadError(f"{path}: not a pmi-reward scorer config (format != {FORMAT!r})")
+        if config.get("version", 0) > VERSION:
+            raise ScorerLoadError(f"{path}: written by a newer pmi-reward (version {config['version']})")
+        for key in ("encoder", "template", "head"):
+            if not isinstance(config.get(key), dict):
+                raise ScorerLoadError(f"{path}: missing or invalid field {key!r}")
+        return config
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | None = None,
+                        cache_dir: str | Path | None = None, encoder: TextEncoder | None = None) -> "PMIScorer":
+        """Load a saved scorer; pass ``encoder`` to share one already loaded (same spec)."""
+        directory = Path(directory)
+        config = cls.read_config(directory)
+        weights = directory / WEIGHTS_NAME
+        if not weights.is_file():
+            raise ScorerLoadError(f"{directory}: missing {WEIGHTS_NAME}")
+        try:
+            state = load_file(weights)
+        except Exception as err:  # safetensors raises its own error types for truncated files
+            raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
+        return cls.from_config(config, state, device, cache_dir, encoder, source=str(directory))
+
+    @classmethod
+    def from_config(cls, config: dict, head_state: dict, device: str | None = None,
+                    cache_dir: str | Path | None = None, encoder: TextEncoder | None = None,
+                    source: str = "<config>") -> "PMIScorer":
+        """Build a scorer from a config dict (as in config.json) and the head's tensors."""
+        try:
+            spec = EncoderSpec.from_dict(config["encoder"])
+            template = PromptTemplate.from_dict(config["template"])
+            head = PMIHead(HeadConfig(**config["head"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ScorerLoadError(f"{source}: invalid scorer config ({err})") from None
+        try:
+            head.load_state_dict({k: torch.as_tensor(v) for k, v in head_state.items()}, strict=True)
+        except (RuntimeError, KeyError) as err:
+            raise ScorerLoadError(f"{source}: head weights do not match config.json ({err})") from None
+        if encoder is None:
+            cache = EmbeddingCache(cache_dir) if cache_dir else None
+            encoder = TextEncoder(spec, cache=cache, device=device)
+        elif {**encoder.spec.to_dict(), "batch_size": 0} != {**spec.to_dict(), "batch_size": 0}:
+            raise ValueError(f"the shared encoder's spec differs from {source}'s")
+        return cls(encoder, template, head, config.get("metadata"))
+

@@ -1,0 +1,1 @@
+"""Stage 5, serving: the reward behind HTTP for distributed RL engines."""

@@ -1,0 +1,72 @@
+"""From pairs to a trained ``PMIScorer``: embed once, train the head, package the result with its provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from ..data.negatives import NegativeSpec, sample_negatives
+from ..data.pairs import PairSet
+from ..scoring.encoder import TextEncoder
+from ..scoring.features import PairFeatures
+from ..scoring.head import HeadConfig
+from ..scoring.scorer import PMIScorer
+from ..scoring.templates import PromptTemplate
+from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
+
+__all__ = ["fit_scorer", "evaluate_auc", "score_with_negatives"]
+
+
+def fit_scorer(
+    train: PairSet,
+    val: PairSet,
+    encoder: TextEncoder,
+    template: PromptTemplate,
+    config: TrainConfig | None = None,
+    input_mode: str = "pair",
+    hidden: Sequence[int] = (256, 128),
+    cap: float = 20.0,
+    pair_product: bool = True,
+    metadata: dict | None = None,
+    progress: bool = True,
+    train_negatives: np.ndarray | None = None,
+    val_negatives: np.ndarray | None = None,
+) -> tuple[PMIScorer, TrainResult]:
+    """Train a head on ``train`` (model selection on ``val``) and wrap it with the encoder as a scorer.
+
+    Fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per pair) replace the
+    per-round draws; see ``train_head``.
+    """
+    config = config or TrainConfig()
+    head_config = HeadConfig(encoder.dim, input_mode, tuple(hidden), cap, pair_product)
+    train_features = PairFeatures(encoder, template, train, input_mode, progress)
+    val_features = PairFeatures(encoder, template, val, input_mode, progress)
+    result = train_head(head_config, train_features, train, val_features, val, config, progress,
+                        train_negatives, val_negatives)
+    meta = {**(metadata or {}), "training": asdict(config), **result.summary(),
+            "train_pairs": len(train), "val_pairs": len(val)}
+    return PMIScorer(encoder, template, result.head, meta), result
+
+
+def score_with_negatives(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec | None, seed: int = 0,
+                         progress: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scores of the positives (n,) and of seeded negatives of the given mix (n, K; None without a mix).
+
+    The negative columns come in ``sample_negatives`` order: random, in-dialogue, in-context.
+    """
+    features = PairFeatures(scorer.encoder, scorer.template, pairs, scorer.input_mode, progress)
+    pos = score_index_pairs(scorer.head, features, pairs.ctx, pairs.resp)
+    if spec is None:
+        return pos, None
+    negs = sample_negatives(pairs, spec, np.random.default_rng(seed))
+    return pos, score_index_pairs(scorer.head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+
+
+def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0,
+                 progress: bool = False) -> float:
+    """ROC-AUC of positives against seeded negatives of the given mix, scored end to end."""
+    pos, neg = score_with_negatives(scorer, pairs, spec, seed, progress)
+    return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(neg.size)], np.r_[pos, neg.ravel()]))

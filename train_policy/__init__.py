@@ -1,4 +1,0 @@
-"""Policy training with PMIReward: GRPO and RLOO on TRL, our PPO on accelerate, and engagement-gain evaluation.
-
-Each script is ``python -m train_policy.<name> --config recipes/...yaml [--flag value ...]``.
-"""
