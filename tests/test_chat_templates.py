@@ -4,8 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmi_reward.data.chat_templates import clean_reply, parse_chat, split_query
-from pmi_reward.data.conversation import prompt_to_context
+from pmi_reward.data.conversation import clean_reply, parse_chat, prompt_to_context, split_query
 
 CONVERSATION = [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "I love jazz."},
                 {"role": "assistant", "content": "Me too!"}, {"role": "user", "content": "Who is your favourite?"}]

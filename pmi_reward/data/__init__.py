@@ -1,1 +1,7 @@
-"""Stage 1, data: dialogues and pair files in, positive (context, response) pairs and their negatives out."""
+"""Stage 1, data: dialogues and pair files in, positive (context, response) pairs and their negatives out.
+
+``records`` reads and writes tables (CSV, TSV, JSONL, JSON) with errors naming file, row and field;
+``dialogues`` loads conversations from any source; ``pairs`` cuts them into context-response pairs;
+``negatives`` draws mismatched responses; ``conversation`` turns chat messages and templated text into
+the scorer's text and back; ``synthetic`` builds data with known PMI.
+"""

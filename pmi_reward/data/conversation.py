@@ -1,18 +1,29 @@
-"""Turning TRL-style prompts and completions (plain strings or chat message lists) into scorer text.
+"""Conversations as scorer text: chat messages <-> turns, and templated strings back into messages.
 
 A context is written as the scorer was trained: the conversation's turns, oldest first, one per line
-(``pairs.join_turns``). These helpers never raise on odd input; they return None for what they cannot
-read, so callers decide what an unreadable sample is worth.
+(``pairs.join_turns``). ``prompt_to_context`` and ``completion_to_text`` read TRL-style prompts and
+completions (plain strings or chat message lists); they never raise on odd input but return None for
+what they cannot read, so callers decide what an unreadable sample is worth. ``turns_to_messages`` goes
+the other way, for a chat policy.
+
+Engines such as OpenRLHF and verl hand a reward model text with the chat template applied, e.g. ChatML
+``<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>``. ``parse_chat`` recognises the
+common templates (ChatML, Llama 3, Gemma, Phi-3, Mistral/Llama 2 ``[INST]``, and ``User:``/``Assistant:`` role
+prefixes) and returns their messages; anything else is plain text, one turn per line. ``split_query`` splits a
+full text (prompt + reply) into the prompt's messages and the reply; ``clean_reply`` cuts what the template or
+padding appended to a reply.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from .pairs import join_turns
 
-__all__ = ["message_text", "prompt_to_context", "completion_to_text", "turns_to_messages"]
+__all__ = ["message_text", "prompt_to_context", "completion_to_text", "turns_to_messages", "parse_chat", "clean_reply",
+           "split_query"]
 
 _SPEAKERS = ("user", "assistant")
 
@@ -69,3 +80,97 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return messages + [{"role": "user" if (n - 1 - i) % 2 == 0 else "assistant", "content": t}
                        for i, t in enumerate(turns)]
+
+Messages = list[dict[str, str]]
+
+# (pattern of one turn with groups role and content, role renames); content runs to the end marker or the end
+_TURNS: list[tuple[re.Pattern, dict[str, str]]] = [
+    (re.compile(r"<\|im_start\|>(\w+)\n?(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), {}),
+    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)",
+                re.S), {}),
+    (re.compile(r"<start_of_turn>(\w+)\n?(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), {"model": "assistant"}),
+    (re.compile(r"<\|(system|user|assistant)\|>\n?(.*?)(?:<\|end\|>|(?=<\|(?:system|user|assistant)\|>)|\Z)",
+                re.S), {}),
+]
+_INST = re.compile(r"\[INST\](.*?)\[/INST\](.*?)(?=\[INST\]|\Z)", re.S)
+_SYS = re.compile(r"<<SYS>>(.*?)<</SYS>>", re.S)
+_ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
+_ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
+# tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply
+_END = re.compile(r"<\|im_end\|>|<\|eot_id\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
+                  r"|<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|\[INST\]|<pad>|<\|pad\|>|\[PAD\]")
+_SPECIAL = re.compile(r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]")
+
+
+def clean_reply(text: str) -> str:
+    """A reply without what the template or padding appended: cut at the first end-of-turn or pad token."""
+    match = _END.search(text)
+    return (text[:match.start()] if match else text).strip()
+
+
+def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
+    role = role.lower()
+    return {"role": renames.get(role, _ROLES.get(role, role)), "content": _SPECIAL.sub("", content).strip()}
+
+
+def parse_chat(text: str) -> Messages | None:
+    """The messages of a chat-templated string (generation prompts become empty assistant messages), or None
+    when no known template or role prefix is found."""
+    for pattern, renames in _TURNS:
+        turns = pattern.findall(text)
+        if turns:
+            return [_message(role, content, renames) for role, content in turns]
+    pairs = _INST.findall(text)
+    if pairs:
+        out: Messages = []
+        for user, assistant in pairs:
+            system = _SYS.search(user)
+            if system:
+                out.append(_message("system", system.group(1), {}))
+                user = _SYS.sub("", user)
+            out += [_message("user", user, {}), _message("assistant", clean_reply(assistant), {})]
+        return out
+    return _parse_role_lines(text)
+
+
+def _parse_role_lines(text: str) -> Messages | None:
+    """``User: ...`` / ``Assistant: ...`` transcripts (continuation lines join the turn above)."""
+    out: Messages = []
+    for line in _SPECIAL.sub("", text).split("\n"):
+        match = _ROLE_LINE.match(line.strip())
+        if match:
+            out.append(_message(match.group(1), match.group(2), {}))
+        elif out and line.strip():
+            out[-1]["content"] = f"{out[-1]['content']} {line.strip()}".strip()
+        elif line.strip():
+            return None  # text before the first role prefix: not a transcript
+    return out or None
+
+
+def _as_messages(text: str) -> Messages:
+    """Messages of a templated string; plain text becomes one user turn per line."""
+    parsed = parse_chat(text)
+    if parsed is not None:
+        return parsed
+    return [{"role": "user", "content": line.strip()} for line in text.split("\n") if line.strip()]
+
+
+def split_query(query: str, prompt: str | None = None) -> tuple[Messages, str] | None:
+    """(prompt messages, reply) of a full text. With ``prompt``: the reply is what follows the prompt in the
+    query. Without it (or when the query does not contain it): the last assistant turn of a templated query,
+    or the last line of plain text. None when no reply can be found."""
+    if prompt:
+        at = query.find(prompt)
+        if at >= 0:
+            return _as_messages(prompt), clean_reply(query[at + len(prompt):])
+    messages = parse_chat(query)
+    if messages is not None:
+        while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+            messages.pop()
+        if not messages or messages[-1]["role"] != "assistant":
+            return None
+        return messages[:-1], clean_reply(messages[-1]["content"])
+    lines = [line for line in query.split("\n") if line.strip()]
+    if not lines:
+        return None
+    return _as_messages("\n".join(lines[:-1])), clean_reply(lines[-1])
