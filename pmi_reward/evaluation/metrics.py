@@ -1,12 +1,17 @@
-"""Evaluation metrics for scorers: ROC-AUC, rank and linear correlation, MSE, bootstrap CIs, mean ± std.
+"""Every metric the project reports: scorer quality (ROC-AUC, rank and linear correlation, MSE), bootstrap CIs,
+mean ± std over rounds, and the text statistics of a policy's replies (distinct-n, generic and copied replies,
+win-rate).
 
 Thin, NaN-safe wrappers over scipy so every recipe reports the same quantities the same
 way: a degenerate input (one class only, a constant vector) gives NaN rather than a warning or a crash,
-and bootstrap resampling skips such draws.
+and bootstrap resampling skips such draws. For a policy, the unit of resampling is the context (each holds
+several sampled replies), so CIs reflect which conversations were drawn, not just sampling noise; text checks
+work on normalised words (lower case, punctuation and apostrophes dropped).
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import ConstantInputWarning, pearsonr, rankdata, spearmanr
 
-__all__ = ["roc_auc", "spearman", "pearson", "mse", "bootstrap_ci", "mean_std", "Estimate", "format_mean_std"]
+__all__ = ["roc_auc", "spearman", "pearson", "mse", "bootstrap_ci", "mean_std", "Estimate", "format_mean_std",
+           "row_means", "mean_ci", "win_rate", "words", "distinct_n", "copies_context", "is_generic", "GENERIC_REPLIES"]
 
 
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -119,3 +125,64 @@ class Estimate:
 
     def __str__(self) -> str:
         return f"{self.value:.3f} [{self.low:.2f}, {self.high:.2f}]"
+
+
+# -- a policy's replies: rows are contexts, columns the replies sampled for each -------------------------------
+def row_means(values: np.ndarray) -> np.ndarray:
+    """Per-row means of (rows, samples) values: a context's score is the mean over its replies."""
+    return np.asarray(values, dtype=np.float64).reshape(len(values), -1).mean(1)
+
+
+def mean_ci(values: np.ndarray, n_boot: int = 2000, seed: int = 0) -> Estimate:
+    """The mean over rows (contexts) of their row means, with the percentile bootstrap CI over rows."""
+    return Estimate.of(np.mean, row_means(values), n_boot=n_boot, seed=seed)
+
+
+def win_rate(a: np.ndarray, b: np.ndarray) -> float:
+    """P(a reply of ``a`` beats a reply of ``b`` to the same context), ties count half; rows are contexts."""
+    a = np.asarray(a, dtype=np.float64).reshape(len(a), -1)
+    b = np.asarray(b, dtype=np.float64).reshape(len(b), -1)
+    diff = a[:, :, None] - b[:, None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+_PUNCT = re.compile(r"[^\w\s]+")
+
+# Stock replies that fit any context (normalised form); a reply is generic if it is one of these.
+GENERIC_REPLIES = frozenset((
+    "ok", "okay", "k", "kk", "lol", "lmao", "haha", "hahaha", "yes", "yeah", "yep", "yup", "ya", "no", "nope", "nah",
+    "cool", "nice", "wow", "oh", "ah", "hmm", "same", "true", "right", "sure", "good", "great", "awesome", "thanks",
+    "thank you", "really", "interesting", "i see", "me too", "me neither", "same here", "agreed", "i agree",
+    "sounds good", "oh nice", "oh cool", "oh wow", "oh ok", "oh okay", "thats cool", "thats nice", "thats great",
+    "thats good", "thats awesome", "thats interesting", "that is interesting", "thats true", "thats right",
+    "i dont know", "idk", "not sure", "i know", "of course", "fair enough", "good for you", "hello", "hi", "hey",
+    "how are you", "im good", "im fine", "good thanks", "fine thanks",
+))
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words with punctuation and apostrophes removed."""
+    return _PUNCT.sub("", text.lower().replace("'", "").replace("\u2019", "")).split()
+
+
+def distinct_n(replies: Sequence[str], n: int) -> float:
+    """Distinct word n-grams over all n-grams in ``replies`` (corpus level); 0 when there are none."""
+    grams = [tuple(w[i:i + n]) for w in map(words, replies) for i in range(len(w) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def copies_context(reply: str, context: str, threshold: float = 0.8) -> bool:
+    """Whether the reply is (mostly) a copy of the context: at least 3 words, and at least ``threshold`` of its
+    word trigrams occur in the context."""
+    w = words(reply)
+    if len(w) < 3:
+        return False
+    c = words(context)
+    seen = {tuple(c[i:i + 3]) for i in range(len(c) - 2)}
+    grams = [tuple(w[i:i + 3]) for i in range(len(w) - 2)]
+    return sum(g in seen for g in grams) / len(grams) >= threshold
+
+
+def is_generic(reply: str) -> bool:
+    """Whether the reply is empty or a stock phrase that fits any context (``GENERIC_REPLIES``)."""
+    return " ".join(words(reply)) in GENERIC_REPLIES or not words(reply)

@@ -1,59 +1,43 @@
-"""How evaluation results are shown: the markdown table, the PMI histogram, and the scorer-independence note."""
+"""How a policy evaluation is shown: the table of policies, and the note on how independent the judge is."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
-import numpy as np
+from ..evaluation.report import markdown_table
+from ..scoring.scorer import PMIScorer
 
-__all__ = ["markdown_table", "plot_distributions", "independence_note"]
+__all__ = ["policy_table", "provenance_of", "independence_note"]
 
 
 def _ci(row: dict, key: str) -> str:
     return f"{row[key + '_mean' if key == 'pmi' else key]:+.2f} [{row[key + '_lo']:+.2f}, {row[key + '_hi']:+.2f}]"
 
 
-def markdown_table(rows: list[dict]) -> str:
+def policy_table(rows: list[dict]) -> str:
     """One line per policy: PMI with CI, gain over base with CI, win-rate and the text statistics."""
     has_reward = any("reward_pmi" in r for r in rows)
     head = ["policy", "PMI (eval scorer) [95% CI]", "gain vs base [95% CI]", "win-rate"]
     head += ["PMI (reward scorer)"] if has_reward else []
     head += ["words", "distinct-1", "distinct-2", "generic", "copy", "empty"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = []
     for r in rows:
         cells = [r["policy"], _ci(r, "pmi"), _ci(r, "gain") if "gain" in r else "",
                  f"{r['win_rate']:.1%}" if "win_rate" in r else ""]
         cells += [f"{r['reward_pmi']:+.2f}" if "reward_pmi" in r else ""] if has_reward else []
         cells += [f"{r['words']:.1f}", f"{r['distinct_1']:.3f}", f"{r['distinct_2']:.3f}", f"{r['generic']:.1%}",
                   f"{r['copy']:.1%}", f"{r['empty']:.1%}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(cells)
+    return markdown_table(head, lines)
 
 
-def plot_distributions(scores: dict[str, list], path: str | Path) -> Path:
-    """Overlaid histograms of reply PMI per policy (evaluation scorer)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    flat = {name: np.ravel(np.asarray(v, dtype=float)) for name, v in scores.items()}
-    lo, hi = min(v.min() for v in flat.values()), max(v.max() for v in flat.values())
-    bins = np.linspace(lo, hi if hi > lo else lo + 1, 40)
-    for name, values in flat.items():
-        ax.hist(values, bins=bins, alpha=0.45, label=f"{name} (mean {values.mean():+.2f})")
-    ax.set_xlabel("PMI of reply (nats, evaluation scorer)")
-    ax.set_ylabel("replies")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+def provenance_of(scorer: PMIScorer) -> dict[str, Any]:
+    """What ``independence_note`` compares: the scorer's provenance and its encoder."""
+    return {**scorer.metadata, "encoder": scorer.encoder.spec.model}
 
 
 def _describe(meta: dict) -> str:
-    data, model = meta.get("data") or {}, (meta.get("model_args") or {}).get("model", "?")
+    data, model = meta.get("data") or {}, meta.get("encoder", "?")
     seed = (meta.get("training") or {}).get("seed", "?")
     if "dialogues" in data:
         first = data.get("skip_dialogues", 0)
@@ -65,11 +49,12 @@ def _describe(meta: dict) -> str:
 
 
 def independence_note(eval_meta: dict, reward_meta: dict | None) -> str:
-    """Say how the evaluation scorer differs from the reward's (encoder, seed, training data)."""
+    """Say how the evaluation scorer differs from the reward's (encoder, seed, training data), from
+    ``provenance_of`` each."""
     if reward_meta is None:
         return f"Evaluation scorer: {_describe(eval_meta)} (reward scorer not given: independence not checked)."
     differences = []
-    if (eval_meta.get("model_args") or {}).get("model") != (reward_meta.get("model_args") or {}).get("model"):
+    if eval_meta.get("encoder") != reward_meta.get("encoder"):
         differences.append("a different encoder")
     if (eval_meta.get("training") or {}).get("seed") != (reward_meta.get("training") or {}).get("seed"):
         differences.append("a different seed")

@@ -1,4 +1,5 @@
-"""Study reports: metrics over rounds with bootstrap intervals, markdown tables, the paper's rows, plots.
+"""Study reports: metrics over rounds with bootstrap intervals and the paper's rows (tables and plots are
+``pmi_reward.evaluation.report``'s).
 
 A cell reads ``mean ± std`` over rounds, then the 95% bootstrap interval of that mean over evaluation
 rows (rows resampled once for all rounds, so the interval reflects the finite evaluation set).
@@ -7,11 +8,6 @@ rows (rows resampled once for all rounds, so the interval reflects the finite ev
 from __future__ import annotations
 
 import csv
-import os
-import platform
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,8 +16,7 @@ import numpy as np
 from ..metrics import bootstrap_ci, format_mean_std
 from .methods import MethodScores
 
-__all__ = ["provenance", "METHOD_NAMES", "paper_method", "cell", "markdown_table", "read_paper_table", "scatter_plot",
-           "bar_plot", "group_runs", "run_label"]
+__all__ = ["METHOD_NAMES", "paper_method", "cell", "cell_text", "read_paper_table", "group_runs", "run_label"]
 
 # our method names -> the paper's (its tables add _Pair / _Prompt)
 METHOD_NAMES = {"nwj": "PMI", "mine": "MINE", "infonce": "InfoNCE", "kde": "KDE", "meep": "Direct_MEEP",
@@ -74,23 +69,6 @@ def cell_text(c: dict, with_ci: bool = True) -> str:
     return f"{c['text']} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}]"
 
 
-def provenance() -> str:
-    """Command, code version and machine of this run, for the top of a results file."""
-    import torch
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores "
-               f"(torch threads {torch.get_num_threads()}), {gpu}")
-    command = " ".join(["python", *sys.argv])
-    return (f"Command: `{command}`  \nCommit: `{commit}`; machine: {machine}; "
-            f"finished {time.strftime('%Y-%m-%d %H:%M %Z')}.")
-
-
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
@@ -104,47 +82,3 @@ def read_paper_table(path: str | Path) -> list[dict]:
         return []
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def scatter_plot(path: str | Path, x: np.ndarray, y: np.ndarray, title: str, xlabel: str = "true PMI",
-                 ylabel: str = "estimated PMI") -> None:
-    """Estimated against true values with the identity line (one PNG)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(4.2, 4.2))
-    ax.scatter(x, y, s=6, alpha=0.35)
-    finite = np.isfinite(y)
-    lo = float(min(np.min(x), np.min(y[finite]) if finite.any() else 0))
-    hi = float(max(np.max(x), np.max(y[finite]) if finite.any() else 0))
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="identity")
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def bar_plot(path: str | Path, labels: Sequence[str], values: Sequence[float], errors: Sequence[float],
-             title: str, ylabel: str, reference: dict[str, float] | None = None) -> None:
-    """Horizontal bars with error bars, and optional reference lines (e.g. the paper's numbers)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 0.32 * len(labels) + 1.2))
-    ax.barh(range(len(labels)), values, xerr=errors, color="#4c72b0", alpha=0.85)
-    ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    for i, (name, value) in enumerate((reference or {}).items()):
-        ax.axvline(value, color=f"C{i + 1}", ls="--", lw=1, label=name)
-    if reference:
-        ax.legend(fontsize=7, loc="lower right")
-    ax.set(title=title, xlabel=ylabel)
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
