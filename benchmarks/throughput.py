@@ -52,7 +52,7 @@ def bare_batches(encoder: TextEncoder, contexts: list[str], responses: list[str]
     """The token batches the scorer's encoder would run, padded per batch, longest first."""
     tok, n = encoder.tokenizer, encoder.spec.max_length
     if mode == "prompt":
-        texts = [fill(TEMPLATES["en"].pair, context=c, response=r) for c, r in zip(contexts, responses)]
+        texts = [fill(TEMPLATES["en"].pair_template, context=c, response=r) for c, r in zip(contexts, responses)]
         ids = tok(texts, truncation=True, max_length=n)["input_ids"]
     else:
         tok.truncation_side = "left"
@@ -60,7 +60,7 @@ def bare_batches(encoder: TextEncoder, contexts: list[str], responses: list[str]
         tok.truncation_side = "right"
         ids += tok(responses, truncation=True, max_length=n)["input_ids"]
     ids.sort(key=len, reverse=True)
-    bs = encoder.spec.batch_size
+    bs = encoder.spec.encode_batch_size
     return [tok.pad({"input_ids": ids[s:s + bs]}, return_tensors="pt") for s in range(0, len(ids), bs)]
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             seen_c.add(c), seen_r.add(r), rows.append((pairs.contexts[c], pairs.responses[r]))
     contexts, responses = [c for c, _ in rows], [r for _, r in rows]
     encoder = TextEncoder(EncoderSpec(args.model, dtype=args.dtype, max_length=args.max_length,
-                                      batch_size=args.batch_size), cache=None)
+                                      encode_batch_size=args.batch_size), cache=None)
     head = PMIHead(HeadConfig(encoder.dim, args.input_mode))
     scorer = PMIScorer(encoder, TEMPLATES["en"], head)
     batches = bare_batches(encoder, contexts, responses, args.input_mode)

@@ -17,6 +17,7 @@ from test_training import _topic_features
 
 import pmi_reward.training.checkpoint as checkpoint
 from pmi_reward.data.dialogues import Dialogue
+from pmi_reward.data.negatives import NegativeSpec
 from pmi_reward.data.pairs import PairSet
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
@@ -24,7 +25,8 @@ from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.loop import TrainConfig, train_head
 
 TESTS = Path(__file__).resolve().parent
-CONFIG = dict(k_random=2, k_in_dialogue=1, batch_size=16, epochs=5, patience=10, seed=7, lr=3e-3)
+CONFIG = dict(batch_size=16, epochs=5, patience=10, seed=7, lr=3e-3)
+NEGATIVES = NegativeSpec(k_random=2, k_in_dialogue=1, k_context=1)
 HEAD = HeadConfig(dim=8, hidden=(32, 16))
 
 
@@ -59,7 +61,7 @@ def _train(checkpoint_dir=None, kill_at_round=None, **overrides):
 
         ft.prepare = dying_prepare
     config = TrainConfig(**{**CONFIG, **overrides}, checkpoint_dir=checkpoint_dir)
-    return train_head(HEAD, ft, train, fv, val, config, progress=False)
+    return train_head(HEAD, ft, train, fv, val, config, progress=False, negatives=NEGATIVES)
 
 
 def _same(a, b) -> None:

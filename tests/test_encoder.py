@@ -42,7 +42,7 @@ def test_context_truncation_keeps_the_end(tiny_encoder):
 
 def test_pair_prompt_keeps_response_and_template_tail(tiny_encoder):
     enc = tiny_encoder  # max_length 64
-    template = TEMPLATES["en"].pair
+    template = TEMPLATES["en"].pair_template
     response = "a short reply"
     captured = {}
     original = enc._embed

@@ -1,6 +1,7 @@
 import numpy as np
 import torch
 
+from pmi_reward.data.negatives import NegativeSpec
 from pmi_reward.data.pairs import PairSet
 from pmi_reward.scoring.encoder import TextEncoder
 from pmi_reward.scoring.head import HeadConfig
@@ -17,9 +18,9 @@ def test_lora_adapters_train_in_the_one_loop_and_merge(topic_dialogues, tiny_enc
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     assert lora and all("lora_" in n for n in lora)
     ft, fv = (EncoderFeatures(enc, TEMPLATES["en"], p) for p in (train, val))
-    config = TrainConfig(k_random=2, k_in_dialogue=0, k_context=0, batch_size=16, epochs=3, patience=5, lr=3e-3,
-                         encoder_lr=1e-2)
-    result = train_head(HeadConfig(enc.dim), ft, train, fv, val, config, progress=False)
+    config = TrainConfig(batch_size=16, epochs=3, patience=5, lr=3e-3, encoder_lr=1e-2)
+    result = train_head(HeadConfig(enc.dim), ft, train, fv, val, config, progress=False,
+                        negatives=NegativeSpec(2, 0, 0))
     after = dict(model.named_parameters())
     assert any(not torch.equal(after[n], v) for n, v in lora.items() if "lora_B" in n)  # adapters moved
     assert all(torch.equal(after[n].detach(), base[n.replace("base_model.model.", "").replace(".base_layer", "")])

@@ -11,7 +11,7 @@ def pairs(topic_dialogues):
 
 
 def test_negatives_never_equal_gold_and_kinds_are_right(pairs):
-    negs = sample_negatives(pairs, NegativeSpec(k_random=3, k_in_dialogue=2), np.random.default_rng(0))
+    negs = sample_negatives(pairs, NegativeSpec(k_random=3, k_in_dialogue=2, k_context=0), np.random.default_rng(0))
     assert negs.shape == (len(pairs), 5)
     assert not np.any(negs == pairs.resp[:, None])
     texts = np.array(pairs.responses, dtype=object)
@@ -28,7 +28,7 @@ def test_negatives_never_equal_gold_and_kinds_are_right(pairs):
 
 
 def test_negatives_are_seeded_and_resampled(pairs):
-    spec = NegativeSpec(2, 1)
+    spec = NegativeSpec(2, 1, 0)
     a = sample_negatives(pairs, spec, np.random.default_rng(1))
     b = sample_negatives(pairs, spec, np.random.default_rng(1))
     rng = np.random.default_rng(1)
@@ -41,19 +41,21 @@ def test_in_dialogue_falls_back_when_dialogue_has_no_other_turn():
     pairs = PairSet.from_pairs(["a", "b", "c"], ["x", "y", "z"])  # every pair its own dialogue, one-line contexts
     pairs_no_ctx = PairSet.from_pairs(["", "", ""], ["x", "y", "z"])
     for p in (pairs, pairs_no_ctx):
-        negs = sample_negatives(p, NegativeSpec(0, 2), np.random.default_rng(0))
+        negs = sample_negatives(p, NegativeSpec(0, 2, 0), np.random.default_rng(0))
         assert not np.any(negs == p.resp[:, None])
 
 
 def test_impossible_negatives_raise():
     pairs = PairSet.from_pairs(["a", "b"], ["same", "same"])
     with pytest.raises(ValueError, match="same response"):
-        sample_negatives(pairs, NegativeSpec(1, 0), np.random.default_rng(0))
+        sample_negatives(pairs, NegativeSpec(1, 0, 0), np.random.default_rng(0))
 
 
 def test_spec_validation():
     with pytest.raises(ValueError):
-        NegativeSpec(0, 0)
+        NegativeSpec(-1, 2)
+    with pytest.raises(ValueError, match="empty mix"):  # an empty mix is a valid spec (evaluation), not a draw
+        sample_negatives(PairSet.from_pairs(["a", "b"], ["x", "y"]), NegativeSpec(0, 0, 0), np.random.default_rng(0))
 
 
 def test_in_context_negatives_are_lines_of_the_context(pairs):

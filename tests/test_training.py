@@ -32,9 +32,9 @@ def split(topic_dialogues):
 
 def test_training_learns_topic_match_and_keeps_best_state(split):
     train, val = split
-    config = TrainConfig(k_random=4, k_in_dialogue=0, k_context=0, batch_size=32, epochs=15, patience=15, seed=0, lr=3e-3)
+    config = TrainConfig(batch_size=32, epochs=15, patience=15, seed=0, lr=3e-3)
     ft, fv = _topic_features(train, 0), _topic_features(val, 1)
-    result = train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False)
+    result = train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False, negatives=NegativeSpec(4, 0, 0))
     # a quarter of random negatives share the topic (indistinguishable), so the best AUC is 1 - 1/8
     assert 0.8 < result.best_val_auc <= 0.9
     assert max(h["val_auc"] for h in result.history) == result.best_val_auc
@@ -48,9 +48,9 @@ def test_training_learns_topic_match_and_keeps_best_state(split):
 
 def test_training_is_deterministic(split):
     train, val = split
-    config = TrainConfig(k_random=2, k_in_dialogue=1, batch_size=16, epochs=4, patience=10, seed=7, lr=3e-3)
+    config = TrainConfig(batch_size=16, epochs=4, patience=10, seed=7, lr=3e-3)
     runs = [train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
-                       progress=False) for _ in range(2)]
+                       progress=False, negatives=NegativeSpec(2, 1, 1)) for _ in range(2)]
     assert runs[0].history == runs[1].history
     for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values()):
         assert torch.equal(a, b)
@@ -58,17 +58,18 @@ def test_training_is_deterministic(split):
 
 def test_early_stopping_stops(split):
     train, val = split
-    config = TrainConfig(k_random=1, k_in_dialogue=0, k_context=0, epochs=50, patience=2, lr=0.0)  # lr 0: never improves
+    config = TrainConfig(epochs=50, patience=2, lr=0.0)  # lr 0: never improves
     result = train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
-                        progress=False)
+                        progress=False, negatives=NegativeSpec(1, 0, 0))
     assert len(result.history) == 3 and result.best_epoch == 1
 
 
 @pytest.mark.parametrize("mode", ["pair", "prompt"])
 def test_fit_scorer_end_to_end_with_tiny_encoder(split, tiny_encoder, mode):
     train, val = split
-    config = TrainConfig(k_random=2, k_in_dialogue=1, batch_size=32, epochs=3, patience=5)
-    scorer, result = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, input_mode=mode, progress=False)
+    config = TrainConfig(batch_size=32, epochs=3, patience=5)
+    scorer, result = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, HeadConfig(input_mode=mode),
+                                NegativeSpec(2, 1, 1), progress=False)
     assert len(result.history) == 3 and scorer.metadata["best_val_auc"] == result.best_val_auc
     encoded = tiny_encoder.stats.texts
     distinct = len(train.contexts) + len(train.responses) + len(val.contexts) + len(val.responses)
@@ -76,10 +77,23 @@ def test_fit_scorer_end_to_end_with_tiny_encoder(split, tiny_encoder, mode):
         assert encoded <= distinct  # negatives cost no encoding
     else:
         assert encoded > len(train) * 2  # every round's new combinations are encoded
-    auc = evaluate_auc(scorer, val, NegativeSpec(2, 0))
+    auc = evaluate_auc(scorer, val, NegativeSpec(2, 0, 0))
     assert 0.0 <= auc <= 1.0
     s = scorer.score(val.context_texts[:5], val.response_texts[:5])
     assert s.shape == (5,) and np.isfinite(s).all()
+    # the Python API records the context turns in the scorer (not only the CLI): rewards read contexts alike
+    assert scorer.context_turns == train.context_turns == 3
+    assert scorer.metadata["training"]["k_random"] == 2 and scorer.metadata["training"]["batch_size"] == 32
+
+
+def test_scorers_read_contexts_as_their_pairs_were_cut(topic_dialogues, tiny_encoder):
+    train = PairSet.from_dialogues(topic_dialogues[:40], max_context_turns=2)
+    val = PairSet.from_dialogues(topic_dialogues[40:60], max_context_turns=2)
+    scorer, _ = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], TrainConfig(epochs=1), progress=False)
+    assert scorer.context_turns == 2
+    pair_files = PairSet.from_pairs(val.context_texts, val.response_texts)
+    scorer, _ = fit_scorer(pair_files, val, tiny_encoder, TEMPLATES["en"], TrainConfig(epochs=1), progress=False)
+    assert scorer.context_turns is None  # ready-made pairs: unknown, every turn is read
 
 
 class _CountingFeatures(TensorFeatures):
@@ -99,10 +113,10 @@ def test_fixed_negatives_are_the_only_negatives_seen(split):
     rng = np.random.default_rng(0)
     from pmi_reward.data.negatives import sample_negatives
 
-    train_negs = sample_negatives(train, NegativeSpec(2, 0), rng)
-    val_negs = sample_negatives(val, NegativeSpec(3, 0), rng)
+    train_negs = sample_negatives(train, NegativeSpec(2, 0, 0), rng)
+    val_negs = sample_negatives(val, NegativeSpec(3, 0, 0), rng)
     ft = _CountingFeatures(_topic_features(train, 0))
-    config = TrainConfig(k_random=7, k_in_dialogue=0, k_context=0, batch_size=32, epochs=3, patience=5, lr=3e-3)
+    config = TrainConfig(batch_size=32, epochs=3, patience=5, lr=3e-3)
     result = train_head(HeadConfig(dim=8), ft, train, _topic_features(val, 1), val, config, progress=False,
                         train_negatives=train_negs, val_negatives=val_negs)
     allowed = set(zip(train.ctx.tolist(), train.resp.tolist()))

@@ -12,7 +12,7 @@ calibration for a reward that cannot be gamed by copying. A negative never equal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,19 +25,24 @@ _TRIES = 32
 
 @dataclass(frozen=True)
 class NegativeSpec:
-    """How many negatives of each kind per positive."""
+    """How many negatives of each kind per positive: the one place their defaults live.
 
-    k_random: int = 4
-    k_in_dialogue: int = 1
-    k_context: int = 0
+    Commands that need another mix (the paper's study: 3 random only; its test protocol: 5 random) set it in
+    their YAML config. An empty mix (all zero) is valid for evaluation without negatives; sampling needs one.
+    """
+
+    k_random: int = field(default=4, metadata={"help": "negatives per positive: responses of other dialogues"})
+    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive: other turns of its dialogue"})
+    k_context: int = field(default=1, metadata={"help": "negatives per positive: lines of its own context "
+                                                       "(so that parroting is not rewarded)"})
 
     @property
     def k(self) -> int:
         return self.k_random + self.k_in_dialogue + self.k_context
 
     def __post_init__(self) -> None:
-        if min(self.k_random, self.k_in_dialogue, self.k_context) < 0 or self.k < 1:
-            raise ValueError("need non-negative counts and at least one negative")
+        if min(self.k_random, self.k_in_dialogue, self.k_context) < 0:
+            raise ValueError(f"negative counts must be >= 0, got {self}")
 
 
 def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -97,6 +102,8 @@ def _in_context(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> n
 def sample_negatives(pairs: PairSet, spec: NegativeSpec, rng: np.random.Generator,
                      rows: np.ndarray | None = None) -> np.ndarray:
     """(len(rows), k) response-table indices: the random, then in-dialogue, then in-context columns."""
+    if spec.k < 1:
+        raise ValueError(f"cannot sample an empty mix of negatives ({spec}): set at least one count")
     rows = np.arange(len(pairs)) if rows is None else np.asarray(rows)
     cols = [_random(pairs, rows, rng) for _ in range(spec.k_random)]
     cols += [_in_dialogue(pairs, rows, rng) for _ in range(spec.k_in_dialogue)]

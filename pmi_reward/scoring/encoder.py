@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -24,24 +24,36 @@ __all__ = ["EncoderSpec", "TextEncoder", "pool_hidden"]
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncoderSpec:
-    """Which frozen model embeds text, and how."""
+    """Which frozen model embeds text, and how; saved with a scorer."""
 
-    model: str = "minilm"
-    pooling: str | None = None  # "mean" | "last"; None picks by model type
-    normalize: bool = True  # L2-normalize embeddings
-    max_length: int = 256
-    dtype: str = "float32"  # compute dtype: float32 | bfloat16
-    layer: int = -1  # which hidden layer to pool (-1: the last)
-    batch_size: int = 64
+    model: str = field(default="minilm", metadata={"help": "minilm | smollm2-135m-instruct | any HF model id/path"})
+    pooling: str | None = field(default=None, metadata={"help": "mean | last (default: by model type)"})
+    normalize: bool = field(default=True, metadata={"help": "L2-normalize embeddings"})
+    max_length: int = field(default=256, metadata={"help": "encoder token budget per input"})
+    dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16"})
+    layer: int = field(default=-1, metadata={"help": "hidden layer to pool (-1: the last)"})
+    encode_batch_size: int = field(default=64, metadata={"help": "texts per encoder forward"})
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "EncoderSpec":
+    def from_dict(cls, data: dict) -> EncoderSpec:
+        """From ``to_dict`` (a version-1 scorer calls the batch size ``batch_size``); unknown keys are ignored."""
+        data = {("encode_batch_size" if k == "batch_size" else k): v for k, v in data.items()}
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def embeds_like(self, other: EncoderSpec) -> bool:
+        """Whether both give the same embeddings (they may differ in batch size only)."""
+        return replace(self, encode_batch_size=0) == replace(other, encode_batch_size=0)
+
+    def fingerprint(self, pooling: str) -> str:
+        """What identifies the embeddings in the cache: every setting but the batch size (unchanged since v1, so
+        that caches stay valid)."""
+        settings = {k: v for k, v in self.to_dict().items() if k != "encode_batch_size"}
+        return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
 
 
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -77,13 +89,18 @@ class TextEncoder:
         self.model.to(self.device)
         self.cache = cache
         self.stats = _Stats()
-        self._fingerprint = json.dumps({**spec.to_dict(), "pooling": self.pooling, "batch_size": None},
-                                       sort_keys=True)
+        self._fingerprint = spec.fingerprint(self.pooling)
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
 
     @property
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
+
+    def set_batch_size(self, encode_batch_size: int | None) -> None:
+        """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); embeddings do not
+        depend on it, so a saved scorer's batch may be tuned to the machine it serves on."""
+        if encode_batch_size:
+            self.spec = replace(self.spec, encode_batch_size=encode_batch_size)
 
     # -- public API -------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str], template: str = "{text}", keep: str = "start",
@@ -101,8 +118,8 @@ class TextEncoder:
                              max_length=self.spec.max_length)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")
         parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
-        for s in range(0, len(order), self.spec.batch_size):
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in order[s:s + self.spec.batch_size]]},
+        for s in range(0, len(order), self.spec.encode_batch_size):
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in order[s:s + self.spec.encode_batch_size]]},
                                        return_tensors="pt")
             parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}))
         if not parts:
@@ -205,7 +222,7 @@ class TextEncoder:
         ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in enc["input_ids"]]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        bs = self.spec.batch_size
+        bs = self.spec.encode_batch_size
         starts = range(0, len(order), bs)
         desc = progress if isinstance(progress, str) else "encoding"
         for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch",

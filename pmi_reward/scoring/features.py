@@ -22,17 +22,17 @@ __all__ = ["embed_contexts", "embed_responses", "embed_prompts", "PairFeatures",
 
 def embed_contexts(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
                    progress: bool | str = False) -> np.ndarray:
-    return encoder.encode(texts, template.context, keep="end", progress=progress)
+    return encoder.encode(texts, template.context_template, keep="end", progress=progress)
 
 
 def embed_responses(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
                     progress: bool | str = False) -> np.ndarray:
-    return encoder.encode(texts, template.response, keep="start", progress=progress)
+    return encoder.encode(texts, template.response_template, keep="start", progress=progress)
 
 
 def embed_prompts(encoder: TextEncoder, template: PromptTemplate, contexts: Sequence[str],
                   responses: Sequence[str], progress: bool | str = False) -> np.ndarray:
-    return encoder.encode_pairs(contexts, responses, template.pair, progress=progress)
+    return encoder.encode_pairs(contexts, responses, template.pair_template, progress=progress)
 
 
 class TensorFeatures:

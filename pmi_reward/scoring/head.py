@@ -7,8 +7,7 @@ paper's plain concatenation [u, v]).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from torch import nn
@@ -23,31 +22,39 @@ def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     return cap * torch.tanh(x / cap)
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeadConfig:
-    """Shape of the head; saved with a scorer."""
+    """Shape of the head; saved with a scorer. ``dim`` (the embedding width) comes from the encoder when a
+    scorer is trained (``with_dim``)."""
 
-    dim: int
-    input_mode: str = "pair"
-    hidden: Sequence[int] = (256, 128)
-    cap: float = 20.0
-    pair_product: bool = True
+    dim: int | None = field(default=None, metadata={"help": "embedding width (default: the encoder's)"})
+    input_mode: str = field(default="pair", metadata={"help": "pair: [u, v, u*v] of separate embeddings; "
+                                                               "prompt: one pair-prompt embedding (the paper's)"})
+    hidden: list[int] = field(default_factory=lambda: [256, 128], metadata={"help": "head hidden widths"})
+    cap: float = field(default=20.0, metadata={"help": "softcap bound of the score"})
+    pair_product: bool = field(default=True, metadata={"help": "add u*v to the pair features"})
 
     def __post_init__(self) -> None:
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES}, got {self.input_mode!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
-        self.hidden = tuple(int(h) for h in self.hidden)
+        object.__setattr__(self, "hidden", [int(h) for h in self.hidden])
+
+    def with_dim(self, dim: int) -> HeadConfig:
+        """This shape for ``dim``-wide embeddings."""
+        return replace(self, dim=dim)
 
     @property
     def in_features(self) -> int:
+        if self.dim is None:
+            raise ValueError("HeadConfig.dim is unset: take it from the encoder with with_dim(encoder.dim)")
         if self.input_mode == "prompt":
             return self.dim
         return self.dim * (3 if self.pair_product else 2)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "hidden": list(self.hidden)}
+        return asdict(self)
 
 
 def head_input(config: HeadConfig, u: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,16 +1,17 @@
-"""Prompt templates that turn a (context, response) pair, or each side alone, into encoder input.
+"""Encoder input templates: how a (context, response) pair, or each side alone, is written before it is embedded.
 
-``pair`` is the paper's single pair prompt (used by the ``prompt`` input mode). ``context`` and
-``response`` wrap each side when they are embedded separately (the ``pair`` input mode); by default they
-pass the text through unchanged.
+Not chat templates (those are ``pmi_reward.data.conversation``'s business) and not the prompts a policy answers
+(``pmi_reward.policy.prompts``). ``pair_template`` is the paper's single pair prompt (used by the ``prompt``
+input mode); ``context_template`` and ``response_template`` wrap each side when they are embedded separately
+(the ``pair`` input mode) and by default pass the text through unchanged.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-__all__ = ["PromptTemplate", "TEMPLATES", "get_template", "fill"]
+__all__ = ["PromptTemplate", "BUILTIN_PAIR_TEMPLATES", "TEMPLATES", "get_template", "fill"]
 
 _EN = (
     "You are an assistant skilled at evaluating the relevance of a response to a given context.\n"
@@ -22,6 +23,7 @@ _ZH = (
     "任务：评估以下回复与上下文的相关性。\n"
     "上下文：{context}\n回复：{response}\n结果："
 )
+BUILTIN_PAIR_TEMPLATES = {"en": _EN, "zh": _ZH, "plain": "{context}\n{response}"}
 _FIELD = re.compile(r"\{(context|response)\}")
 
 
@@ -32,43 +34,49 @@ def fill(template: str, **values: str) -> str:
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """How pairs and single sides are written before encoding."""
+    """How pairs and single sides are written before encoding; saved with a scorer (the full texts, so that a
+    saved scorer never changes with the built-ins)."""
 
-    name: str = "en"
-    pair: str = _EN
-    context: str = "{context}"
-    response: str = "{response}"
+    pair_template: str = field(default="en", metadata={
+        "help": "the pair prompt: en | zh | plain, or custom text with {context} and {response}"})
+    context_template: str = field(default="{context}", metadata={"help": "wrapper for contexts (pair input mode)"})
+    response_template: str = field(default="{response}", metadata={"help": "wrapper for responses (pair input mode)"})
 
     def __post_init__(self) -> None:
-        for field, text, needed in (
-            ("pair", self.pair, ("{context}", "{response}")),
-            ("context", self.context, ("{context}",)),
-            ("response", self.response, ("{response}",)),
+        pair = BUILTIN_PAIR_TEMPLATES.get(self.pair_template, self.pair_template)
+        if pair == self.pair_template and "{context}" not in pair and "{response}" not in pair:
+            raise ValueError(f"unknown template {self.pair_template!r}; built-ins: {sorted(BUILTIN_PAIR_TEMPLATES)}, "
+                             "or pass text with {context} and {response}")
+        object.__setattr__(self, "pair_template", pair)
+        for name, text, needed in (
+            ("pair_template", self.pair_template, ("{context}", "{response}")),
+            ("context_template", self.context_template, ("{context}",)),
+            ("response_template", self.response_template, ("{response}",)),
         ):
             missing = [n for n in needed if n not in text]
             if missing:
-                raise ValueError(f"template {self.name!r}: field {field!r} lacks placeholder(s) {missing}")
+                raise ValueError(f"template {self.name!r}: {name} lacks placeholder(s) {missing}")
+
+    @property
+    def name(self) -> str:
+        """The built-in pair prompt's name, or ``custom``."""
+        return next((n for n, text in BUILTIN_PAIR_TEMPLATES.items() if text == self.pair_template), "custom")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PromptTemplate":
+    def from_dict(cls, data: dict) -> PromptTemplate:
+        """From ``to_dict`` (or a version-1 scorer's ``{"name", "pair", "context", "response"}``)."""
+        if "pair" in data:
+            data = {"pair_template": data["pair"], "context_template": data.get("context", "{context}"),
+                    "response_template": data.get("response", "{response}")}
         return cls(**data)
 
 
-TEMPLATES: dict[str, PromptTemplate] = {
-    "en": PromptTemplate("en", _EN),
-    "zh": PromptTemplate("zh", _ZH),
-    "plain": PromptTemplate("plain", "{context}\n{response}"),
-}
+TEMPLATES: dict[str, PromptTemplate] = {name: PromptTemplate(name) for name in BUILTIN_PAIR_TEMPLATES}
 
 
 def get_template(name_or_text: str) -> PromptTemplate:
     """A built-in template by name, or a custom pair template given as text with both placeholders."""
-    if name_or_text in TEMPLATES:
-        return TEMPLATES[name_or_text]
-    if "{context}" in name_or_text or "{response}" in name_or_text:
-        return PromptTemplate("custom", name_or_text)
-    raise ValueError(f"unknown template {name_or_text!r}; built-ins: {sorted(TEMPLATES)}, or pass text with "
-                     "{context} and {response}")
+    return PromptTemplate(name_or_text)

@@ -1,8 +1,8 @@
-"""From pairs to a trained ``PMIScorer``: embed once, train the head, package the result with its provenance."""
+"""From pairs to a trained ``PMIScorer`` (embed once, train the head, package it with its provenance), and scoring
+a trained one against seeded negatives (its test ROC-AUC)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -26,29 +26,29 @@ def fit_scorer(
     encoder: TextEncoder,
     template: PromptTemplate,
     config: TrainConfig | None = None,
-    input_mode: str = "pair",
-    hidden: Sequence[int] = (256, 128),
-    cap: float = 20.0,
-    pair_product: bool = True,
+    head: HeadConfig | None = None,
+    negatives: NegativeSpec | None = None,
     metadata: dict | None = None,
     progress: bool = True,
     train_negatives: np.ndarray | None = None,
     val_negatives: np.ndarray | None = None,
 ) -> tuple[PMIScorer, TrainResult]:
-    """Train a head on ``train`` (model selection on ``val``) and wrap it with the encoder as a scorer.
+    """Train a head of shape ``head`` on ``train`` (model selection on ``val``) and wrap it with the encoder.
 
-    Fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per pair) replace the
-    per-round draws; see ``train_head``.
+    The scorer reads contexts as the training pairs were cut (``train.context_turns``). ``negatives`` is the
+    mix drawn every round; fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per
+    pair) replace the draws; see ``train_head``. ``metadata`` is provenance, saved beside the scorer.
     """
     config = config or TrainConfig()
-    head_config = HeadConfig(encoder.dim, input_mode, tuple(hidden), cap, pair_product)
-    train_features = PairFeatures(encoder, template, train, input_mode, progress)
-    val_features = PairFeatures(encoder, template, val, input_mode, progress)
+    negatives = negatives or NegativeSpec()
+    head_config = (head or HeadConfig()).with_dim(encoder.dim)
+    train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress)
+    val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress)
     result = train_head(head_config, train_features, train, val_features, val, config, progress,
-                        train_negatives, val_negatives)
-    meta = {**(metadata or {}), "training": asdict(config), **result.summary(),
+                        train_negatives, val_negatives, negatives=negatives)
+    meta = {**(metadata or {}), "training": {**asdict(config), **asdict(negatives)}, **result.summary(),
             "train_pairs": len(train), "val_pairs": len(val)}
-    return PMIScorer(encoder, template, result.head, meta), result
+    return PMIScorer(encoder, template, result.head, meta, context_turns=train.context_turns), result
 
 
 def score_with_negatives(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec | None, seed: int = 0,

@@ -5,7 +5,7 @@ batches of ``batch_size`` with their K negatives (studies that compare methods p
 instead, so that every method sees the very same pairs). After each round the head scores a fixed
 validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
 kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
-with trainable parameters (``pmi_reward.finetune.EncoderFeatures``: LoRA adapters) are trained along
+with trainable parameters (``pmi_reward.training.lora.EncoderFeatures``: LoRA adapters) are trained along
 with the head, at ``encoder_lr``. Seeded and deterministic on CPU.
 """
 
@@ -15,8 +15,11 @@ import copy
 import hashlib
 import json
 import math
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,26 +37,19 @@ __all__ = ["TrainConfig", "TrainResult", "train_head", "default_lr", "score_inde
 
 @dataclass
 class TrainConfig:
-    """Optimisation and sampling settings of the head."""
+    """Optimisation settings of the head (the negatives' mix is a ``NegativeSpec`` of its own)."""
 
     objective: str = field(default="nwj", metadata={"help": "nwj (PMIScore), mine, infonce, js, chi2, hellinger, tv"})
-    k_random: int = field(default=4, metadata={"help": "negatives per positive: responses of other dialogues"})
-    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive: other turns of its dialogue"})
-    k_context: int = field(default=1, metadata={"help": "negatives per positive: lines of its own context "
-                                                       "(so that parroting is not rewarded)"})
     batch_size: int = field(default=256, metadata={"help": "positives per step (each with its K negatives)"})
     lr: float | None = field(default=None, metadata={"help": "AdamW learning rate (default: 1e-3 * 1024 / dim)"})
-    weight_decay: float = 0.01
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     epochs: int = field(default=40, metadata={"help": "rounds, each with freshly drawn negatives"})
     patience: int = field(default=6, metadata={"help": "stop after this many rounds without a better val AUC"})
-    seed: int = 0
+    seed: int = field(default=0, metadata={"help": "seeds the head's initialisation and the negatives' draws"})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "save state after every round there; resume from it when present"})
     encoder_lr: float = field(default=1e-4, metadata={
         "help": "learning rate of trainable features (e.g. LoRA adapters on the encoder)"})
-
-    def negatives(self) -> NegativeSpec:
-        return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
 
 
 @dataclass
@@ -90,11 +86,12 @@ def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
 
-def _fingerprint(head_config: HeadConfig, config: TrainConfig, train: PairSet, val: PairSet,
-                 *fixed: np.ndarray | None) -> str:
+def _fingerprint(head_config: HeadConfig, config: TrainConfig, negatives: NegativeSpec, train: PairSet,
+                 val: PairSet, *fixed: np.ndarray | None) -> str:
     """Identifies a run's data and every setting that changes its rounds, so that a checkpoint is only resumed
     by the run that wrote it (or by one that only stops later: ``epochs`` and ``patience`` may change)."""
-    settings = {k: v for k, v in asdict(config).items() if k not in ("checkpoint_dir", "epochs", "patience")}
+    everything = {**asdict(config), **asdict(negatives)}
+    settings = {k: v for k, v in everything.items() if k not in ("checkpoint_dir", "epochs", "patience")}
     h = hashlib.sha1(json.dumps([head_config.to_dict(), settings], sort_keys=True, default=str).encode())
     for pairs in (train, val):
         for array in (pairs.ctx, pairs.resp):
@@ -115,89 +112,112 @@ def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.n
     return negs
 
 
-def train_head(head_config: HeadConfig, train_features, train_pairs: PairSet, val_features, val_pairs: PairSet,
-               config: TrainConfig, progress: bool = True, train_negatives: np.ndarray | None = None,
-               val_negatives: np.ndarray | None = None) -> TrainResult:
+class _Run:
+    """The state of one ``train_head`` run: the head, trainable features, the optimizer, the best state so far."""
+
+    def __init__(self, head_config: HeadConfig, train_features: Any, config: TrainConfig) -> None:
+        self.head = PMIHead(head_config)
+        lr = config.lr if config.lr is not None else default_lr(head_config.dim or 1)
+        self.encoder = getattr(train_features, "module", None)
+        self.tuned = [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] \
+            if self.encoder is not None else []
+        groups: list[dict] = [{"params": list(self.head.parameters())}]
+        if self.tuned:
+            groups.append({"params": [p for _, p in self.tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
+        self.optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
+        self.best: tuple[float, int, tuple[dict, dict]] = (-math.inf, 0, self.snapshot())
+        self.history: list[dict] = []
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return copy.deepcopy(self.head.state_dict()), {n: p.detach().clone() for n, p in self.tuned}
+
+    def set_training(self, on: bool) -> None:
+        self.head.train(on)
+        if self.encoder is not None:
+            self.encoder.train(on)
+
+    def resume(self, directory: str, fingerprint: str, rng: np.random.Generator, patience: int) -> int | None:
+        """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
+        a large number: the interrupted run had already stopped early)."""
+        if self.tuned:
+            raise ValueError("checkpoint_dir resumes head-only training; it cannot restore trainable encoder features")
+        resumed = load_round(directory, fingerprint, self.head, self.optim, rng)
+        if resumed is None:
+            return None
+        (auc, epoch, state), self.history = resumed.best, resumed.history
+        self.best = (auc, epoch, (state, {}))
+        return sys.maxsize if resumed.epoch - epoch >= patience else resumed.epoch + 1
+
+    def epoch(self, objective: Callable, features: Any, pairs: PairSet, negs: np.ndarray, batch_size: int,
+              rng: np.random.Generator) -> float:
+        """One pass over the positives in shuffled batches, each with its K negatives; the mean loss."""
+        k = negs.shape[1]
+        features.prepare(np.r_[pairs.ctx, np.repeat(pairs.ctx, k)], np.r_[pairs.resp, negs.ravel()])
+        order = rng.permutation(len(pairs))
+        losses = []
+        self.set_training(True)
+        for s in range(0, len(order), batch_size):
+            b = order[s:s + batch_size]
+            c = pairs.ctx[b]
+            # one features call per batch: a trainable encoder embeds each distinct text of it once
+            scores = self.head(*features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()]))
+            loss = objective(scores[:len(b)], scores[len(b):].view(len(b), k))
+            self.optim.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optim.step()
+            losses.append(loss.item())
+        self.set_training(False)
+        return float(np.mean(losses))
+
+    def restore_best(self) -> None:
+        self.head.load_state_dict(self.best[2][0])
+        with torch.no_grad():
+            for name, p in self.tuned:
+                p.copy_(self.best[2][1][name])
+        self.set_training(False)
+
+
+def train_head(head_config: HeadConfig, train_features: Any, train_pairs: PairSet, val_features: Any,
+               val_pairs: PairSet, config: TrainConfig, progress: bool = True,
+               train_negatives: np.ndarray | None = None, val_negatives: np.ndarray | None = None,
+               negatives: NegativeSpec | None = None) -> TrainResult:
     """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
 
-    ``train_negatives`` (n_train, K) response indices fix the training negatives for every round
-    instead of drawing fresh ones (the paper's protocol; lets several methods share one draw);
-    ``val_negatives`` likewise fixes the validation negatives. The config's counts are then unused.
+    Each round draws ``negatives`` (default ``NegativeSpec()``) for every training positive. Fixed
+    ``train_negatives`` (n_train, K) response indices replace those draws in every round (the paper's
+    protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
     train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
     val_negatives = _check_negatives(val_negatives, val_pairs, "val_negatives")
+    negatives = negatives or NegativeSpec()
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
-    spec = config.negatives() if train_negatives is None or val_negatives is None else None
-    head = PMIHead(head_config)
-    lr = config.lr if config.lr is not None else default_lr(head_config.dim)
-    encoder = getattr(train_features, "module", None)
-    tuned = [(n, p) for n, p in encoder.named_parameters() if p.requires_grad] if encoder is not None else []
-    groups = [{"params": list(head.parameters())}]
-    if tuned:
-        groups.append({"params": [p for _, p in tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
-    optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
-
-    def snapshot() -> tuple[dict, dict]:
-        return copy.deepcopy(head.state_dict()), {n: p.detach().clone() for n, p in tuned}
-
-    def set_training(on: bool) -> None:
-        head.train(on)
-        if encoder is not None:
-            encoder.train(on)
-
+    run = _Run(head_config, train_features, config)
     val_negs = val_negatives if val_negatives is not None else \
-        sample_negatives(val_pairs, spec, np.random.default_rng(config.seed + 1))
-    best = (-math.inf, 0, snapshot())
-    history: list[dict] = []
-    first = 1
+        sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
+    first, fingerprint = 1, ""
     if config.checkpoint_dir:
-        if tuned:
-            raise ValueError("checkpoint_dir resumes head-only training; it cannot restore trainable encoder features")
-        fingerprint = _fingerprint(head_config, config, train_pairs, val_pairs, train_negatives, val_negatives)
-        resumed = load_round(config.checkpoint_dir, fingerprint, head, optim, rng)
-        if resumed is not None:
-            (auc, epoch, state), history, first = resumed.best, resumed.history, resumed.epoch + 1
-            best = (auc, epoch, (state, {}))
-            if resumed.epoch - best[1] >= config.patience:
-                first = config.epochs + 1  # the interrupted run had already stopped early
+        fingerprint = _fingerprint(head_config, config, negatives, train_pairs, val_pairs, train_negatives,
+                                   val_negatives)
+        first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
     bar = tqdm(range(first, config.epochs + 1), desc=f"train {config.objective}", disable=not progress,
-               unit="round", initial=first - 1, total=config.epochs)
+               unit="round", initial=min(first, config.epochs + 1) - 1, total=config.epochs)
     for epoch in bar:
-        negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, spec, rng)
-        k = negs.shape[1]
-        train_features.prepare(np.r_[train_pairs.ctx, np.repeat(train_pairs.ctx, k)],
-                               np.r_[train_pairs.resp, negs.ravel()])
-        order = rng.permutation(len(train_pairs))
-        losses = []
-        set_training(True)
-        for s in range(0, len(order), config.batch_size):
-            b = order[s:s + config.batch_size]
-            c = train_pairs.ctx[b]
-            # one features call per batch: a trainable encoder embeds each distinct text of it once
-            scores = head(*train_features(np.r_[c, np.repeat(c, k)], np.r_[train_pairs.resp[b], negs[b].ravel()]))
-            loss = objective(scores[:len(b)], scores[len(b):].view(len(b), k))
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            losses.append(loss.item())
-        set_training(False)
-        auc = _val_auc(head, val_features, val_pairs, val_negs)
-        history.append({"epoch": epoch, "loss": float(np.mean(losses)), "val_auc": auc})
-        if auc > best[0]:
-            best = (auc, epoch, snapshot())
-        bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", val_auc=f"{auc:.4f}", best=f"{best[0]:.4f}")
+        negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
+        loss = run.epoch(objective, train_features, train_pairs, negs, config.batch_size, rng)
+        auc = _val_auc(run.head, val_features, val_pairs, val_negs)
+        run.history.append({"epoch": epoch, "loss": loss, "val_auc": auc})
+        if auc > run.best[0]:
+            run.best = (auc, epoch, run.snapshot())
+        bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", best=f"{run.best[0]:.4f}")
         if config.checkpoint_dir:
-            save_round(config.checkpoint_dir, fingerprint, epoch, head, optim, (best[0], best[1], best[2][0]), history, rng)
-        if epoch - best[1] >= config.patience:
+            best = (run.best[0], run.best[1], run.best[2][0])
+            save_round(config.checkpoint_dir, fingerprint, epoch, run.head, run.optim, best, run.history, rng)
+        if epoch - run.best[1] >= config.patience:
             break
-    head.load_state_dict(best[2][0])
-    with torch.no_grad():
-        for name, p in tuned:
-            p.copy_(best[2][1][name])
-    set_training(False)
-    return TrainResult(head, best[1], best[0], history, time.perf_counter() - start)
+    run.restore_best()
+    return TrainResult(run.head, run.best[1], run.best[0], run.history, time.perf_counter() - start)

@@ -70,8 +70,8 @@ class EncoderFeatures:
         ctx, resp = np.asarray(ctx), np.asarray(resp)
         uc, ic = np.unique(ctx, return_inverse=True)
         ur, ir = np.unique(resp, return_inverse=True)
-        u = self._embed([self.pairs.contexts[i] for i in uc], self.template.context, "end")
-        v = self._embed([self.pairs.responses[i] for i in ur], self.template.response, "start")
+        u = self._embed([self.pairs.contexts[i] for i in uc], self.template.context_template, "end")
+        v = self._embed([self.pairs.responses[i] for i in ur], self.template.response_template, "start")
         return u[torch.as_tensor(ic.reshape(ctx.shape))], v[torch.as_tensor(ir.reshape(resp.shape))]
 
 

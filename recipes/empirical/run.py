@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from trl import TrlParser
 
+from pmi_reward.configs import parse_args
 from pmi_reward.data.negatives import NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import PairSet, load_pairs
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import pearson, roc_auc, spearman
-from pmi_reward.evaluation.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
-from pmi_reward.evaluation.study.report import (
-    bar_plot,
-    cell,
-    cell_text,
-    group_runs,
-    markdown_table,
-    paper_method,
-    provenance,
-    read_paper_table,
-)
+from pmi_reward.evaluation.report import bar_plot, markdown_table, provenance
+from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
 
 TARGETS = {"annot_relevant_mean": "relevant", "annot_engaging_mean": "engaging", "annot_overall_mean": "overall"}
@@ -42,12 +34,12 @@ PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 
 @dataclass
 class EmpiricalData:
-    """Where the study data is, which language, and the fixed test negatives."""
+    """Where the study data is, which language, and the fixed test negatives (their counts: the YAML's)."""
 
+    test_k_random: int = field(metadata={"help": "random test negatives per positive (paper's AUC)"})
+    test_k_in_dialogue: int = field(metadata={"help": "in-dialogue test negatives per positive"})
     data_dir: str = field(default="../shared/data/pmiscore", metadata={"help": "the shared PMIScore data"})
     lang: str = field(default="en", metadata={"help": "en | zh"})
-    test_k_random: int = field(default=5, metadata={"help": "random test negatives per positive (paper's AUC)"})
-    test_k_in_dialogue: int = field(default=1, metadata={"help": "in-dialogue test negatives per positive"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "use the first N training pairs"})
     max_val_pairs: int | None = None
     max_test_pairs: int | None = None
@@ -126,8 +118,8 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((EmpiricalData, StudyArguments), prog="recipes/empirical/run.py")
-    data, study = parser.parse_args_and_config(argv)
+    data, study, *concepts = parse_args((EmpiricalData, *ARGUMENTS), argv, prog="recipes/empirical/run.py")
+    setup = StudySetup(*concepts)
     root = Path(data.data_dir) / "datasets" / "empirical" / data.lang
     out = Path(study.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -138,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         val = _pairs(root / "val.csv", data.max_val_pairs)
         test = _pairs(root / "test.csv", data.max_test_pairs)
         test_spec = NegativeSpec(data.test_k_random, data.test_k_in_dialogue, 0)
-        evals = [EvalSet("test", test, sample_negatives(test, test_spec, np.random.default_rng(10_000 + study.seed))),
+        test_rng = np.random.default_rng(10_000 + setup.training.seed)
+        evals = [EvalSet("test", test, sample_negatives(test, test_spec, test_rng)),
                  EvalSet("human", human)]
         limit = {"test": data.meep_test_pairs, "human": data.meep_human_rows or len(human)}
-        runs = run_study(study, TEMPLATES[data.lang], train, val, evals, limit)
+        runs = run_study(study, setup, TEMPLATES[data.lang], train, val, evals, limit)
         save_scores(out / "scores.npz", runs)
-        (out / "args.json").write_text(json.dumps({"argv": sys.argv, "data": vars(data), "study": vars(study)},
-                                                  indent=1, default=str))
+        (out / "args.json").write_text(json.dumps({"argv": sys.argv, "data": asdict(data), "study": asdict(study),
+                                                   "setup": asdict(setup)}, indent=1, default=str))
     runs = [r for d in [out, *map(Path, data.merge)] for r in load_scores(d / "scores.npz")]
     rows = metrics(runs, data, human, targets, study.n_boot)
     (out / "results.json").write_text(json.dumps(rows, indent=1, default=float))

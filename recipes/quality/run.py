@@ -1,7 +1,7 @@
 """Quality push, on train/val only: PMIScore variants compared by validation ROC-AUC, one line per try.
 
 Each variant changes one thing against ``base`` (MiniLM, pair input [u, v, u*v], NWJ, per-seed fixed
-negatives with the study's mix) and is trained with the one training loop for ``seeds`` seeds.
+negatives with the config's mix, the study's: 3 random) and is trained with the one training loop for ``seeds`` seeds.
 Validation positives are scored against fixed random negatives (the paper's AUC) and in-dialogue
 negatives; the average of the seeds' scores (head averaging) is reported too. Test and human sets are
 never read here: winners are then run once through ``recipes/empirical``.
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from trl import TrlParser
 
+from pmi_reward.configs import parse_args
 from pmi_reward.data.negatives import NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import PairSet, load_pairs
 from pmi_reward.evaluation.baselines.kde import KDEConfig
 from pmi_reward.evaluation.metrics import format_mean_std, roc_auc
+from pmi_reward.evaluation.report import markdown_table, provenance
 from pmi_reward.evaluation.study import EvalSet, FeatureBank, fit_method
-from pmi_reward.evaluation.study.report import markdown_table, provenance
 from pmi_reward.scoring.cache import EmbeddingCache
 from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.head import HeadConfig
@@ -64,13 +64,13 @@ VARIANTS: dict[str, dict] = {
 
 @dataclass
 class Try:
-    """The knobs a variant may turn; the defaults are the study's setting (random negatives only, K=3)."""
+    """The knobs a variant may turn; unset negative counts are the config's mix (the study's: 3 random only)."""
 
     input_mode: str = "pair"
     pair_product: bool = True
     hidden: tuple = (256, 128)
-    k_random: int = 3
-    k_in_dialogue: int = 0
+    k_random: int | None = None
+    k_in_dialogue: int | None = None
     resample: bool = False
     layer: int = -1
     normalize: bool = True
@@ -83,6 +83,10 @@ class Try:
 
 @dataclass
 class QualityArguments:
+    """The data, the encoder, which variants, and the fixed validation negatives (their counts: the YAML's)."""
+
+    val_k_random: int = field(metadata={"help": "random validation negatives per positive (the paper's AUC)"})
+    val_k_in_dialogue: int = field(metadata={"help": "in-dialogue validation negatives per positive"})
     data_dir: str = field(default="../shared/data/pmiscore")
     lang: str = "en"
     model: str = "minilm"
@@ -104,13 +108,15 @@ def _last_turns(pairs: PairSet, n: int) -> PairSet:
     return cut
 
 
-def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train, val, val_negs) -> dict:
+def run_variant(name: str, args: QualityArguments, base: NegativeSpec, cache: EmbeddingCache, train, val,
+                val_negs) -> dict:
     t = replace(Try(), **VARIANTS[name])
     if t.context_turns:
         train, val = _last_turns(train, t.context_turns), _last_turns(val, t.context_turns)
     spec = EncoderSpec(args.model, normalize=t.normalize, layer=t.layer, dtype=args.dtype)
     bank = FeatureBank(TextEncoder(spec, cache=cache), TEMPLATES[args.lang], progress=args.progress)
-    mix = NegativeSpec(t.k_random, t.k_in_dialogue, 0)
+    changes = {k: v for k, v in (("k_random", t.k_random), ("k_in_dialogue", t.k_in_dialogue)) if v is not None}
+    mix = replace(base, **changes)
     head = HeadConfig(bank.encoder.dim, t.input_mode, t.hidden, pair_product=t.pair_product)
     val_set = EvalSet("val", val, val_negs)
     fv = bank(val_set, t.input_mode)
@@ -118,8 +124,7 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
     for seed in range(1 if t.kde else args.seeds):
         rng = np.random.default_rng(seed)
         train_negs = None if t.resample else sample_negatives(train, mix, rng)
-        config = TrainConfig(k_random=mix.k_random, k_in_dialogue=mix.k_in_dialogue, k_context=0, epochs=args.epochs,
-                             patience=args.patience, weight_decay=t.weight_decay, seed=seed,
+        config = TrainConfig(epochs=args.epochs, patience=args.patience, weight_decay=t.weight_decay, seed=seed,
                              lr=1e-3 * 1024 / bank.encoder.dim * t.lr_scale)
         fit_val = EvalSet("val", val, sample_negatives(val, mix, np.random.default_rng(1000 + seed)))
         if t.kde:
@@ -129,15 +134,16 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
             continue
         ft = bank(EvalSet("train", train), t.input_mode)
         if t.lora:  # a fresh encoder with adapters per seed; features embed with gradients, no cache
-            tuned = TextEncoder(replace(spec, batch_size=args.lora_batch_size), cache=None)
+            tuned = TextEncoder(replace(spec, encode_batch_size=args.lora_batch_size), cache=None)
             add_lora(tuned, LoraSpec())
             ft, fv = EncoderFeatures(tuned, bank.template, train), EncoderFeatures(tuned, bank.template, val)
             config = replace(config, epochs=args.lora_epochs, patience=args.lora_epochs,
                              batch_size=args.lora_batch_size)
-        result = train_head(head, ft, train, fv, val, config, False, train_negs, fit_val.negatives)
+        result = train_head(head, ft, train, fv, val, config, False, train_negs, fit_val.negatives, negatives=mix)
         seeds.append((score_index_pairs(result.head, fv, val.ctx, val.resp),
                        score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs), result.best_epoch))
-    aucs = {"random": lambda p, n: roc_auc(p, n[:, :5]), "in_dialogue": lambda p, n: roc_auc(p, n[:, 5:])}
+    k = args.val_k_random
+    aucs = {"random": lambda p, n: roc_auc(p, n[:, :k]), "in_dialogue": lambda p, n: roc_auc(p, n[:, k:])}
     row = {"variant": name, "changes": VARIANTS[name], "seconds": round(time.perf_counter() - start),
            "best_epochs": [s[2] for s in seeds]}
     for key, fn in aucs.items():
@@ -147,20 +153,21 @@ def run_variant(name: str, args: QualityArguments, cache: EmbeddingCache, train,
 
 
 def main(argv: list[str] | None = None) -> int:
-    (args,) = TrlParser((QualityArguments,), prog="recipes/quality/run.py").parse_args_and_config(argv)
+    args, base = parse_args((QualityArguments, NegativeSpec), argv, prog="recipes/quality/run.py")
     root = Path(args.data_dir) / "datasets" / "empirical" / args.lang
     train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
     if args.max_train_pairs:
         keep = list(range(min(args.max_train_pairs, len(train))))
         train = PairSet.from_pairs([train.context_texts[i] for i in keep], [train.response_texts[i] for i in keep],
                                    [str(train.group[i]) for i in keep])
-    val_negs = sample_negatives(val, NegativeSpec(5, 1, 0), np.random.default_rng(20_000))
+    val_spec = NegativeSpec(args.val_k_random, args.val_k_in_dialogue, 0)
+    val_negs = sample_negatives(val, val_spec, np.random.default_rng(20_000))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     cache = EmbeddingCache(cache_root() / "embeddings")
     rows = []
     for name in args.variants:
-        rows.append(run_variant(name, args, cache, train, val, val_negs))
+        rows.append(run_variant(name, args, base, cache, train, val, val_negs))
         with (out / "tries.jsonl").open("a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
         print(json.dumps(rows[-1]), flush=True)

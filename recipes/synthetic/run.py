@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from trl import TrlParser
 
+from pmi_reward.configs import parse_args
 from pmi_reward.data.negatives import NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import load_pairs
 from pmi_reward.data.synthetic import KINDS, light_paraphrase, true_pmi, write_splits
 from pmi_reward.evaluation.metrics import mse, pearson, roc_auc, spearman
-from pmi_reward.evaluation.study import EvalSet, StudyArguments, load_scores, run_study, save_scores
-from pmi_reward.evaluation.study.report import (
-    cell,
-    cell_text,
-    group_runs,
-    markdown_table,
-    paper_method,
-    provenance,
-    read_paper_table,
-    scatter_plot,
-)
+from pmi_reward.evaluation.report import markdown_table, provenance, scatter_plot
+from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
 
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
@@ -42,14 +34,14 @@ PROBS = ["p_xy", "p_x", "p_y"]
 
 @dataclass
 class SyntheticData:
-    """Which synthetic sets, which text columns, and the fixed test negatives."""
+    """Which synthetic sets, which text columns, and the fixed test negatives (their count: the YAML's)."""
 
+    test_k_random: int = field(metadata={"help": "random test negatives per positive, fixed for all rounds"})
     data_dir: str = field(default="../shared/data/pmiscore", metadata={"help": "the shared PMIScore data"})
     datasets: list[str] = field(default_factory=lambda: list(KINDS))
     source: str = field(default="shared", metadata={"help": "shared: the paper's files; generated: our generator"})
     generated_pairs: int = field(default=5000, metadata={"help": "pairs per generated dataset (60/20/20 split)"})
     text: str = field(default="paraphrased", metadata={"help": "paraphrased | prototype text columns"})
-    test_k_random: int = 5
     meep_test_pairs: int = 100
     report_only: bool = False
     merge: list[str] = field(default_factory=list, metadata={"help": "other output dirs whose scores join the report"})
@@ -81,8 +73,8 @@ def metrics(runs, truth: np.ndarray, n_boot: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((SyntheticData, StudyArguments), prog="recipes/synthetic/run.py")
-    data, study = parser.parse_args_and_config(argv)
+    data, study, *concepts = parse_args((SyntheticData, *ARGUMENTS), argv, prog="recipes/synthetic/run.py")
+    setup = StudySetup(*concepts)
     base_out = Path(study.output_dir)
     paper = read_paper_table(Path(data.data_dir) / "paper_tables" / "table_synthetic.csv")
     sections, results = [], {}
@@ -95,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if not data.report_only:
             train, val = _load(folder / "train.csv", data.text), _load(folder / "val.csv", data.text)
             negs = sample_negatives(test, NegativeSpec(data.test_k_random, 0, 0), np.random.default_rng(10_000))
-            args = StudyArguments(**{**vars(study), "output_dir": str(out)})
-            runs = run_study(args, TEMPLATES["en"], train, val, [EvalSet("test", test, negs)],
+            args = replace(study, output_dir=str(out))
+            runs = run_study(args, setup, TEMPLATES["en"], train, val, [EvalSet("test", test, negs)],
                              {"test": data.meep_test_pairs})
             save_scores(out / "scores.npz", runs)
         merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()]  # may cover fewer sets
@@ -119,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     (base_out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     text = "\n\n".join([
         "# Synthetic study: PMI recovery", provenance(),
-        f"Source: {data.source} sets, {data.text} text. Negatives: random only ({study.k_random} per training "
+        f"Source: {data.source} sets, {data.text} text. Negatives: random only ({setup.negatives.k_random} per training "
         f"positive, drawn once per round; {data.test_k_random} per test positive, fixed). Cells: mean ± std over "
         f"rounds [95% bootstrap CI of the mean over test rows]; Spearman/Pearson/MSE of test-positive scores "
         "against the analytic PMI. MSE is only meaningful for calibrated objectives (nwj, js, chi2, hellinger); "

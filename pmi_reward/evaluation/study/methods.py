@@ -85,7 +85,7 @@ def fit_method(method: str, head_config: HeadConfig, train: EvalSet, val: EvalSe
     ft, fv = bank(train, mode), bank(val, mode)
     if method in OBJECTIVES:
         result = train_head(head_config, ft, train.pairs, fv, val.pairs, replace(config, objective=method),
-                            progress, train.negatives, val.negatives)
+                            progress, train_negatives=train.negatives, val_negatives=val.negatives)
         return (lambda f, c, r: score_index_pairs(result.head, f, c, r)), result.summary()
     if method == "kde":
         pos = _head_rows(head_config, ft, train.pairs.ctx, train.pairs.resp)
@@ -101,15 +101,16 @@ def fit_method(method: str, head_config: HeadConfig, train: EvalSet, val: EvalSe
 
 
 def run_round(methods: Sequence[str], input_modes: Sequence[str], round_index: int, train: EvalSet, val: EvalSet,
-              evals: Sequence[EvalSet], bank: FeatureBank, config: TrainConfig, head: dict | None = None,
+              evals: Sequence[EvalSet], bank: FeatureBank, config: TrainConfig, head: HeadConfig | None = None,
               kde: KDEConfig | None = None, progress: bool = False) -> list[MethodScores]:
     """Fit every (method, input mode) on this round's negatives and score every evaluation set.
 
-    ``head`` holds HeadConfig options (hidden, cap, pair_product); ``config.seed`` should differ per round.
+    ``head`` is the head's shape (its input mode is each of ``input_modes`` in turn); ``config.seed`` should
+    differ per round.
     """
     out = []
     for mode in input_modes:
-        head_config = HeadConfig(bank.encoder.dim, mode, **(head or {}))
+        head_config = replace(head or HeadConfig(), dim=bank.encoder.dim, input_mode=mode)
         for method in methods:
             scorer, info = fit_method(method, head_config, train, val, bank, config, kde, progress)
             result = MethodScores(bank.encoder.spec.model, method, mode, round_index, info=info)

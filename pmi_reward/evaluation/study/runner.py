@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from ...data.negatives import NegativeSpec, sample_negatives
 from ...data.pairs import PairSet
 from ...scoring.cache import EmbeddingCache
 from ...scoring.encoder import EncoderSpec, TextEncoder
+from ...scoring.head import HeadConfig
 from ...scoring.models import cache_root
 from ...scoring.templates import PromptTemplate
 from ...training.loop import TrainConfig
@@ -27,36 +28,27 @@ from ..baselines.kde import KDEConfig
 from ..baselines.meep import MEEPConfig, MEEPScorer
 from .methods import EvalSet, FeatureBank, MethodScores, run_round, score_texts
 
-__all__ = ["StudyArguments", "run_study", "average_rounds", "save_scores", "load_scores"]
+__all__ = ["StudyArguments", "StudySetup", "ARGUMENTS", "run_study", "average_rounds", "save_scores", "load_scores"]
 
 ALL_METHODS = ["nwj", "mine", "infonce", "js", "chi2", "hellinger", "tv", "kde"]
 
 
 @dataclass
 class StudyArguments:
-    """Encoders, methods, negatives, rounds and head training shared by the study recipes."""
+    """What a study compares: encoders, input modes, methods and rounds, the baselines' settings, the report.
+
+    The rest comes from the concepts' own dataclasses: the encoder's other settings from ``EncoderSpec``, the
+    head's shape from ``HeadConfig``, the training negatives from ``NegativeSpec`` and the optimisation from
+    ``TrainConfig`` (whose seed seeds round 0; round r uses seed + r).
+    """
 
     output_dir: str = field(default="outputs/study", metadata={"help": "tables, plots, scores and logs go here"})
     models: list[str] = field(default_factory=lambda: ["minilm"], metadata={"help": "encoders (short names or HF ids)"})
     dtypes: list[str] = field(default_factory=lambda: ["float32"], metadata={"help": "dtype per model (one: all)"})
-    max_length: int = 256
-    encode_batch_size: int = 64
     input_modes: list[str] = field(default_factory=lambda: ["pair", "prompt"])
     methods: list[str] = field(default_factory=lambda: list(ALL_METHODS),
                                metadata={"help": "objectives of the registry and/or kde"})
     rounds: int = field(default=5, metadata={"help": "rounds (seeds): fresh negatives and head init each"})
-    seed: int = 0
-    k_random: int = field(default=3, metadata={"help": "negatives per positive from other dialogues"})
-    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive from the same dialogue"})
-    k_context: int = field(default=0, metadata={"help": "negatives per positive from the context's own lines"})
-    epochs: int = 40
-    patience: int = 6
-    batch_size: int = 256
-    lr: float | None = None
-    weight_decay: float = 0.01
-    hidden: list[int] = field(default_factory=lambda: [256, 128])
-    cap: float = 20.0
-    pair_product: bool = True
     kde_components: int = 128
     kde_bandwidth: str = field(default="scott", metadata={"help": "a number, scott or silverman"})
     kde_whiten: bool = False
@@ -70,14 +62,6 @@ class StudyArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default ~/.cache/pmi_reward)"})
     progress: bool = True
 
-    def negatives(self) -> NegativeSpec:
-        return NegativeSpec(self.k_random, self.k_in_dialogue, self.k_context)
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(k_random=self.k_random, k_in_dialogue=self.k_in_dialogue, k_context=self.k_context,
-                           batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-                           epochs=self.epochs, patience=self.patience, seed=seed)
-
     def kde_config(self) -> KDEConfig:
         try:
             bandwidth: float | str = float(self.kde_bandwidth)
@@ -85,10 +69,23 @@ class StudyArguments:
             bandwidth = self.kde_bandwidth
         return KDEConfig(self.kde_components, bandwidth, self.kde_whiten)
 
-    def encoder_specs(self) -> list[EncoderSpec]:
+    def encoder_specs(self, base: EncoderSpec) -> list[EncoderSpec]:
+        """``base`` once per model of the study, with that model's dtype."""
         dtypes = self.dtypes if len(self.dtypes) == len(self.models) else self.dtypes[:1] * len(self.models)
-        return [EncoderSpec(m, max_length=self.max_length, dtype=d, batch_size=self.encode_batch_size)
-                for m, d in zip(self.models, dtypes)]
+        return [replace(base, model=m, dtype=d) for m, d in zip(self.models, dtypes, strict=True)]
+
+
+@dataclass
+class StudySetup:
+    """The concepts' dataclasses a study reads besides ``StudyArguments`` (defaults: their own defaults)."""
+
+    encoder: EncoderSpec = field(default_factory=EncoderSpec)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    negatives: NegativeSpec = field(default_factory=NegativeSpec)
+    training: TrainConfig = field(default_factory=TrainConfig)
+
+
+ARGUMENTS = (StudyArguments, EncoderSpec, HeadConfig, NegativeSpec, TrainConfig)
 
 
 def _log(path: Path, record: dict) -> None:
@@ -96,28 +93,25 @@ def _log(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def run_study(args: StudyArguments, template: PromptTemplate, train: PairSet, val: PairSet, evals: Sequence[EvalSet],
-              meep_limit: dict[str, int] | None = None) -> list[MethodScores]:
+def run_study(args: StudyArguments, setup: StudySetup, template: PromptTemplate, train: PairSet, val: PairSet,
+              evals: Sequence[EvalSet], meep_limit: dict[str, int] | None = None) -> list[MethodScores]:
     """All (encoder, round, input mode, method) scores on ``evals``, MEEP's, and the round averages."""
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "train_log.jsonl"
     cache = EmbeddingCache(args.cache_dir or cache_root() / "embeddings")
-    spec = args.negatives()
     runs: list[MethodScores] = []
-    for enc_spec in args.encoder_specs():
+    for enc_spec in args.encoder_specs(setup.encoder):
         encoder = TextEncoder(enc_spec, cache=cache)
         bank = FeatureBank(encoder, template, args.progress)
         for r in range(args.rounds):
-            seed = args.seed + r
+            seed = setup.training.seed + r
             rng = np.random.default_rng(seed)
-            train_set = EvalSet("train", train, sample_negatives(train, spec, rng))
-            val_set = EvalSet("val", val, sample_negatives(val, spec, rng))
+            train_set = EvalSet("train", train, sample_negatives(train, setup.negatives, rng))
+            val_set = EvalSet("val", val, sample_negatives(val, setup.negatives, rng))
             start = time.perf_counter()
             done = run_round(args.methods, args.input_modes, r, train_set, val_set, evals, bank,
-                             args.train_config(seed), {"hidden": args.hidden, "cap": args.cap,
-                                                       "pair_product": args.pair_product},
-                             args.kde_config(), progress=False)
+                             replace(setup.training, seed=seed), setup.head, args.kde_config(), progress=False)
             for d in done:
                 _log(log, {"encoder": d.encoder, "input_mode": d.input_mode, "method": d.method, "round": r,
                            **d.info})
@@ -128,7 +122,7 @@ def run_study(args: StudyArguments, template: PromptTemplate, train: PairSet, va
     if args.meep:
         meep = MEEPScorer(MEEPConfig(args.meep_model, args.meep_dtype, args.meep_samples,
                                      max_new_tokens=args.meep_max_new_tokens, batch_size=args.meep_batch_size,
-                                     seed=args.seed), cache_file=out_dir / "meep_answers.jsonl")
+                                     seed=setup.training.seed), cache_file=out_dir / "meep_answers.jsonl")
         result = score_texts(args.meep_model, "meep", lambda c, r: meep.score(c, r, args.progress), evals, meep_limit)
         result.info = meep.describe()
         runs.append(result)
