@@ -77,13 +77,15 @@ def test_score_reports_bad_input_file(tmp_path):
 def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, monkeypatch, capsys):
     from pmi_reward.data.pairs import load_pairs
     from pmi_reward.scoring.templates import TEMPLATES
+    from pmi_reward.data.negatives import NegativeSpec
     from pmi_reward.training.fit import fit_scorer
     from pmi_reward.training.loop import TrainConfig
 
     train = load_pairs(_pair_file(tmp_path / "train.csv", 40, 0))
     val = load_pairs(_pair_file(tmp_path / "val.csv", 12, 1))
-    config = TrainConfig(k_random=3, k_in_dialogue=0, k_context=0, batch_size=32, epochs=6, lr=3e-3)
-    scorer, _ = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, progress=False)
+    config = TrainConfig(batch_size=32, epochs=6, lr=3e-3)
+    scorer, _ = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, negatives=NegativeSpec(3, 0, 0),
+                           progress=False)
     monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(lambda cls, *a, **k: scorer))
     path = tmp_path / "rated.csv"
     rows = list(csv.DictReader(open(_pair_file(tmp_path / "eval.csv", 12, 2), newline="")))
@@ -93,7 +95,7 @@ def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, 
         w.writeheader()
         for r, s in zip(rows, scores):  # a rating that follows the score; p's whose PMI is the score + 1
             w.writerow({**r, "rating": float(s), "p_xy": float(np.exp(s + 1)) * 0.01, "p_x": 0.1, "p_y": 0.1})
-    assert main(["evaluate", "--scorer", "unused", "--input", str(path), "--k_random", "2", "--k_in_dialogue", "1",
+    assert main(["evaluate", "--scorer", "unused", "--input", str(path), "--k_random", "2", "--k_in_dialogue", "1", "--k_context", "0",
                  "--targets", "rating", "--pmi_columns", "p_xy", "p_x", "p_y", "--n_boot", "50",
                  "--progress", "false"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from trl import TrlParser
-
+from ..configs import parse_args
 from ..data.records import read_records, require_text, write_records
 from ..scoring.scorer import PMIScorer
 
@@ -24,14 +23,12 @@ class ScoreArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((ScoreArguments,), prog="pmi-reward score")
-    (args,) = parser.parse_args_and_config(argv)
+    (args,) = parse_args((ScoreArguments,), argv, prog="pmi-reward score")
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
     responses = require_text(records, args.input, args.response_column, allow_empty=True)
     scorer = PMIScorer.from_pretrained(args.scorer)
-    if args.encode_batch_size:
-        scorer.encoder.spec.batch_size = args.encode_batch_size
+    scorer.encoder.set_batch_size(args.encode_batch_size)
     scores = scorer.score(contexts, responses, progress=args.progress)
     for record, value in zip(records, scores.tolist()):
         record[args.score_column] = round(value, 6)

@@ -6,9 +6,8 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
-from trl import TrlParser
-
-from ..rewards.reward import RewardOptions
+from ..configs import parse_args
+from ..rewards.options import RewardOptions
 from ..scoring.scorer import PMIScorer, ScorerLoadError
 from ..serving.server import ServerConfig, serve
 
@@ -23,15 +22,13 @@ class ServeArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((ServeArguments, ServerConfig, RewardOptions), prog="pmi-reward serve")
-    args, config, options = parser.parse_args_and_config(argv)
+    args, config, options = parse_args((ServeArguments, ServerConfig, RewardOptions), argv, prog="pmi-reward serve")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
         scorer = PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=args.cache_dir)
     except ScorerLoadError as err:
         print(f"pmi-reward serve: {err}", file=sys.stderr)
         return 2
-    if args.encode_batch_size:
-        scorer.encoder.spec.batch_size = args.encode_batch_size
+    scorer.encoder.set_batch_size(args.encode_batch_size)
     serve(scorer, config, options)
     return 0

@@ -1,100 +1,22 @@
-"""``pmi-reward train``: pair files or a dialogue source in, a saved scorer directory out."""
+"""``pmi-reward train``: pair files or a dialogue source in, a saved scorer directory out.
+
+    pmi-reward train --config scorer/minilm --dialogues chitchat --output_dir outputs/scorer-minilm
+"""
 
 from __future__ import annotations
 
 import json
-import resource
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+import sys
 
-from trl import TrlParser
-
-from ..data.dialogues import load_dialogues, split_dialogues
-from ..data.pairs import PairSet, load_pairs
-from ..scoring.cache import EmbeddingCache
-from ..scoring.encoder import TextEncoder
-from ..scoring.models import cache_root
-from ..training.fit import evaluate_auc, fit_scorer
-from ..training.loop import TrainConfig
-from .args import ModelArguments
-
-
-@dataclass
-class DataArguments:
-    """Where pairs come from: pair files (train/val/test), or dialogues split by dialogue."""
-
-    output_dir: str = field(default="outputs/scorer", metadata={"help": "where the scorer is saved"})
-    dialogues: str | None = field(default=None, metadata={"help": "chitchat | dialogue file (.jsonl/.json/.csv) "
-                                                                    "| datasets folder"})
-    train_file: str | None = field(default=None, metadata={"help": "pair file with context,response[,dialog_key]"})
-    val_file: str | None = field(default=None, metadata={"help": "pair file for model selection"})
-    test_file: str | None = field(default=None, metadata={"help": "pair file for a held-out AUC"})
-    context_column: str = "context"
-    response_column: str = "response"
-    key_column: str = "dialog_key"
-    skip_dialogues: int = field(default=0, metadata={"help": "skip the first N dialogues (e.g. to train a second "
-                                                               "scorer on dialogues disjoint from the first's)"})
-    max_dialogues: int | None = field(default=None, metadata={"help": "use the first N dialogues (after skipping)"})
-    max_context_turns: int = field(default=3, metadata={"help": "turns of context before each response"})
-    max_pairs_per_dialogue: int | None = field(default=None, metadata={"help": "sample at most N pairs per dialogue"})
-    val_fraction: float = 0.1
-    test_fraction: float = 0.1
-    split_seed: int = 0
-    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default: ~/.cache/pmi_reward)"})
-    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
-    progress: bool = True
-
-
-def build_pairs(args: DataArguments) -> tuple[PairSet, PairSet, PairSet | None, dict]:
-    """(train, val, test or None, provenance) from the data arguments."""
-    if args.dialogues and args.train_file:
-        raise SystemExit("give either --dialogues or --train_file, not both")
-    if args.dialogues:
-        dialogues = load_dialogues(args.dialogues)[args.skip_dialogues:]
-        dialogues = dialogues[:args.max_dialogues] if args.max_dialogues else dialogues
-        if not dialogues:
-            raise SystemExit(f"--skip_dialogues {args.skip_dialogues} leaves no dialogues in {args.dialogues}")
-        splits = split_dialogues(dialogues, args.val_fraction, args.test_fraction, args.split_seed)
-        made = [PairSet.from_dialogues(s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue,
-                                       seed=args.split_seed) if s else None for s in splits]
-        source = {"dialogues": args.dialogues, "skip_dialogues": args.skip_dialogues, "n_dialogues": [len(s) for s in splits],
-                  "max_context_turns": args.max_context_turns}
-        return made[0], made[1], made[2], source
-    if not args.train_file:
-        raise SystemExit("give --dialogues (e.g. chitchat) or --train_file")
-    columns = (args.context_column, args.response_column, args.key_column)
-    train = load_pairs(args.train_file, *columns)
-    if args.val_file:
-        val = load_pairs(args.val_file, *columns)
-    else:
-        raise SystemExit("--train_file needs --val_file for model selection (or use --dialogues, which splits)")
-    test = load_pairs(args.test_file, *columns) if args.test_file else None
-    return train, val, test, {"train_file": args.train_file, "val_file": args.val_file, "test_file": args.test_file,
-                              "columns": list(columns)}
+from ..configs import parse_args
+from ..training.job import ARGUMENTS, train_scorer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((DataArguments, ModelArguments, TrainConfig), prog="pmi-reward train")
-    data_args, model_args, train_config = parser.parse_args_and_config(argv)
-    start = time.perf_counter()
-    train, val, test, source = build_pairs(data_args)
-    cache = None if data_args.no_cache else EmbeddingCache(data_args.cache_dir or cache_root() / "embeddings")
-    encoder = TextEncoder(model_args.encoder_spec(), cache=cache)
-    scorer, result = fit_scorer(
-        train, val, encoder, model_args.prompt_template(), train_config, model_args.input_mode, model_args.hidden,
-        model_args.cap, model_args.pair_product, metadata={"data": source, "model_args": asdict(model_args)},
-        progress=data_args.progress,
-    )
-    summary = {"train_pairs": len(train), "val_pairs": len(val), **result.summary()}
-    if test is not None:
-        summary["test_auc"] = evaluate_auc(scorer, test, train_config.negatives(), seed=train_config.seed + 2)
-        scorer.metadata["test_auc"] = summary["test_auc"]
-    summary["wall_seconds"] = round(time.perf_counter() - start, 1)
-    summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    summary["encoded_texts"] = encoder.stats.texts
-    scorer.metadata["run"] = {k: summary[k] for k in ("wall_seconds", "peak_rss_mib")}
-    out = scorer.save_pretrained(data_args.output_dir)
-    (Path(out) / "train_history.json").write_text(json.dumps(result.history, indent=1))
-    print(json.dumps({"saved": str(out), **summary}, indent=2))
+    summary = train_scorer(*parse_args(ARGUMENTS, argv, prog="pmi-reward train"))
+    print(json.dumps(summary, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
