@@ -38,7 +38,8 @@ def tiny_encoder_factory(tokenizer):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 
     def make(kind: str = "bert", pooling: str = "mean", max_length: int = 64, cache=None, batch_size: int = 8):
-        spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length, batch_size=batch_size)
+        spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length,
+                           encode_batch_size=batch_size)
         return TextEncoder(spec, cache=cache, device="cpu", model=_tiny(kind, len(tokenizer)), tokenizer=tokenizer)
 
     return make
@@ -111,7 +112,7 @@ def tiny_scorer(tiny_encoder_factory):
     with torch.no_grad():
         for p in head.parameters():
             p.mul_(30)
-    return PMIScorer(encoder, TEMPLATES["en"], head, {"data": {"max_context_turns": 3}})
+    return PMIScorer(encoder, TEMPLATES["en"], head, context_turns=3)
 
 
 @pytest.fixture(scope="session")

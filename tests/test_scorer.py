@@ -32,10 +32,44 @@ def test_scores_are_float32_bounded_and_finite(scorer):
 def test_save_load_round_trip_gives_identical_scores(scorer, tmp_path):
     before = scorer.score(CTX, RESP)
     scorer.save_pretrained(tmp_path / "s")
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["config.json", "head.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["config.json", "head.safetensors", "metadata.json"]
     loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
     np.testing.assert_array_equal(before, loaded.score(CTX, RESP))
     assert loaded.metadata == {"note": "test"} and loaded.input_mode == scorer.input_mode
+
+
+def test_config_holds_what_inference_needs_and_provenance_lives_apart(scorer, tmp_path):
+    scorer.context_turns = 2
+    scorer.save_pretrained(tmp_path / "s")
+    config = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert config["version"] == 2 and config["context_turns"] == 2 and "metadata" not in config
+    assert set(config) == {"format", "version", "encoder", "template", "head", "context_turns"}
+    assert json.loads((tmp_path / "s" / "metadata.json").read_text()) == {"note": "test"}
+    (tmp_path / "s" / "metadata.json").unlink()  # provenance is never needed to score
+    loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
+    assert loaded.context_turns == 2 and loaded.metadata == {}
+    np.testing.assert_array_equal(scorer.score(CTX, RESP), loaded.score(CTX, RESP))
+
+
+def test_version_1_scorers_still_load(scorer, tmp_path):
+    """Version 1 kept the provenance in config.json, the context-turn count in it, and called the encoder's
+    batch ``batch_size`` and the template's fields ``name/pair/context/response``."""
+    scorer.save_pretrained(tmp_path / "s")
+    config = json.loads((tmp_path / "s" / "config.json").read_text())
+    encoder = {**config["encoder"], "batch_size": config["encoder"].pop("encode_batch_size")}
+    template = {"name": "en", "pair": config["template"]["pair_template"], "context": "{context}",
+                "response": "{response}"}
+    v1 = {"format": config["format"], "version": 1, "encoder": encoder, "template": template, "head": config["head"],
+          "metadata": {"note": "v1", "data": {"dialogues": "chitchat", "max_context_turns": 3}}}
+    (tmp_path / "s" / "config.json").write_text(json.dumps(v1))
+    (tmp_path / "s" / "metadata.json").unlink()
+    loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
+    assert loaded.context_turns == 3 and loaded.metadata["note"] == "v1"
+    assert loaded.template == scorer.template and loaded.encoder.spec.embeds_like(scorer.encoder.spec)
+    np.testing.assert_array_equal(scorer.score(CTX, RESP), loaded.score(CTX, RESP))
+    del v1["metadata"]["data"]  # a v1 scorer trained through the Python API: every turn
+    (tmp_path / "s" / "config.json").write_text(json.dumps(v1))
+    assert PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder).context_turns is None
 
 
 def test_score_validates_inputs(scorer):

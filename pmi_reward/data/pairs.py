@@ -44,6 +44,8 @@ class PairSet:
     ``pool[pool_ptr[g]:pool_ptr[g + 1]]`` are the response-table indices of dialogue ``g``'s turns, the
     candidates for in-dialogue negatives; ``lines[line_ptr[c]:line_ptr[c + 1]]`` are those of context
     ``c``'s own lines (parroting negatives). ``extras`` carries other per-pair columns (e.g. ratings).
+    ``context_turns`` is how many turns a context keeps at most (None when unknown, e.g. for pair files): a
+    scorer trained on these pairs reads contexts the same way.
     """
 
     contexts: list[str]
@@ -56,6 +58,7 @@ class PairSet:
     line_ptr: np.ndarray
     lines: np.ndarray
     extras: dict[str, list] | None = None
+    context_turns: int | None = None
 
     def __len__(self) -> int:
         return len(self.ctx)
@@ -69,7 +72,8 @@ class PairSet:
         return [self.responses[i] for i in self.resp]
 
     @classmethod
-    def _build(cls, items: Sequence[tuple[str, str, str, Sequence[str]]], extras=None) -> "PairSet":
+    def _build(cls, items: Sequence[tuple[str, str, str, Sequence[str]]], extras: dict[str, list] | None = None,
+               context_turns: int | None = None) -> PairSet:
         """From (context, response, dialogue key, the dialogue's candidate turns) tuples."""
         contexts, responses, groups = _Interner(), _Interner(), _Interner()
         ctx, resp, group = [], [], []
@@ -89,7 +93,7 @@ class PairSet:
         line_ptr, lines = _csr(context_lines)
         return cls(context_table, responses.table(), np.asarray(ctx, dtype=np.int64),
                    np.asarray(resp, dtype=np.int64), np.asarray(group, dtype=np.int64), ptr, pool, line_ptr, lines,
-                   extras)
+                   extras, context_turns)
 
     @classmethod
     def from_dialogues(
@@ -99,7 +103,7 @@ class PairSet:
         min_context_turns: int = 1,
         max_pairs_per_dialogue: int | None = None,
         seed: int = 0,
-    ) -> "PairSet":
+    ) -> PairSet:
         """Every turn with at least ``min_context_turns`` before it is a response; its context is the
         ``max_context_turns`` turns before it. ``max_pairs_per_dialogue`` samples positions (seeded)."""
         if max_context_turns < 1 or min_context_turns < 1 or min_context_turns > max_context_turns:
@@ -115,13 +119,13 @@ class PairSet:
                 items.append((context, d.turns[t], d.id, d.turns if n == 0 else ()))
         if not items:
             raise DataError("no context-response pairs: every dialogue is shorter than min_context_turns + 1")
-        return cls._build(items)
+        return cls._build(items, context_turns=max_context_turns)
 
     @classmethod
     def from_pairs(
         cls, contexts: Sequence[str], responses: Sequence[str], keys: Sequence[str] | None = None,
         extras: dict[str, list] | None = None,
-    ) -> "PairSet":
+    ) -> PairSet:
         """Ready-made pairs; context lines and same-key responses become in-dialogue candidates.
 
         Without ``keys`` every pair is its own dialogue.

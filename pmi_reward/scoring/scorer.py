@@ -1,4 +1,10 @@
-"""``PMIScorer``: encoder spec + template + head, saved as JSON + safetensors (no pickle anywhere)."""
+"""``PMIScorer``: encoder spec + template + head, saved as JSON + safetensors (no pickle anywhere).
+
+A scorer directory holds ``config.json`` (everything inference needs: the encoder spec, the template, the head's
+shape and how many context turns the scorer was trained on), ``head.safetensors`` (the head's weights) and
+``metadata.json`` (provenance: data, training settings, wall time, memory; never read to score). Version-1
+directories kept the provenance, and the context-turn count inside it, in ``config.json``; they still load.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +26,9 @@ from .templates import PromptTemplate
 __all__ = ["PMIScorer", "ScorerLoadError"]
 
 FORMAT = "pmi-reward-scorer"
-VERSION = 1
+VERSION = 2
 CONFIG_NAME = "config.json"
+METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
 
 
@@ -46,10 +53,13 @@ class PMIScorer:
     """
 
     def __init__(self, encoder: TextEncoder, template: PromptTemplate, head: PMIHead,
-                 metadata: dict | None = None) -> None:
+                 metadata: dict | None = None, context_turns: int | None = None) -> None:
         if head.config.dim != encoder.dim:
             raise ValueError(f"head expects {head.config.dim}-d embeddings, encoder gives {encoder.dim}")
+        if context_turns is not None and context_turns < 1:
+            raise ValueError(f"context_turns must be >= 1 or None, got {context_turns}")
         self.encoder, self.template, self.head = encoder, template, head.eval()
+        self.context_turns = context_turns  # turns of context the training pairs kept (None: every turn)
         self.metadata = metadata or {}
 
     @property
@@ -59,12 +69,6 @@ class PMIScorer:
     @property
     def cap(self) -> float:
         return self.head.config.cap
-
-    @property
-    def trained_context_turns(self) -> int | None:
-        """How many turns of context the training pairs kept (None when unknown: use every turn)."""
-        turns = (self.metadata.get("data") or {}).get("max_context_turns")
-        return int(turns) if turns else None
 
     def embed(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False):
         """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode."""
@@ -87,16 +91,18 @@ class PMIScorer:
 
     # -- persistence ------------------------------------------------------------------------------
     def config(self) -> dict:
+        """What ``config.json`` holds: everything inference needs, nothing else."""
         return {"format": FORMAT, "version": VERSION, "encoder": self.encoder.spec.to_dict(),
                 "template": self.template.to_dict(), "head": self.head.config.to_dict(),
-                "metadata": self.metadata}
+                "context_turns": self.context_turns}
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``head.safetensors`` into ``directory`` (each file atomically)."""
+        """Write ``config.json``, ``metadata.json`` and ``head.safetensors`` into ``directory`` (each atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / CONFIG_NAME,
-                      lambda p: Path(p).write_text(json.dumps(self.config(), indent=2, ensure_ascii=False)))
+        for name, content in ((CONFIG_NAME, self.config()), (METADATA_NAME, self.metadata)):
+            text = json.dumps(content, indent=2, ensure_ascii=False, default=str)
+            atomic_write(directory / name, lambda p, text=text: Path(p).write_text(text, encoding="utf-8"))
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
         return directory
@@ -123,8 +129,19 @@ class PMIScorer:
         return config
 
     @classmethod
+    def read_metadata(cls, directory: str | Path) -> dict:
+        """The provenance of a saved scorer (``metadata.json``; a version-1 scorer's ``config.json``)."""
+        path = Path(directory) / METADATA_NAME
+        if path.is_file():
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise ScorerLoadError(f"{path}: corrupted ({err})") from None
+        return cls.read_config(directory).get("metadata") or {}
+
+    @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | None = None,
-                        cache_dir: str | Path | None = None, encoder: TextEncoder | None = None) -> "PMIScorer":
+                        cache_dir: str | Path | None = None, encoder: TextEncoder | None = None) -> PMIScorer:
         """Load a saved scorer; pass ``encoder`` to share one already loaded (same spec)."""
         directory = Path(directory)
         config = cls.read_config(directory)
@@ -135,12 +152,13 @@ class PMIScorer:
             state = load_file(weights)
         except Exception as err:  # safetensors raises its own error types for truncated files
             raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
-        return cls.from_config(config, state, device, cache_dir, encoder, source=str(directory))
+        return cls.from_config(config, state, device, cache_dir, encoder, source=str(directory),
+                               metadata=cls.read_metadata(directory))
 
     @classmethod
     def from_config(cls, config: dict, head_state: dict, device: str | None = None,
                     cache_dir: str | Path | None = None, encoder: TextEncoder | None = None,
-                    source: str = "<config>") -> "PMIScorer":
+                    source: str = "<config>", metadata: dict | None = None) -> PMIScorer:
         """Build a scorer from a config dict (as in config.json) and the head's tensors."""
         try:
             spec = EncoderSpec.from_dict(config["encoder"])
@@ -155,7 +173,17 @@ class PMIScorer:
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             encoder = TextEncoder(spec, cache=cache, device=device)
-        elif {**encoder.spec.to_dict(), "batch_size": 0} != {**spec.to_dict(), "batch_size": 0}:
+        elif not encoder.spec.embeds_like(spec):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
-        return cls(encoder, template, head, config.get("metadata"))
+        if metadata is None:
+            metadata = config.get("metadata")
+        return cls(encoder, template, head, metadata, _context_turns(config))
 
+
+def _context_turns(config: dict) -> int | None:
+    """The context-turn count of a config (version 1: the training data's, in the provenance)."""
+    if config.get("version", 1) >= 2:
+        turns = config.get("context_turns")
+    else:
+        turns = ((config.get("metadata") or {}).get("data") or {}).get("max_context_turns")
+    return int(turns) if turns else None
