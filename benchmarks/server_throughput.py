@@ -73,8 +73,7 @@ def main() -> int:
     contexts, responses = chitchat_pairs(args.pairs)
     bodies = score_bodies(contexts, responses, args.per_request)
     scorer = PMIScorer.from_pretrained(args.scorer, device="cpu")
-    if args.encode_batch_size:
-        scorer.encoder.spec.batch_size = args.encode_batch_size
+    scorer.encoder.set_batch_size(args.encode_batch_size)
     scorer.score(contexts[:64], responses[:64])  # warm up
 
     def in_process(per_request: bool) -> dict:
@@ -110,7 +109,7 @@ def main() -> int:
 
     threads, spec = args.threads or torch.get_num_threads(), scorer.encoder.spec
     print(f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
-          f"{threads} torch threads, encoder {spec.model} in batches of {spec.batch_size}, "
+          f"{threads} torch threads, encoder {spec.model} in batches of {spec.encode_batch_size}, "
           f"median of {args.repeats}; server batches: {batcher}")
     print("| mode | pairs/s | p50 ms | p99 ms | ratio to one in-process call | load (1 min) |")
     print("|---|---|---|---|---|---|")

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import is_async_callable
 
+from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
-from pmi_reward.rewards.reward import PMIReward, RewardOptions
+from pmi_reward.rewards.reward import PMIReward
 
 TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000]))
 JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
@@ -33,8 +34,8 @@ def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, sam
     prompts, completions = [p for p, _ in samples], [c for _, c in samples]
     if shared_prompt and prompts:
         prompts = [prompts[0]] * len(prompts)  # a GRPO group: centring has something to do
-    local = PMIReward(tiny_scorer, RewardOptions(**vars(options)))(prompts, completions)
-    remote = RemotePMIReward(reward_server.url, RewardOptions(**vars(options))).score_sync(prompts, completions)
+    local = PMIReward(tiny_scorer, options)(prompts, completions)
+    remote = RemotePMIReward(reward_server.url, options).score_sync(prompts, completions)
     assert len(remote) == len(completions)
     assert remote == local  # exactly: same texts, same scorer call, same shaping
     assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in remote)
@@ -54,7 +55,8 @@ def test_trl_contract(reward_server, tiny_scorer):
                             log_extra=lambda *a: None, log_metric=lambda k, v: logged.setdefault(k, v), extra=[1, 2]))
     assert len(got) == 2 and logged["pmi_remote/empty_frac"] == 0.0
     assert clone.options.max_context_turns == 3  # resolved from the server: as the scorer was trained
-    assert RemotePMIReward(reward_server.url).score_sync(["a", "b"], ["x"]) == [-5.0]  # mismatched lengths
+    with pytest.raises(ValueError, match="got 2 prompts but 1 completions"):  # a caller bug, before any request
+        RemotePMIReward(reward_server.url).score_sync(["a", "b"], ["x"])
 
 
 class _Flaky(BaseHTTPRequestHandler):

@@ -8,8 +8,8 @@ import pytest
 from pmi_reward.cli import rerank as rerank_cli
 from pmi_reward.cli.main import main
 from pmi_reward.data.conversation import turns_to_messages
-from pmi_reward.policy.sampling import SamplingSettings, sample_replies
-from pmi_reward.rewards.rerank import best_of_n, rerank, rerank_many
+from pmi_reward.policy.sampling import SamplingSettings, best_of_n, sample_replies
+from pmi_reward.rewards.rerank import rerank, rerank_many
 
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
 CANDIDATES = ["Coltrane, no doubt.", "ok", "", "I like pizza.", "Miles Davis and Bill Evans.", "   "]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from pmi_reward.data.conversation import completion_to_text, prompt_to_context
-from pmi_reward.rewards.reward import PMIReward, RewardOptions
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES
@@ -89,7 +90,8 @@ def test_log_metric_receives_batch_stats(scorer):
 
 
 def test_mismatched_lengths_and_bad_options(scorer):
-    assert PMIReward(scorer)(["a", "b"], ["x"]) == [-5.0]
+    with pytest.raises(ValueError, match="got 2 prompts but 1 completions"):  # a caller bug is not silent
+        PMIReward(scorer)(["a", "b"], ["x"])
     with pytest.raises(ValueError, match="center"):
         RewardOptions(center="mean")
     with pytest.raises(ValueError, match="empty_score"):
@@ -116,7 +118,7 @@ def test_pickle_round_trip_on_minilm(tmp_path):
 
     enc = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
-    scorer = PMIScorer(enc, TEMPLATES["en"], PMIHead(HeadConfig(dim=enc.dim)), {"data": {"max_context_turns": 2}})
+    scorer = PMIScorer(enc, TEMPLATES["en"], PMIHead(HeadConfig(dim=enc.dim)), context_turns=2)
     reward = PMIReward(scorer, center="group", name="pmi_custom")
     clone = pickle.loads(pickle.dumps(reward))
     assert clone.__name__ == "pmi_custom" and clone.options == reward.options

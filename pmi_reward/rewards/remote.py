@@ -1,9 +1,9 @@
 """``RemotePMIReward``: the PMI reward as a TRL reward callable whose scorer runs in a ``pmi-reward serve`` server.
 
 The GRPO/RLOO process keeps its accelerator for the policy; the scorer lives on another device or host.
-Prompts and completions become scorer text here, exactly as in ``PMIReward``; only the raw PMI of the
-readable pairs crosses the wire (``POST /score``), and the answer is shaped here with the same options.
-So for the same scorer and options both return the same rewards. ``__call__`` is a coroutine: TRL
+It runs the one reward path (``path``) as ``PMIReward`` does: prompts and completions become scorer text
+here, only the raw PMI of the readable pairs crosses the wire (``POST /score``), and the answer is shaped
+here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is a coroutine: TRL
 detects it and gathers it with the other async reward functions. Requests retry on connection errors,
 timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
 sample and logs a warning, or raises with ``on_failure="raise"``.
@@ -19,11 +19,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .reward import RewardOptions, RewardShaper
+from .options import RewardOptions
+from .path import RewardPath
 
 __all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync"]
 
@@ -66,7 +68,7 @@ def run_sync(coroutine: Any) -> Any:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-class RemotePMIReward(RewardShaper):
+class RemotePMIReward(RewardPath):
     """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP."""
 
     def __init__(self, url: str, options: RewardOptions | None = None, timeout: float = 60.0, retries: int = 3,
@@ -98,14 +100,23 @@ class RemotePMIReward(RewardShaper):
         raise AssertionError("unreachable")
 
     async def _resolve_turns(self) -> None:
-        """``max_context_turns=None`` means "as the scorer was trained": ask the server once."""
+        """``max_context_turns=None`` means "as the scorer was trained": ask the server once (into our own copy of
+        the options; the caller's are never written)."""
         if not self._turns_resolved:
             health = await self._request("/health")
-            self.options.max_context_turns = (health.get("scorer") or {}).get("trained_context_turns")
+            trained = (health.get("scorer") or {}).get("trained_context_turns")
+            self.options = replace(self.options, max_context_turns=trained)
             self._turns_resolved = True
 
     async def _scores(self, contexts: list[str], replies: list[str]) -> np.ndarray:
-        pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies)]
+        """Raw PMI of the readable pairs: one ``/score`` request per ``batch_size`` pairs, sent concurrently."""
+        size = self.options.batch_size
+        chunks = [(contexts[s:s + size], replies[s:s + size]) for s in range(0, len(replies), size)]
+        parts = await asyncio.gather(*(self._score_chunk(c, r) for c, r in chunks))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    async def _score_chunk(self, contexts: list[str], replies: list[str]) -> np.ndarray:
+        pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies, strict=True)]
         answer = await self._request("/score", {"pairs": pairs})
         scores = answer.get("scores") if isinstance(answer, dict) else None
         if not isinstance(scores, list) or len(scores) != len(pairs):
@@ -116,25 +127,18 @@ class RemotePMIReward(RewardShaper):
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
                        log_metric: Callable[[str, float], None] | None = None,
                        **kwargs: Any) -> list[float | None]:
-        n = len(list(completions or []))
+        prompts, completions = self.samples(prompts, completions)  # a length mismatch raises before any request
         try:
             await self._resolve_turns()
-            batch = self.prepare(prompts, completions)
-            if batch is None:
-                return self.empty(n)
-            raw = np.full(n, np.nan)
-            chunks = list(batch.chunks(self.options.batch_size))
-            results = await asyncio.gather(*(self._scores(c, r) for _, c, r in chunks))
-            for (idx, _, _), scores in zip(chunks, results):
-                raw[idx] = scores
+            result = await self.run_async(prompts, completions, self._scores, log_metric)
         except RemoteRewardError as err:
             if self.on_failure == "raise":
                 raise
-            logger.warning("pmi_reward remote: %s; returning None (unscorable) for %d samples", err, n)
+            logger.warning("pmi_reward remote: %s; returning None (unscorable) for %d samples", err, len(completions))
             if log_metric is not None:
                 log_metric(f"{self.__name__}/remote_failures", 1.0)
-            return [None] * n
-        return self.finish(batch, raw, log_metric)
+            return [None] * len(completions)
+        return result.rewards
 
     def score_sync(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float | None]:
         """The rewards from synchronous code (verl's reward managers, scripts)."""

@@ -7,7 +7,8 @@ under ``context`` (a string, one turn per line), ``messages`` or ``prompt`` (cha
 from is set through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory loaded once per
 worker (``$PMI_REWARD_SCORER``); every other ``RewardOptions`` field (``center``, ``scale``, ``clip``,
-``empty_score``, ...) may be given there too. verl loads this file by path under another module name,
+``empty_score``, ...) may be given there too. Either way the rewards come from the one reward path
+(``pmi_reward.rewards.path``), as ``PMIReward``'s do. verl loads this file by path under another module name,
 so it imports the library by absolute name. ``docs/serving.md`` has the config.
 """
 
@@ -20,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from pmi_reward.data.chat_templates import clean_reply
+from pmi_reward.data.conversation import clean_reply
 from pmi_reward.data.pairs import join_turns
+from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.remote import RemotePMIReward
-from pmi_reward.rewards.reward import PMIReward, RewardOptions
+from pmi_reward.rewards.reward import PMIReward
 
 __all__ = ["compute_score", "compute_score_batch", "context_of"]
 

@@ -1,1 +1,5 @@
-"""Stage 5, serving: the reward behind HTTP for distributed RL engines."""
+"""Stage 5, serving: the reward behind HTTP for distributed RL engines (OpenRLHF, verl, TRL over the network).
+
+``endpoints`` holds what each route answers (through the one reward path), ``handler`` speaks HTTP/1.1,
+``server`` owns the life cycle (start, drain, stop), ``batching`` merges concurrent requests into encoder batches.
+"""

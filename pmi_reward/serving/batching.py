@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..rewards.reward import score_robustly
+from ..rewards.path import score_robustly
 from ..scoring.scorer import PMIScorer
 
 __all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout"]

@@ -1,0 +1,57 @@
+"""``RewardOptions``: how raw PMI becomes a reward, the one options dataclass of every PMI reward.
+
+``PMIReward``, ``RemotePMIReward``, the reward server, the verl adapter and the policy trainers all take these
+options (in Python, from YAML or as ``--flags``), and nothing writes into a caller's instance: a reward that
+resolves ``max_context_turns`` keeps a copy (``resolved``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+__all__ = ["RewardOptions"]
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """How raw PMI becomes a reward: raw -> minus baseline (``center``) -> times ``scale`` -> clipped.
+
+    ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a context in
+    the same call (a GRPO/RLOO group). ``empty_score`` is returned for empty, whitespace-only or unreadable
+    completions (None hands TRL an unscorable sample, which gets zero advantage); it is not centred.
+    """
+
+    center: str = field(default="none", metadata={"help": "none | group (subtract the mean of a prompt's group)"})
+    scale: float = field(default=1.0, metadata={"help": "multiply the (centred) PMI by this"})
+    clip: float | None = field(default=None, metadata={
+        "help": "symmetric bound after scaling (default: the scorer's softcap bounds it)"})
+    empty_score: float | None = field(default=-5.0, metadata={
+        "help": "reward of an empty or unreadable completion (None: unscorable, zero advantage)"})
+    include_system: bool = field(default=False, metadata={"help": "read the system prompt as a context turn"})
+    max_context_turns: int | None = field(default=None, metadata={
+        "help": "context turns the reward reads (default: as many as the scorer was trained with)"})
+    batch_size: int = field(default=256, metadata={"help": "pairs per scorer call"})
+    max_chars: int = field(default=100_000, metadata={
+        "help": "longer contexts keep their end, longer replies their start (bounds tokenizing time)"})
+    name: str = field(default="pmi_reward", metadata={"help": "the reward's name in TRL's logs"})
+
+    def __post_init__(self) -> None:
+        if self.center not in ("none", "group"):
+            raise ValueError(f"center must be 'none' or 'group', got {self.center!r}")
+        if not math.isfinite(self.scale):
+            raise ValueError("scale must be finite")
+        if self.clip is not None and not self.clip > 0:
+            raise ValueError("clip must be positive")
+        if self.empty_score is not None and not math.isfinite(self.empty_score):
+            raise ValueError("empty_score must be finite or None")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if self.max_chars < 1:
+            raise ValueError("max_chars must be >= 1")
+
+    def resolved(self, trained_context_turns: int | None) -> RewardOptions:
+        """These options with ``max_context_turns`` set to the scorer's when unset (a copy; self is unchanged)."""
+        if self.max_context_turns is not None:
+            return self
+        return replace(self, max_context_turns=trained_context_turns)

@@ -1,0 +1,174 @@
+"""The one reward path: samples -> text -> raw PMI -> shaped rewards.
+
+Every PMI reward runs it: ``PMIReward`` scores in process, ``RemotePMIReward`` over HTTP (``POST /score``), the
+server's ``/get_reward`` and ``/rerank`` through its micro-batcher, and the verl adapter through either reward.
+Only the scoring step differs, so for the same scorer and options they all return the same rewards.
+
+1. samples -> text (``RewardPath.texts``): prompts and completions (strings or chat messages) become a context
+   written as the scorer was trained and a reply, both cut to ``max_chars``; unreadable ones are None.
+2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
+3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..data.conversation import completion_to_text, prompt_to_context
+from ..scoring.scorer import PMIScorer
+from .options import RewardOptions
+
+__all__ = ["RewardPath", "RewardBatch", "Rewards", "readable", "cut_context", "cut_reply", "score_robustly"]
+
+logger = logging.getLogger(__name__)
+
+Score = Callable[[list[str], list[str]], np.ndarray]
+LogMetric = Callable[[str, float], None]
+
+
+def readable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogates, which no tokenizer can encode)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def cut_context(text: str, max_chars: int) -> str:
+    """A context keeps its last ``max_chars`` characters (the most recent turns)."""
+    return text[-max_chars:]
+
+
+def cut_reply(text: str, max_chars: int) -> str:
+    """A reply keeps its first ``max_chars`` characters."""
+    return text[:max_chars]
+
+
+def score_robustly(scorer: PMIScorer, contexts: list[str], replies: list[str]) -> np.ndarray:
+    """Scores of a batch; if the batch fails, pair by pair (NaN where a pair fails), so that one bad sample
+    cannot sink the rest."""
+    try:
+        return scorer.score(contexts, replies).astype(np.float64)
+    except Exception as err:  # noqa: BLE001 - a reward call must not crash a training run
+        logger.warning("pmi_reward: batch of %d failed (%s); scoring pair by pair", len(replies), err)
+    out = np.full(len(replies), np.nan)
+    for j, (c, r) in enumerate(zip(contexts, replies, strict=True)):
+        try:
+            out[j] = scorer.score([c], [r])[0]
+        except Exception as err:  # noqa: BLE001
+            logger.warning("pmi_reward: unscorable pair (%s)", err)
+    return out
+
+
+@dataclass
+class RewardBatch:
+    """One call's samples as scorer text: per-sample context and reply (None when unreadable) and the indices
+    of the samples worth scoring."""
+
+    contexts: list[str | None]
+    replies: list[str | None]
+    valid: list[int]
+
+    def pairs(self) -> tuple[list[str], list[str]]:
+        """The (contexts, replies) of the scorable samples."""
+        return [self.contexts[i] or "" for i in self.valid], [self.replies[i] or "" for i in self.valid]
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
+        """The scorable (contexts, replies), ``size`` pairs at a time."""
+        contexts, replies = self.pairs()
+        for s in range(0, len(replies), size):
+            yield contexts[s:s + size], replies[s:s + size]
+
+    def raw(self, scores: np.ndarray) -> np.ndarray:
+        """Per-sample raw PMI: the scores of the scorable samples, NaN for the rest."""
+        out = np.full(len(self.replies), np.nan)
+        out[self.valid] = scores
+        return out
+
+
+@dataclass
+class Rewards:
+    """What a pass down the path gives: shaped rewards, raw PMI per sample (NaN: unscored), and the texts."""
+
+    rewards: list[float | None]
+    raw: np.ndarray
+    batch: RewardBatch
+
+
+class RewardPath:
+    """Prompts and completions to rewards under ``options``; the scoring step is the caller's ``score``."""
+
+    def __init__(self, options: RewardOptions) -> None:
+        self.options = options
+        self.__name__ = options.name
+
+    @staticmethod
+    def samples(prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> tuple[list, list]:
+        """The samples as lists; a ValueError naming both lengths when they differ (a caller bug)."""
+        prompts, completions = list(prompts or []), list(completions or [])
+        if len(prompts) != len(completions):
+            raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions; a reward needs one "
+                             "prompt per completion")
+        return prompts, completions
+
+    def texts(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> RewardBatch:
+        """Step 1: the samples as scorer text (contexts keep their end, replies their start: ``max_chars``)."""
+        opts = self.options
+        prompts, completions = self.samples(prompts, completions)
+        contexts = [prompt_to_context(p, opts.include_system, opts.max_context_turns) for p in prompts]
+        replies = [completion_to_text(c) for c in completions]
+        contexts = [cut_context(c, opts.max_chars) if c is not None and readable(c) else None for c in contexts]
+        replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
+        valid = [i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r]
+        return RewardBatch(contexts, replies, valid)
+
+    def shape(self, batch: RewardBatch, raw: np.ndarray, log_metric: LogMetric | None = None) -> list[float | None]:
+        """Step 3: rewards from raw PMI (NaN where unscored): centred, scaled, clipped; ``empty_score`` for the rest."""
+        opts = self.options
+        shaped = raw.copy()
+        if opts.center == "group":
+            groups: dict[str, list[int]] = {}
+            for i, c in enumerate(batch.contexts):
+                if c is not None and math.isfinite(raw[i]):
+                    groups.setdefault(c, []).append(i)
+            for members in groups.values():
+                shaped[members] -= raw[members].mean()
+        shaped *= opts.scale
+        if opts.clip is not None:
+            shaped = np.clip(shaped, -opts.clip, opts.clip)
+        if log_metric is not None and len(raw):
+            self._log(log_metric, raw, shaped, len(batch.valid))
+        return [float(r) if math.isfinite(r) else opts.empty_score for r in shaped]
+
+    def run(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, score: Score,
+            log_metric: LogMetric | None = None) -> Rewards:
+        """The whole path with a synchronous scoring step."""
+        batch = self.texts(prompts, completions)
+        raw = batch.raw(score(*batch.pairs()))
+        return Rewards(self.shape(batch, raw, log_metric), raw, batch)
+
+    async def run_async(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None,
+                        score: Callable[[list[str], list[str]], Awaitable[np.ndarray]],
+                        log_metric: LogMetric | None = None) -> Rewards:
+        """The whole path with an asynchronous scoring step (a remote scorer)."""
+        batch = self.texts(prompts, completions)
+        raw = batch.raw(await score(*batch.pairs()))
+        return Rewards(self.shape(batch, raw, log_metric), raw, batch)
+
+    def _log(self, log_metric: LogMetric, raw: np.ndarray, rewards: np.ndarray, n_valid: int) -> None:
+        name, n = self.__name__, len(raw)
+        log_metric(f"{name}/empty_frac", 1.0 - n_valid / n)
+        if n_valid:
+            ok = np.isfinite(raw)
+            log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
+            clipped = np.abs(rewards[ok]) >= self.options.clip if self.options.clip else np.zeros(n_valid, bool)
+            log_metric(f"{name}/clipped_frac", float(clipped.mean()))

@@ -1,0 +1,138 @@
+"""What the reward server answers: one method per route, each going through the one reward path.
+
+- ``POST /get_reward``: OpenRLHF's remote reward-model protocol (``--remote_rm_url``): chat-templated full
+  texts in ``query`` (prompt + reply), optionally the ``prompts``; ``rewards``, ``scores`` and ``extra_logs``
+  out, shaped by the server's ``RewardOptions`` exactly as ``PMIReward`` shapes them.
+- ``POST /score``: raw PMI of ``{"context", "response"}`` pairs (``RemotePMIReward`` calls this).
+- ``POST /rerank``: one context's candidate replies, best first.
+
+Malformed input gets an ``ApiError`` (a 4xx with a message naming the field, never a 5xx); ``docs/serving.md``
+has the full protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..data.conversation import split_query
+from ..rewards.options import RewardOptions
+from ..rewards.path import RewardPath, cut_context, cut_reply, readable
+from ..rewards.rerank import ranking
+from .batching import MicroBatcher
+from .config import ServerConfig
+
+__all__ = ["ApiError", "Endpoints", "type_name"]
+
+
+class ApiError(Exception):
+    """A request the server refuses, with the HTTP status and a message for the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _list(body: dict, key: str, limit: int, required: bool = True) -> list | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, list):
+        raise ApiError(422, f"{key!r} must be a list, got {type_name(value)}")
+    if len(value) > limit:
+        raise ApiError(413, f"{key!r} holds {len(value)} items; the limit is {limit} per request")
+    return value
+
+
+def _text(value: Any, where: str, allow_none: bool = False) -> str | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(422, f"{where} must be a string, got {type_name(value)}")
+    if not readable(value):
+        raise ApiError(422, f"{where} is not valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+def _number(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+class Endpoints:
+    """The routes' answers for one scorer (scored through ``batcher``) under one set of reward options."""
+
+    def __init__(self, batcher: MicroBatcher, config: ServerConfig, options: RewardOptions) -> None:
+        self.batcher, self.config = batcher, config
+        self.path = RewardPath(options)
+
+    @property
+    def options(self) -> RewardOptions:
+        return self.path.options
+
+    def _score(self, contexts: list[str], responses: list[str]) -> np.ndarray:
+        if not contexts:
+            return np.zeros(0)
+        return self.batcher.score(contexts, responses, timeout=self.config.request_timeout)
+
+    def score_pairs(self, body: dict) -> dict:
+        """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable).
+        Texts are cut as rewards cut them: contexts keep their last, responses their first ``max_chars``."""
+        pairs = _list(body, "pairs", self.config.max_pairs)
+        contexts, responses = [], []
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, dict):
+                raise ApiError(422, f"pairs[{i}] must be an object with 'context' and 'response', got {type_name(pair)}")
+            contexts.append(cut_context(_text(pair.get("context"), f"pairs[{i}].context"), self.options.max_chars))
+            responses.append(cut_reply(_text(pair.get("response"), f"pairs[{i}].response"), self.options.max_chars))
+        return {"scores": [_number(s) for s in self._score(contexts, responses)]}
+
+    def rerank(self, body: dict) -> dict:
+        """``{"context": str | messages, "candidates": [...], "top_k": int?}`` -> candidates best first."""
+        context = body.get("context")
+        if not isinstance(context, (str, list)):
+            raise ApiError(422, f"'context' must be a string or a list of chat messages, got {type_name(context)}")
+        candidates = _list(body, "candidates", self.config.max_pairs)
+        for i, c in enumerate(candidates):
+            if not isinstance(c, (str, list)):
+                raise ApiError(422, f"candidates[{i}] must be a string or a list of chat messages, got {type_name(c)}")
+        top_k = body.get("top_k")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ApiError(422, f"'top_k' must be a positive integer, got {top_k!r}")
+        result = self.path.run([context] * len(candidates), candidates, self._score)
+        raw, replies = result.raw, result.batch.replies
+        ranked = [{"index": i, "response": replies[i], "score": _number(raw[i])} for i in ranking(raw.tolist())]
+        return {"ranked": ranked[:top_k] if top_k else ranked, "scores": [_number(s) for s in raw]}
+
+    def get_reward(self, body: dict) -> dict:
+        """OpenRLHF's ``{"query", "prompts", "labels"}`` -> ``{"rewards", "scores", "extra_logs"}``.
+
+        ``rewards`` are shaped by the server's options; ``scores`` (OpenRLHF's 0-1 value for dynamic filtering)
+        are sigmoid(PMI), the probability that the pair is a real one rather than a random match; ``labels``
+        are not needed and ignored."""
+        queries = _list(body, "query", self.config.max_pairs)
+        prompts = _list(body, "prompts", self.config.max_pairs, required=False)
+        labels = _list(body, "labels", self.config.max_pairs, required=False)
+        for key, other in (("prompts", prompts), ("labels", labels)):
+            if other is not None and len(other) != len(queries):
+                raise ApiError(422, f"'query' holds {len(queries)} items but {key!r} holds {len(other)}")
+        contexts: list[Any] = []
+        replies: list[Any] = []
+        for i, query in enumerate(queries):
+            query = _text(query, f"query[{i}]")
+            prompt = _text(prompts[i], f"prompts[{i}]", allow_none=True) if prompts is not None else None
+            split = split_query(query, prompt)
+            contexts.append(split[0] if split else None)
+            replies.append(split[1] if split else None)
+        result = self.path.run(contexts, replies, self._score)
+        raw = result.raw
+        scored = np.isfinite(raw)
+        sigmoid = np.where(scored, 1 / (1 + np.exp(-np.nan_to_num(raw))), 0.0)
+        return {"rewards": result.rewards, "scores": sigmoid.tolist(),
+                "extra_logs": {"pmi_raw": np.where(scored, raw, 0.0).tolist(),
+                               "pmi_scored": scored.astype(float).tolist()}}
