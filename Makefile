@@ -30,7 +30,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
 
 demo: $(STAMP)
-	$(BIN)/python -m pmi_reward.policy.demo
+	$(BIN)/python -m train_policy.demo
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -6,18 +6,12 @@ import pytest
 import torch
 
 from pmi_reward.data.conversation import turns_to_messages
+from pmi_reward.evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
+from pmi_reward.evaluation.report import plot_distributions
 from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies
-from pmi_reward.policy.loading import load_policy_dir
-from pmi_reward.policy.metrics import (
-    bootstrap_ci,
-    copies_context,
-    distinct_n,
-    is_generic,
-    paired_bootstrap_ci,
-    win_rate,
-    words,
-)
-from pmi_reward.policy.report import independence_note, markdown_table, plot_distributions
+from pmi_reward.policy.loading import load_policy
+from pmi_reward.policy.report import independence_note, policy_table
+from pmi_reward.policy.sampling import SamplingSettings
 
 
 def test_text_metrics():
@@ -45,12 +39,15 @@ def test_win_rate_counts_pairs_within_contexts_and_ties_half():
 def test_bootstrap_ci_is_seeded_covers_the_mean_and_narrows_with_more_contexts():
     rng = np.random.default_rng(0)
     small, large = rng.normal(1.0, 2.0, (20, 4)), rng.normal(1.0, 2.0, (500, 4))
-    m, lo, hi = bootstrap_ci(small)
+    est = mean_ci(small)
+    m, lo, hi = est.value, est.low, est.high
     assert lo < m < hi and m == pytest.approx(small.mean())
-    assert bootstrap_ci(small) == (m, lo, hi)
-    m2, lo2, hi2 = bootstrap_ci(large)
+    assert mean_ci(small) == est
+    big = mean_ci(large)
+    lo2, hi2 = big.low, big.high
     assert hi2 - lo2 < (hi - lo) / 2 and lo2 < 1.0 < hi2
-    d, dlo, dhi = paired_bootstrap_ci(small + 3.0, small)
+    paired = mean_ci(row_means(small + 3.0) - row_means(small))
+    d, dlo, dhi = paired.value, paired.low, paired.high
     assert d == pytest.approx(3.0) and dlo == pytest.approx(3.0) and dhi == pytest.approx(3.0)  # paired: no noise
 
 
@@ -58,9 +55,9 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "Did you watch the match?",
                                               "I flew to Rome.\nHow was it?\nAmazing food.")]
     base, other = tiny_policy(0), tiny_policy(1)
-    args = EvalArguments(samples=2, max_new_tokens=4, batch_size=8)
+    args, settings = EvalArguments(samples=2), SamplingSettings(max_new_tokens=4, batch_size=8, seed=1234)
     out = evaluate_policies({"base": (base, smol_tokenizer), "same": (base, smol_tokenizer),
-                             "other": (other, smol_tokenizer)}, prompts, tiny_scorer, tiny_scorer, args,
+                             "other": (other, smol_tokenizer)}, prompts, tiny_scorer, tiny_scorer, args, settings,
                             references=["Coltrane.", "Yes!", "Pasta?"])
     rows = {r["policy"]: r for r in out["rows"]}
     assert list(rows) == ["base", "same", "other", "human reference"]
@@ -70,7 +67,7 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
         assert r["pmi_lo"] <= r["pmi_mean"] <= r["pmi_hi"] and 0 <= r["distinct_2"] <= 1
         assert r["reward_pmi"] == pytest.approx(r["pmi_mean"])  # same scorer on both sides here
     assert np.asarray(out["scores"]["other"]).shape == (3, 2) and len(out["samples"]) == 3
-    table = markdown_table(out["rows"])
+    table = policy_table(out["rows"])
     assert table.count("\n") == 5 and "human reference" in table
     assert plot_distributions(out["scores"], tmp_path / "h.png").stat().st_size > 1000
 
@@ -86,17 +83,17 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     tuned.peft_config["default"].base_model_name_or_path = str(tmp_path / "base")
     tuned.save_pretrained(tmp_path / "adapter")
     ids = torch.tensor([[1, 5, 9, 12]])
-    model, tok = load_policy_dir(str(tmp_path / "adapter"))
+    model, tok = load_policy(str(tmp_path / "adapter"))
     torch.testing.assert_close(model(ids).logits, tuned.eval()(ids).logits, atol=1e-4, rtol=1e-4)
     assert tok.padding_side == "left" and not hasattr(model, "peft_config")
-    plain, _ = load_policy_dir(str(tmp_path / "base"))
+    plain, _ = load_policy(str(tmp_path / "base"))
     torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
 
 
 def test_independence_note():
-    reward = {"model_args": {"model": "minilm"}, "training": {"seed": 0},
+    reward = {"encoder": "minilm", "training": {"seed": 0},
               "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]}}
-    indep = {"model_args": {"model": "minilm"}, "training": {"seed": 1},
+    indep = {"encoder": "minilm", "training": {"seed": 1},
              "data": {"dialogues": "chitchat", "skip_dialogues": 1000, "n_dialogues": [800, 100, 100]}}
     note = independence_note(indep, reward)
     assert "a different seed, disjoint training dialogues" in note and "chitchat dialogues 1000-2000" in note

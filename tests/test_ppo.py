@@ -104,7 +104,7 @@ def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, t
     path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
     script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused",
                              lora_top_layers=1)
-    cfg = PPOConfig(output_dir=str(tmp_path / "ppo"), steps=2, batch_size=4, mini_batch_size=2, max_new_tokens=5)
+    cfg = PPOConfig(output_dir=str(tmp_path / "ppo"), steps=2, rollout_batch_size=4, mini_batch_size=2, max_new_tokens=5)
     model_args = ModelConfig(use_peft=use_peft, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
     summary = train_ppo(cfg, script, model_args, model=tiny_policy(), tokenizer=smol_tokenizer, reward=tiny_reward)
     assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10

@@ -12,6 +12,11 @@ COMMANDS = {
     "evaluate": ("pmi_reward.cli.evaluate", "AUC against negatives and correlations with target columns, with CIs"),
     "rerank": ("pmi_reward.cli.rerank", "sort candidate replies by PMI (or sample n with a chat model: best-of-n)"),
     "prepare-models": ("pmi_reward.cli.prepare", "convert/locate the offline PyPI-shipped models once"),
+    "grpo": ("pmi_reward.cli.grpo", "GRPO of a chat policy with PMIReward (TRL's GRPOTrainer)"),
+    "rloo": ("pmi_reward.cli.rloo", "RLOO of a chat policy with PMIReward (TRL's RLOOTrainer)"),
+    "ppo": ("pmi_reward.cli.ppo", "PPO of a chat policy with PMIReward (ours: value head, GAE, KL to the reference)"),
+    "evaluate-policy": ("pmi_reward.cli.evaluate_policy", "engagement gain of tuned policies over their base"),
+    "demo": ("pmi_reward.cli.demo", "the main job: scorers, a short GRPO run and its held-out engagement gain"),
 }
 
 

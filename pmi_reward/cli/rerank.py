@@ -12,10 +12,10 @@ Rows hold a context (a string with one turn per line, or chat messages) and a li
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 
-from trl import TrlParser
-
+from ..configs import parse_args
 from ..data.conversation import turns_to_messages
 from ..data.records import DataError, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
@@ -36,10 +36,6 @@ class RerankArguments:
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
     n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
     system_prompt: str | None = None
-    max_new_tokens: int = 48
-    temperature: float = 0.8
-    top_p: float = 0.95
-    seed: int = 0
 
 
 def _rows(args: RerankArguments) -> list[dict]:
@@ -57,29 +53,27 @@ def _rows(args: RerankArguments) -> list[dict]:
     return [{args.context_column: "\n".join(args.context), args.candidates_column: args.candidates}]
 
 
-def _sample_missing(args: RerankArguments, rows: list[dict]) -> None:
+def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: list[dict]) -> None:
     missing = [r for r in rows if not r.get(args.candidates_column)]
     if not missing:
         return
     if not args.model:
         raise SystemExit(f"{len(missing)} row(s) have no candidates: give them, or --model for best-of-n")
-    from ..scoring.models import load_causal_lm, load_tokenizer
+    from ..policy.loading import load_policy
 
-    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
+    model, tokenizer = load_policy(args.model)
     prompts = [c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
                for c in (r[args.context_column] for r in missing)]
-    settings = SamplingSettings(args.max_new_tokens, args.temperature, args.top_p, seed=args.seed)
     for row, replies in zip(missing, sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")):
         row[args.candidates_column] = replies
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = TrlParser((RerankArguments,), prog="pmi-reward rerank")
-    (args,) = parser.parse_args_and_config(argv)
+    args, settings = parse_args((RerankArguments, SamplingSettings), argv, prog="pmi-reward rerank")
     if args.output and not args.output.lower().endswith((".jsonl", ".ndjson", ".json")):
         raise SystemExit(f"--output {args.output}: ranked rows hold lists; use .jsonl or .json")
     rows = _rows(args)
-    _sample_missing(args, rows)
+    _sample_missing(args, settings, rows)
     scorer = PMIScorer.from_pretrained(args.scorer)
     ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
     for row, ranking in zip(rows, ranked):
@@ -94,3 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in row["ranked"]:
             print(f"{'    --' if r['pmi'] is None else format(r['pmi'], '+6.2f')}  {r['text']}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

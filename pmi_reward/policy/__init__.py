@@ -1,4 +1,8 @@
-"""Policy training with PMIReward: GRPO and RLOO on TRL, our PPO on accelerate, and engagement-gain evaluation.
+"""Stage 7, policy: chat policies trained and judged with the PMI reward.
 
-Each script is ``python -m pmi_reward.policy.<name> --config recipes/...yaml [--flag value ...]``.
+``loading`` loads a policy (a shipped name, a hub id, a saved directory or a LoRA adapter); ``prompts`` cuts
+chat prompts from dialogues; ``sampling`` samples replies (and best-of-n); ``trainers`` runs TRL's GRPO and
+RLOO, ``ppo`` (+ ``ppo_core``) our PPO; ``evaluate`` measures the engagement gain with an independent scorer
+(``report`` shows it); ``demo`` is the main job of ``make demo``. The commands are ``pmi-reward grpo``,
+``rloo``, ``ppo``, ``evaluate-policy`` and ``demo``.
 """

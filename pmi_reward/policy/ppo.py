@@ -1,13 +1,15 @@
 """PPO for a chat policy with PMIReward (TRL dropped its PPOTrainer; this is the standard RLHF recipe).
 
-    python -m pmi_reward.policy.ppo --config recipes/smollm2-135m/ppo/config_cpu.yaml
-    accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.policy.ppo --config ...
+    pmi-reward ppo --config recipes/smollm2-135m/ppo/config_cpu.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.cli.main ppo --config ...
 
 Each step: sample replies to a batch of prompts; score them with PMIReward (the reward sits on the last
 reply token); subtract a per-token KL penalty to the frozen reference (the policy with its LoRA adapter
 disabled, or a frozen copy without LoRA); GAE on a value head over the policy's last hidden state;
 whitened advantages; ``ppo_epochs`` passes of clipped policy and value losses over mini-batches. Runs on
-accelerate: each process rolls out its own prompts, gradients and whitening statistics are pooled.
+accelerate: each process rolls out its own prompts, gradients and whitening statistics are pooled. A reply
+the reward cannot score (None) carries no learning signal, as in TRL's GRPO and RLOO: it is masked out of the
+losses and the advantage statistics.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
+from ..configs import parse_args
+from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, shaped_rewards, token_logprobs, whiten
 from .prompts import build_prompts
-from .trainers import ScriptArguments, build_rewards, cpu_seconds, load_policy, lora_config, write_summary
+from .trainers import ScriptArguments, build_rewards, cpu_seconds, lora_config, policy_from, write_summary
 
 
 @dataclass
@@ -39,7 +43,7 @@ class PPOConfig:
 
     output_dir: str = "outputs/policies/ppo"
     steps: int = 20  # rollout + update iterations
-    batch_size: int = 16  # rollouts per step and process
+    rollout_batch_size: int = 16  # rollouts per step and process
     mini_batch_size: int = 8
     ppo_epochs: int = 2
     learning_rate: float = 1e-4
@@ -109,7 +113,10 @@ def rollout(model, ref_model, tokenizer, prompts: list, reward: Callable, cfg: P
              "attention": torch.cat([enc["attention_mask"], mask.long()], 1), "prompt_len": p}
     replies = tokenizer.batch_decode(response, skip_special_tokens=True)
     scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies])
+    # None: unscorable. Such a reply gets no learning signal (masked out of losses and statistics), as in TRL.
+    batch["scored"] = torch.tensor([s is not None for s in scores], device=accelerator.device)
     batch["scores"] = torch.tensor([0.0 if s is None else s for s in scores], device=accelerator.device)
+    batch["loss_mask"] = mask * batch["scored"][:, None]
     batch["logprobs"], batch["values"] = response_stats(model, batch, cfg.temperature)
     if ref_model is None:  # LoRA: the reference is the policy with its adapter switched off
         with policy.lm.disable_adapter():
@@ -128,7 +135,7 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
             mb = {k: v[idx] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items() if k != "replies"}
             logprobs, values = response_stats(model, mb, cfg.temperature)
             loss, s = ppo_loss(logprobs, mb["logprobs"], mb["advantages"], values, mb["values"], mb["returns"],
-                               mb["mask"], cfg.clip_range, cfg.clip_range_value, cfg.vf_coef)
+                               mb["loss_mask"], cfg.clip_range, cfg.clip_range_value, cfg.vf_coef)
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
@@ -138,14 +145,14 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
 
 
 def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelConfig, model=None, tokenizer=None,
-              reward: Callable | None = None) -> dict:
+              reward: Callable | None = None, reward_options: RewardOptions | None = None) -> dict:
     """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary."""
     accelerator = Accelerator(cpu=cfg.use_cpu)
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = load_policy(model_args)
-    reward = reward or build_rewards(script_args)[0]
+        model, tokenizer = policy_from(model_args)
+    reward = reward or build_rewards(script_args, reward_options)[0]
     peft = lora_config(model_args, model, script_args.lora_top_layers)
     ref_model = None
     if peft is not None:
@@ -158,7 +165,7 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate)
     policy, optimizer = accelerator.prepare(policy, optimizer)
     order = np.random.default_rng(cfg.seed).permutation(len(prompts))
-    per_step = cfg.batch_size * accelerator.num_processes
+    per_step = cfg.rollout_batch_size * accelerator.num_processes
     log_path = Path(cfg.output_dir) / "ppo_log.jsonl"
     if accelerator.is_main_process:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,20 +174,24 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     reward_seconds = getattr(reward, "seconds", 0.0)
     bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
     for step in bar:
-        take = [order[(step * per_step + accelerator.process_index * cfg.batch_size + j) % len(prompts)]
-                for j in range(cfg.batch_size)]
+        take = [order[(step * per_step + accelerator.process_index * cfg.rollout_batch_size + j) % len(prompts)]
+                for j in range(cfg.rollout_batch_size)]
         t0 = time.perf_counter()
         batch = rollout(policy, ref_model, tokenizer, [prompts[i] for i in take], reward, cfg, accelerator)
         rewards, kl = shaped_rewards(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"],
                                      cfg.kl_coef)
         advantages, batch["returns"] = gae(rewards, batch["values"], batch["mask"], cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
-            advantages = whiten(advantages, batch["mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
+            advantages = whiten(advantages, batch["loss_mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
         batch["advantages"] = advantages
         stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
-        pooled = accelerator.gather(torch.stack([batch["scores"].mean(), kl.sum(1).mean(),
-                                                 batch["mask"].sum(1).mean()])[None]).mean(0).tolist()
-        row = {"step": step + 1, "score": pooled[0], "kl": pooled[1], "response_tokens": pooled[2], **stats,
+        scored = batch["scored"].float()
+        pooled = accelerator.gather(torch.stack([(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(),
+                                                 batch["mask"].sum(1).mean()])[None])
+        totals, means = pooled.sum(0), pooled.mean(0)
+        score = (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")  # over the scorable replies
+        row = {"step": step + 1, "score": score, "kl": means[2].item(), "response_tokens": means[3].item(),
+               "unscorable": 1.0 - totals[1].item() / (per_step or 1), **stats,
                "seconds": time.perf_counter() - t0, "example": batch["replies"][0]}
         history.append(row)
         if accelerator.is_main_process:
@@ -208,11 +219,10 @@ def _save(policy: PolicyWithValue, tokenizer, output_dir: str) -> None:
               str(Path(output_dir) / "value_head.safetensors"))
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = TrlParser((ScriptArguments, PPOConfig, ModelConfig), prog="pmi_reward.policy.ppo")
-    script_args, cfg, model_args = parser.parse_args_and_config(argv)
-    return train_ppo(cfg, script_args, model_args)
+ARGUMENTS = (ScriptArguments, RewardOptions, PPOConfig, ModelConfig)
 
 
-if __name__ == "__main__":
-    main()
+def ppo_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
+    """PPO's command: script, reward, PPO and model options from YAML and flags; train; the run summary."""
+    script_args, reward_options, cfg, model_args = parse_args(ARGUMENTS, argv, prog)
+    return train_ppo(cfg, script_args, model_args, reward_options=reward_options)

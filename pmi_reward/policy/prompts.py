@@ -34,7 +34,7 @@ class PromptArguments:
     first_dialogue: int = field(default=2000, metadata={"help": "skip the dialogues before this index"})
     max_dialogues: int | None = field(default=1400, metadata={"help": "use at most N dialogues from first_dialogue"})
     prompts_per_dialogue: int = field(default=1, metadata={"help": "contexts cut from each dialogue"})
-    max_context_turns: int = field(default=3, metadata={"help": "turns of conversation in each prompt"})
+    prompt_turns: int = field(default=3, metadata={"help": "turns of conversation in each prompt"})
     max_context_chars: int = field(default=400, metadata={"help": "skip contexts longer than this (CPU budget)"})
     system_prompt: str | None = field(default=DEFAULT_SYSTEM_PROMPT, metadata={"help": "system message ('' for none)"})
     prompt_seed: int = field(default=0, metadata={"help": "seed for picking positions in dialogues"})
@@ -69,7 +69,7 @@ def build_prompts(args: PromptArguments) -> Dataset:
         dialogues = dialogues[:args.max_dialogues] if args.max_dialogues else dialogues
         if not dialogues:
             raise DataError(f"{args.dialogues}: no dialogues from index {args.first_dialogue}")
-        rows = dialogue_prompts(dialogues, args.max_context_turns, args.prompts_per_dialogue, args.max_context_chars,
+        rows = dialogue_prompts(dialogues, args.prompt_turns, args.prompts_per_dialogue, args.max_context_chars,
                                 args.system_prompt or None, args.prompt_seed)
     rows = rows[:args.max_prompts] if args.max_prompts else rows
     if not rows:

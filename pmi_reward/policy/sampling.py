@@ -1,4 +1,4 @@
-"""Sampling replies from a chat model: N per prompt, batched, seeded, with progress.
+"""Sampling replies from a chat model: N per prompt, batched, seeded, with progress; and best-of-n.
 
 Best-of-n reranking and policy evaluation both need "N sampled replies to each of these conversations
 under fixed sampling settings"; this is that, once.
@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["SamplingSettings", "sample_replies"]
+from ..data.conversation import turns_to_messages
+from ..rewards.rerank import Ranked, rerank
+from ..rewards.reward import PMIReward
+from ..scoring.scorer import PMIScorer
+
+__all__ = ["SamplingSettings", "sample_replies", "best_of_n"]
 
 
 @dataclass
@@ -63,3 +69,11 @@ def sample_replies(model, tokenizer, prompts: Sequence[list[dict] | str], n: int
         model.train(was_training)
     out = [o.strip() for o in out]
     return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+def best_of_n(scorer: PMIScorer | PMIReward, model, tokenizer, context: Any, n: int = 8,
+              settings: SamplingSettings | None = None, system_prompt: str | None = None) -> Ranked:
+    """Sample ``n`` replies to ``context`` from a chat model and return them ranked (best first)."""
+    messages = context if isinstance(context, list) else turns_to_messages(context, system_prompt)
+    replies = sample_replies(model, tokenizer, [messages], n, settings)[0]
+    return rerank(scorer, messages, replies)

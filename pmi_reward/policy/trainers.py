@@ -1,8 +1,11 @@
-"""What every policy-training script shares: the policy and its LoRA adapter, the rewards, a run summary.
+"""GRPO and RLOO on TRL with the PMI reward, and what every policy trainer shares: the reward functions,
+LoRA on the top layers, the reward's share of training time, a run summary.
 
-Shipped model names (``smollm2-135m-instruct``) resolve to the offline weights; anything else goes to
-transformers as a hub id or path. Extra TRL reward functions are named ``module:function`` and sit beside
-``PMIReward`` (weights via the trainer config's ``reward_weights``).
+A trainer's options are four dataclasses: ``ScriptArguments`` (prompts, the reward's scorer, extra rewards,
+where LoRA goes), ``RewardOptions`` (how PMI becomes a reward), the trainer's config (TRL's ``GRPOConfig`` /
+``RLOOConfig``, or our ``PPOConfig``) and TRL's ``ModelConfig`` (the policy and its LoRA adapter). Extra TRL
+reward functions are named ``module:function`` and sit beside ``PMIReward`` (weights via the trainer config's
+``reward_weights``).
 """
 
 from __future__ import annotations
@@ -12,53 +15,38 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
-from trl import ModelConfig, TrlParser, get_peft_config
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
+from trl import ModelConfig, get_peft_config
 
+from ..configs import parse_args
+from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
-from ..scoring.models import load_tokenizer, resolve_model
+from .loading import load_policy
 from .prompts import PromptArguments, build_prompts
 
-__all__ = ["RewardArguments", "ScriptArguments", "load_policy", "lora_config", "build_rewards", "RewardTimer",
-           "cpu_seconds", "write_summary", "train_with_trl", "trl_main"]
+__all__ = ["ScriptArguments", "policy_from", "lora_config", "build_rewards", "RewardTimer", "cpu_seconds",
+           "write_summary", "train_with_trl", "trl_main"]
 
 
 @dataclass
-class RewardArguments:
-    """The PMI reward (a scorer saved by ``pmi-reward train``) and optional extra reward functions."""
+class ScriptArguments(PromptArguments):
+    """Prompts (dialogue contexts), the reward's scorer and extra reward functions, and where LoRA goes."""
 
     scorer: str = field(default="outputs/scorers/reward-minilm-s0", metadata={"help": "reward scorer directory"})
-    reward_center: str = field(default="none", metadata={"help": "none | group (subtract the group mean)"})
-    reward_scale: float = 1.0
-    reward_clip: float | None = field(default=None, metadata={"help": "symmetric clip after scaling"})
-    empty_score: float | None = field(default=-5.0, metadata={"help": "reward of an empty completion"})
     extra_reward_funcs: list[str] = field(default_factory=list,
                                           metadata={"help": "more reward callables as module:function"})
     lora_top_layers: int | None = field(default=None, metadata={
         "help": "put LoRA only on the top N transformer layers (backprop stops below them: faster on CPU)"})
 
 
-@dataclass
-class ScriptArguments(PromptArguments, RewardArguments):
-    """Prompts (dialogue contexts) and the reward: the script arguments of the TRL-based trainers."""
-
-
-def load_policy(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The policy LM and its tokenizer (pad token set, left padding for generation)."""
-    name = model_args.model_name_or_path or "smollm2-135m-instruct"
-    dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=dtype,
-                                                 attn_implementation=model_args.attn_implementation)
-    tokenizer = load_tokenizer(name, padding_side="left")
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+def policy_from(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy LM and its tokenizer that TRL's model arguments name."""
+    return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation)
 
 
 def lora_config(model_args: ModelConfig, model: PreTrainedModel, top_layers: int | None = None):
@@ -77,10 +65,9 @@ def _import(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def build_rewards(args: RewardArguments) -> list[Callable]:
+def build_rewards(args: ScriptArguments, options: RewardOptions | None = None) -> list[Callable]:
     """``PMIReward`` first, then the extra reward functions in the order given."""
-    pmi = PMIReward.from_pretrained(args.scorer, center=args.reward_center, scale=args.reward_scale,
-                                    clip=args.reward_clip, empty_score=args.empty_score)
+    pmi = PMIReward.from_pretrained(args.scorer, options=options or RewardOptions())
     return [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
 
 
@@ -120,7 +107,7 @@ def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
 
 def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_args: Any, model_args: ModelConfig,
                    model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
-                   rewards: list[Callable] | None = None) -> dict:
+                   rewards: list[Callable] | None = None, reward_options: RewardOptions | None = None) -> dict:
     """Train a policy with a TRL online trainer (GRPO, RLOO) and PMIReward; save it and a run summary.
 
     ``model``/``tokenizer`` and ``rewards`` (PMIReward first) replace what the arguments would load.
@@ -128,8 +115,8 @@ def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_arg
     set_seed(training_args.seed)
     dataset = build_prompts(script_args)
     if model is None:
-        model, tokenizer = load_policy(model_args)
-    rewards = rewards or build_rewards(script_args)
+        model, tokenizer = policy_from(model_args)
+    rewards = rewards or build_rewards(script_args, reward_options)
     timer = RewardTimer(rewards[0])
     trainer = trainer_cls(model=model, reward_funcs=rewards, args=training_args, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora_config(model_args, model,
@@ -146,14 +133,13 @@ def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_arg
     return summary
 
 
-def trl_main(trainer_cls: type, config_cls: type, argv: list[str] | None = None) -> dict:
-    """The command line of a TRL-trainer script: script, trainer and model arguments from YAML and flags."""
-    name = trainer_cls.__name__.removesuffix("Trainer").lower()
-    parser = TrlParser((ScriptArguments, config_cls, ModelConfig), prog=f"pmi_reward.policy.{name}")
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    return train_with_trl(trainer_cls, script_args, training_args, model_args)
+def trl_main(trainer_cls: type, config_cls: type, argv: list[str] | None = None, prog: str | None = None) -> dict:
+    """A TRL trainer's command: script, reward, trainer and model options from YAML and flags; train; summary."""
+    script_args, reward_options, training_args, model_args = parse_args(
+        (ScriptArguments, RewardOptions, config_cls, ModelConfig), argv, prog)
+    return train_with_trl(trainer_cls, script_args, training_args, model_args, reward_options=reward_options)
 
 
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return round(sum(values) / len(values), 3) if values else None
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(sum(present) / len(present), 3) if present else None

@@ -149,12 +149,8 @@ def load_backbone(name: str, dtype: str = "float32"):
     return AutoModel.from_pretrained(resolve_model(name), dtype=_dtype(dtype)).eval()
 
 
-def load_causal_lm(name: str, dtype: str = "float32"):
-    """A causal LM for generation (policies, MEEP), with the generation pad token set."""
+def load_causal_lm(name: str, dtype: str = "float32", **kwargs):
+    """A causal LM with its LM head (policies, MEEP); ``pmi_reward.policy.loading`` readies one for generation."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=_dtype(dtype))
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = model.config.eos_token_id
-    return model
-
+    return AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=_dtype(dtype), **kwargs)

@@ -1,0 +1,22 @@
+"""``pmi-reward demo`` (``make demo``): the main job on the embedded default, offline, on a CPU.
+
+Trains a reward scorer and an independent evaluation scorer, runs a short GRPO with PMIReward and prints the
+held-out engagement gain (``pmi_reward.policy.demo``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..configs import parse_args
+from ..policy.demo import DemoArguments, run_demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = parse_args((DemoArguments,), argv, prog="pmi-reward demo")
+    run_demo(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
