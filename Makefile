@@ -1,5 +1,5 @@
-# pmi-reward: `make demo` runs the main job offline on the embedded default corpus; `make test` runs the tests.
-# Both create (or reuse) .venv and install everything, the offline models included.
+# pmi-reward: `make demo` runs the main job offline on the embedded default corpus; `make test` runs the tests;
+# `make lint` checks style and types. All create (or reuse) .venv and install everything, the offline models included.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast demo clean
+.PHONY: setup test test-fast lint format demo clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,18 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
 
+# style (ruff: lint rules and formatting, settings in pyproject.toml) and types of the library (mypy)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
 demo: $(STAMP)
-	$(BIN)/python -m train_policy.demo
+	$(BIN)/pmi-reward demo
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache
