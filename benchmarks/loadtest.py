@@ -35,15 +35,21 @@ class LoadResult:
 
     def summary(self) -> dict:
         lat = np.array(self.latencies) * 1000 if self.latencies else np.zeros(1)
-        return {"requests": len(self.scores), "errors": len(self.errors), "pairs": self.pairs,
-                "seconds": round(self.seconds, 3), "pairs_per_s": round(self.pairs / self.seconds, 1),
-                "p50_ms": round(float(np.percentile(lat, 50)), 2), "p99_ms": round(float(np.percentile(lat, 99)), 2)}
+        return {
+            "requests": len(self.scores),
+            "errors": len(self.errors),
+            "pairs": self.pairs,
+            "seconds": round(self.seconds, 3),
+            "pairs_per_s": round(self.pairs / self.seconds, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2),
+        }
 
 
 def score_bodies(contexts: Sequence[str], responses: Sequence[str], per_request: int) -> list[dict]:
     """``/score`` bodies of ``per_request`` consecutive pairs each."""
     pairs = [{"context": c, "response": r} for c, r in zip(contexts, responses)]
-    return [{"pairs": pairs[s:s + per_request]} for s in range(0, len(pairs), per_request)]
+    return [{"pairs": pairs[s : s + per_request]} for s in range(0, len(pairs), per_request)]
 
 
 def run_load(url: str, bodies: Sequence[dict], clients: int, timeout: float = 120.0) -> LoadResult:

@@ -44,9 +44,26 @@ def load() -> float:
 
 def start_server(scorer: str, max_batch_pairs: int, encode_batch: int | None) -> tuple[subprocess.Popen, str]:
     extra = ["--encode_batch_size", str(encode_batch)] if encode_batch else []
-    process = subprocess.Popen([sys.executable, "-m", "pmi_reward.cli.main", "serve", "--scorer", scorer, "--port", "0",
-                                "--device", "cpu", "--max_batch_pairs", str(max_batch_pairs), *extra],
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pmi_reward.cli.main",
+            "serve",
+            "--scorer",
+            scorer,
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+            "--max_batch_pairs",
+            str(max_batch_pairs),
+            *extra,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     for line in process.stderr:
         if match := re.search(r"listening on (http://\S+)", line):
             return process, match.group(1)
@@ -61,10 +78,15 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max_batch_pairs", type=int, default=256)
-    parser.add_argument("--encode_batch_size", type=int, default=None,
-                        help="encoder batch on both sides (default: the scorer's); on a CPU small batches pad less")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads on both sides (default: torch's choice, one per core)")
+    parser.add_argument(
+        "--encode_batch_size",
+        type=int,
+        default=None,
+        help="encoder batch on both sides (default: the scorer's); on a CPU small batches pad less",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads on both sides (default: torch's choice, one per core)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -86,8 +108,9 @@ def main() -> int:
         return {"pairs_per_s": len(contexts) / (time.perf_counter() - start)}
 
     server, url = start_server(args.scorer, args.max_batch_pairs, args.encode_batch_size)
-    modes = ["in-process, one call", "in-process, one call per request"] + [f"server, {c} clients"
-                                                                            for c in args.concurrency]
+    modes = ["in-process, one call", "in-process, one call per request"] + [
+        f"server, {c} clients" for c in args.concurrency
+    ]
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     try:
         run_load(url, bodies[:8], clients=2)  # warm up
@@ -108,16 +131,23 @@ def main() -> int:
         server.wait(timeout=60)
 
     threads, spec = args.threads or torch.get_num_threads(), scorer.encoder.spec
-    print(f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
-          f"{threads} torch threads, encoder {spec.model} in batches of {spec.encode_batch_size}, "
-          f"median of {args.repeats}; server batches: {batcher}")
+    print(
+        f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
+        f"{threads} torch threads, encoder {spec.model} in batches of {spec.encode_batch_size}, "
+        f"median of {args.repeats}; server batches: {batcher}"
+    )
     print("| mode | pairs/s | p50 ms | p99 ms | ratio to one in-process call | load (1 min) |")
     print("|---|---|---|---|---|---|")
     for mode in modes:
-        med = {k: round(statistics.median(r[k] for r in runs[mode]), 3 if k == "ratio" else 1)
-               for k in ("pairs_per_s", "p50_ms", "p99_ms", "ratio") if k in runs[mode][0]}
-        print(f"| {mode} | {med['pairs_per_s']} | {med.get('p50_ms', '')} | {med.get('p99_ms', '')} | "
-              f"{med['ratio']} | {[r['load1'] for r in runs[mode]]} |")
+        med = {
+            k: round(statistics.median(r[k] for r in runs[mode]), 3 if k == "ratio" else 1)
+            for k in ("pairs_per_s", "p50_ms", "p99_ms", "ratio")
+            if k in runs[mode][0]
+        }
+        print(
+            f"| {mode} | {med['pairs_per_s']} | {med.get('p50_ms', '')} | {med.get('p99_ms', '')} | "
+            f"{med['ratio']} | {[r['load1'] for r in runs[mode]]} |"
+        )
     return 0
 
 

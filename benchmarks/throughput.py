@@ -32,8 +32,10 @@ from pmi_reward.scoring.templates import TEMPLATES, fill
 
 @dataclass
 class BenchArguments:
-    input: str = field(default="../shared/data/pmiscore/datasets/empirical/en/test.csv",
-                       metadata={"help": "pair file whose first --pairs rows are scored"})
+    input: str = field(
+        default="../shared/data/pmiscore/datasets/empirical/en/test.csv",
+        metadata={"help": "pair file whose first --pairs rows are scored"},
+    )
     model: str = "minilm"
     dtype: str = "float32"
     input_mode: str = "pair"
@@ -61,7 +63,7 @@ def bare_batches(encoder: TextEncoder, contexts: list[str], responses: list[str]
         ids += tok(responses, truncation=True, max_length=n)["input_ids"]
     ids.sort(key=len, reverse=True)
     bs = encoder.spec.encode_batch_size
-    return [tok.pad({"input_ids": ids[s:s + bs]}, return_tensors="pt") for s in range(0, len(ids), bs)]
+    return [tok.pad({"input_ids": ids[s : s + bs]}, return_tensors="pt") for s in range(0, len(ids), bs)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         if c not in seen_c and r not in seen_r and len(rows) < args.pairs:
             seen_c.add(c), seen_r.add(r), rows.append((pairs.contexts[c], pairs.responses[r]))
     contexts, responses = [c for c, _ in rows], [r for _, r in rows]
-    encoder = TextEncoder(EncoderSpec(args.model, dtype=args.dtype, max_length=args.max_length,
-                                      encode_batch_size=args.batch_size), cache=None)
+    encoder = TextEncoder(
+        EncoderSpec(args.model, dtype=args.dtype, max_length=args.max_length, encode_batch_size=args.batch_size),
+        cache=None,
+    )
     head = PMIHead(HeadConfig(encoder.dim, args.input_mode))
     scorer = PMIScorer(encoder, TEMPLATES["en"], head)
     batches = bare_batches(encoder, contexts, responses, args.input_mode)
@@ -102,18 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     bare_s, scorer_s = min(times["bare"]), min(times["scorer"])
     n = len(contexts)
     result = {
-        "model": args.model, "dtype": args.dtype, "input_mode": args.input_mode, "pairs": n,
-        "batch_size": args.batch_size, "bare_tokens_per_pass": tokens,
+        "model": args.model,
+        "dtype": args.dtype,
+        "input_mode": args.input_mode,
+        "pairs": n,
+        "batch_size": args.batch_size,
+        "bare_tokens_per_pass": tokens,
         "scorer_tokens_per_pass": (encoder.stats.tokens - counted) // args.repeats,
         "torch_threads": torch.get_num_threads(),
-        "bare_pairs_per_s": round(n / bare_s, 1), "scorer_pairs_per_s": round(n / scorer_s, 1),
+        "bare_pairs_per_s": round(n / bare_s, 1),
+        "scorer_pairs_per_s": round(n / scorer_s, 1),
         "ratio_scorer_over_bare": round(bare_s / scorer_s, 3),
         "ratio_of_medians": round(statistics.median(times["bare"]) / statistics.median(times["scorer"]), 3),
-        "peak_rss_mib_after_warmup": round(rss_warm, 1), "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "peak_rss_mib_after_warmup": round(rss_warm, 1),
+        "peak_rss_mib": round(_peak_rss_mib(), 1),
         "runs_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
     }
     if torch.cuda.is_available():
-        result["peak_cuda_mib"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
+        result["peak_cuda_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     print(json.dumps(result, indent=1))
     print(f"scorer / bare forward throughput: {result['ratio_scorer_over_bare']:.3f} (target >= 0.9)")
     return 0

@@ -23,7 +23,25 @@ from .training.loop import TrainConfig, train_head
 
 __version__ = "0.1.0"
 __all__ = [
-    "DataError", "Dialogue", "EncoderSpec", "HeadConfig", "NegativeSpec", "PMIHead", "PMIReward", "PMIScorer", "PairSet",
-    "PromptTemplate", "RemotePMIReward", "RewardOptions", "ScorerLoadError", "TextEncoder", "TrainConfig",
-    "get_template", "load_dialogues", "load_pairs", "sample_negatives", "split_dialogues", "train_head",
+    "DataError",
+    "Dialogue",
+    "EncoderSpec",
+    "HeadConfig",
+    "NegativeSpec",
+    "PMIHead",
+    "PMIReward",
+    "PMIScorer",
+    "PairSet",
+    "PromptTemplate",
+    "RemotePMIReward",
+    "RewardOptions",
+    "ScorerLoadError",
+    "TextEncoder",
+    "TrainConfig",
+    "get_template",
+    "load_dialogues",
+    "load_pairs",
+    "sample_negatives",
+    "split_dialogues",
+    "train_head",
 ]

@@ -25,11 +25,24 @@ def _tiny(kind: str, vocab: int):
 
     torch.manual_seed(0)
     if kind == "bert":
-        cfg = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=128)
+        cfg = BertConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
         return BertModel(cfg).eval()
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
     return LlamaModel(cfg).eval()
 
 
@@ -38,8 +51,7 @@ def tiny_encoder_factory(tokenizer):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 
     def make(kind: str = "bert", pooling: str = "mean", max_length: int = 64, cache=None, batch_size: int = 8):
-        spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length,
-                           encode_batch_size=batch_size)
+        spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length, encode_batch_size=batch_size)
         return TextEncoder(spec, cache=cache, device="cpu", model=_tiny(kind, len(tokenizer)), tokenizer=tokenizer)
 
     return make
@@ -88,10 +100,19 @@ def tiny_policy(smol_tokenizer):
     def make(seed: int = 0):
         torch.manual_seed(seed)
         tok = smol_tokenizer
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                          num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
-                          tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                          bos_token_id=tok.bos_token_id)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=512,
+            tie_word_embeddings=True,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            bos_token_id=tok.bos_token_id,
+        )
         model = LlamaForCausalLM(cfg)
         model.generation_config.pad_token_id = tok.pad_token_id
         return model
@@ -126,8 +147,14 @@ def reward_server(tiny_scorer):
     server.close()
 
 
-def http(url: str, method: str, path: str, body: bytes | dict | list | None = None, headers: dict | None = None,
-         timeout: float = 30.0) -> tuple[int, dict | None]:
+def http(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | dict | list | None = None,
+    headers: dict | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, dict | None]:
     """One request on a fresh connection: (status, JSON answer or None when the answer is not JSON)."""
     import http.client
     import json

@@ -25,11 +25,24 @@ def test_kde_recovers_a_known_log_density_ratio():
         KDEScorer().fit(pos, neg[:, :3])
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("85", 85.0), ("Score: 85/100", 85.0), ("I'd say 70.", 70.0), ("85%", 85.0), ("8/10", 80.0),
-    ("8 out of 10", 80.0), ("4.5/5", 90.0), ("On a 0-100 scale: 62", 62.0), ("Rating (1 to 10 is too coarse): 75", 75.0),
-    ("SmolLM2 says 40", 40.0), ("150, no wait, 90", 90.0), ("0", 0.0), ("100!", 100.0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("85", 85.0),
+        ("Score: 85/100", 85.0),
+        ("I'd say 70.", 70.0),
+        ("85%", 85.0),
+        ("8/10", 80.0),
+        ("8 out of 10", 80.0),
+        ("4.5/5", 90.0),
+        ("On a 0-100 scale: 62", 62.0),
+        ("Rating (1 to 10 is too coarse): 75", 75.0),
+        ("SmolLM2 says 40", 40.0),
+        ("150, no wait, 90", 90.0),
+        ("0", 0.0),
+        ("100!", 100.0),
+    ],
+)
 def test_parse_score_reads_loose_answers(text, expected):
     assert parse_score(text) == pytest.approx(expected)
 
@@ -43,8 +56,15 @@ def _tiny_chat_lm(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -66,13 +86,14 @@ def test_meep_samples_from_a_shared_prefill_and_falls_back(chat_tokenizer, tmp_p
     scores = meep.score(contexts, responses)  # an untrained model answers garbage: the fallback, never NaN
     assert scores.shape == (3,) and np.isfinite(scores).all() and 0.0 <= meep.parse_rate <= 1.0
     # greedy decoding from the shared cache matches transformers' own generate()
-    greedy = MEEPScorer(MEEPConfig(n_samples=2, temperature=0.0, max_new_tokens=5), model=model,
-                        tokenizer=chat_tokenizer)
+    greedy = MEEPScorer(
+        MEEPConfig(n_samples=2, temperature=0.0, max_new_tokens=5), model=model, tokenizer=chat_tokenizer
+    )
     prompts = greedy.prompts(contexts[:2], responses[:2])
     ours = greedy.answers(prompts)
     enc = chat_tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     ref = model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=chat_tokenizer.pad_token_id)
-    texts = chat_tokenizer.batch_decode(ref[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    texts = chat_tokenizer.batch_decode(ref[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert [a[0] for a in ours] == texts and [a[1] for a in ours] == texts
     # answers are cached on disk: a new scorer reuses them without generating
     again = MEEPScorer(config, model=model, tokenizer=chat_tokenizer, cache_file=cache)

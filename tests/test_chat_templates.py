@@ -6,26 +6,44 @@ from hypothesis import strategies as st
 
 from pmi_reward.data.conversation import clean_reply, parse_chat, prompt_to_context, split_query
 
-CONVERSATION = [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "I love jazz."},
-                {"role": "assistant", "content": "Me too!"}, {"role": "user", "content": "Who is your favourite?"}]
+CONVERSATION = [
+    {"role": "system", "content": "Be nice."},
+    {"role": "user", "content": "I love jazz."},
+    {"role": "assistant", "content": "Me too!"},
+    {"role": "user", "content": "Who is your favourite?"},
+]
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
 
 PROMPTS = {
-    "chatml": ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
-               "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
-               "<|im_start|>assistant\n",
-               "<|im_end|>\n<|endoftext|>"),
-    "llama3": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|>"
-               "<|start_header_id|>user<|end_header_id|>\n\nI love jazz.<|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>\n\nMe too!"
-               "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho is your favourite?<|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
-    "gemma": ("<bos><start_of_turn>user\nI love jazz.<end_of_turn>\n<start_of_turn>model\nMe too!<end_of_turn>\n"
-              "<start_of_turn>user\nWho is your favourite?<end_of_turn>\n<start_of_turn>model\n", "<end_of_turn>\n"),
-    "phi3": ("<|system|>\nBe nice.<|end|>\n<|user|>\nI love jazz.<|end|>\n<|assistant|>\nMe too!<|end|>\n<|user|>\n"
-             "Who is your favourite?<|end|>\n<|assistant|>\n", "<|end|>\n<|endoftext|>"),
-    "llama2": ("<s>[INST] <<SYS>>\nBe nice.\n<</SYS>>\n\nI love jazz. [/INST] Me too! </s><s>[INST] "
-               "Who is your favourite? [/INST]", " </s>"),
+    "chatml": (
+        "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
+        "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "<|im_end|>\n<|endoftext|>",
+    ),
+    "llama3": (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nI love jazz.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nMe too!"
+        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho is your favourite?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|eot_id|>",
+    ),
+    "gemma": (
+        "<bos><start_of_turn>user\nI love jazz.<end_of_turn>\n<start_of_turn>model\nMe too!<end_of_turn>\n"
+        "<start_of_turn>user\nWho is your favourite?<end_of_turn>\n<start_of_turn>model\n",
+        "<end_of_turn>\n",
+    ),
+    "phi3": (
+        "<|system|>\nBe nice.<|end|>\n<|user|>\nI love jazz.<|end|>\n<|assistant|>\nMe too!<|end|>\n<|user|>\n"
+        "Who is your favourite?<|end|>\n<|assistant|>\n",
+        "<|end|>\n<|endoftext|>",
+    ),
+    "llama2": (
+        "<s>[INST] <<SYS>>\nBe nice.\n<</SYS>>\n\nI love jazz. [/INST] Me too! </s><s>[INST] "
+        "Who is your favourite? [/INST]",
+        " </s>",
+    ),
     "roles": ("System: Be nice.\nUser: I love jazz.\nAssistant: Me too!\nUser: Who is your favourite?\nAssistant:", ""),
 }
 

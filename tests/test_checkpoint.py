@@ -80,8 +80,13 @@ def _round_in(directory: Path) -> int:
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     uninterrupted = _train()
     code = f"import torch, test_checkpoint as t; torch.set_num_threads(1); t._train({str(tmp_path)!r}, kill_at_round=3)"
-    killed = subprocess.run([sys.executable, "-c", code], cwd=TESTS, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])})
+    killed = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])},
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert _round_in(tmp_path) == 2  # rounds 1-2 were saved before the kill
     _same(_train(str(tmp_path)), uninterrupted)

@@ -35,22 +35,63 @@ def _pair_file(path: Path, n_dialogues: int, seed: int) -> Path:
 def test_train_then_score_on_minilm(tmp_path, capsys):
     train, val = _pair_file(tmp_path / "train.csv", 40, 0), _pair_file(tmp_path / "val.csv", 12, 1)
     out = tmp_path / "scorer"
-    code = main(["train", "--config", str(ROOT / "configs/scorer/minilm.yaml"), "--train_file", str(train),
-                 "--val_file", str(val), "--test_file", str(val), "--output_dir", str(out), "--epochs", "8", "--batch_size", "16",
-                 "--cache_dir", str(tmp_path / "cache"), "--progress", "false"])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(ROOT / "configs/scorer/minilm.yaml"),
+            "--train_file",
+            str(train),
+            "--val_file",
+            str(val),
+            "--test_file",
+            str(val),
+            "--output_dir",
+            str(out),
+            "--epochs",
+            "8",
+            "--batch_size",
+            "16",
+            "--cache_dir",
+            str(tmp_path / "cache"),
+            "--progress",
+            "false",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
-    summary = json.loads(printed[printed.index("{\n"):])
+    summary = json.loads(printed[printed.index("{\n") :])
     assert summary["saved"] == str(out) and summary["train_pairs"] == 120 and 0 <= summary["test_auc"] <= 1
     scorer = PMIScorer.from_pretrained(out)
     assert scorer.metadata["best_val_auc"] > 0.7  # topics are easy for MiniLM
     assert scorer.metadata["training"]["batch_size"] == 16
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("\n".join(json.dumps(r) for r in [
-        {"context": "I love pizza.", "response": "Pasta is my favourite dish.", "id": 1},
-        {"context": "I love pizza.", "response": "I play tennis on Sundays.", "id": 2}]) + "\n")
-    assert main(["score", "--scorer", str(out), "--input", str(rows), "--output", str(tmp_path / "o.jsonl"),
-                 "--progress", "false"]) == 0
+    rows.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"context": "I love pizza.", "response": "Pasta is my favourite dish.", "id": 1},
+                {"context": "I love pizza.", "response": "I play tennis on Sundays.", "id": 2},
+            ]
+        )
+        + "\n"
+    )
+    assert (
+        main(
+            [
+                "score",
+                "--scorer",
+                str(out),
+                "--input",
+                str(rows),
+                "--output",
+                str(tmp_path / "o.jsonl"),
+                "--progress",
+                "false",
+            ]
+        )
+        == 0
+    )
     scored = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert [r["id"] for r in scored] == [1, 2]
     assert scored[0]["pmi"] > scored[1]["pmi"]
@@ -60,8 +101,9 @@ def test_help_and_unknown_command(capsys):
     assert main([]) == 2
     assert main(["--help"]) == 0
     assert "train" in capsys.readouterr().out
-    result = subprocess.run([sys.executable, "-m", "pmi_reward.cli.main", "train", "--help"], capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pmi_reward.cli.main", "train", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--objective" in result.stdout and "--k_in_dialogue" in result.stdout
 
 
@@ -84,8 +126,9 @@ def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, 
     train = load_pairs(_pair_file(tmp_path / "train.csv", 40, 0))
     val = load_pairs(_pair_file(tmp_path / "val.csv", 12, 1))
     config = TrainConfig(batch_size=32, epochs=6, lr=3e-3)
-    scorer, _ = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, negatives=NegativeSpec(3, 0, 0),
-                           progress=False)
+    scorer, _ = fit_scorer(
+        train, val, tiny_encoder, TEMPLATES["en"], config, negatives=NegativeSpec(3, 0, 0), progress=False
+    )
     monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(lambda cls, *a, **k: scorer))
     path = tmp_path / "rated.csv"
     rows = list(csv.DictReader(open(_pair_file(tmp_path / "eval.csv", 12, 2), newline="")))
@@ -95,9 +138,34 @@ def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, 
         w.writeheader()
         for r, s in zip(rows, scores):  # a rating that follows the score; p's whose PMI is the score + 1
             w.writerow({**r, "rating": float(s), "p_xy": float(np.exp(s + 1)) * 0.01, "p_x": 0.1, "p_y": 0.1})
-    assert main(["evaluate", "--scorer", "unused", "--input", str(path), "--k_random", "2", "--k_in_dialogue", "1", "--k_context", "0",
-                 "--targets", "rating", "--pmi_columns", "p_xy", "p_x", "p_y", "--n_boot", "50",
-                 "--progress", "false"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--scorer",
+                "unused",
+                "--input",
+                str(path),
+                "--k_random",
+                "2",
+                "--k_in_dialogue",
+                "1",
+                "--k_context",
+                "0",
+                "--targets",
+                "rating",
+                "--pmi_columns",
+                "p_xy",
+                "p_x",
+                "p_y",
+                "--n_boot",
+                "50",
+                "--progress",
+                "false",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["rows"] == len(rows) and 0.0 <= report["auc"]["value"] <= 1.0
     assert {"auc_random", "auc_in_dialogue"} <= set(report)

@@ -36,9 +36,21 @@ def test_chitchat_corpus_loads():
 
 def test_load_dialogue_formats(tmp_path):
     jl = tmp_path / "d.jsonl"
-    jl.write_text(json.dumps({"id": "a", "turns": ["hi", "hello"]}) + "\n" + json.dumps(
-        {"id": "b", "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "yo"},
-                                 {"role": "assistant", "content": "hey"}]}) + "\n")
+    jl.write_text(
+        json.dumps({"id": "a", "turns": ["hi", "hello"]})
+        + "\n"
+        + json.dumps(
+            {
+                "id": "b",
+                "messages": [
+                    {"role": "system", "content": "be nice"},
+                    {"role": "user", "content": "yo"},
+                    {"role": "assistant", "content": "hey"},
+                ],
+            }
+        )
+        + "\n"
+    )
     ds = load_dialogues(jl)
     assert [d.turns for d in ds] == [("hi", "hello"), ("yo", "hey")]
     csv_path = tmp_path / "d.csv"
@@ -51,20 +63,23 @@ def test_pair_file_builds_in_dialogue_pool_from_context_lines(tmp_path):
     f.write_text('dialog_key,context,response\nk1,"a\nb",c\nk1,"b\nc",d\nk2,x,y\n')
     pairs = load_pairs(f)
     g = pairs.group[0]
-    pool = {pairs.responses[i] for i in pairs.pool[pairs.pool_ptr[g]:pairs.pool_ptr[g + 1]]}
+    pool = {pairs.responses[i] for i in pairs.pool[pairs.pool_ptr[g] : pairs.pool_ptr[g + 1]]}
     assert pool == {"a", "b", "c", "d"}
     assert len(set(pairs.group.tolist())) == 2
 
 
-@pytest.mark.parametrize("content,suffix,message", [
-    (b"context,other\nhi,there\n", ".csv", "missing column 'response'"),
-    (b"", ".csv", "empty"),
-    (b"context,response\nhi,\xff\xfe\n", ".csv", "not UTF-8"),
-    (b"context,response\nhi,\n", ".csv", "row 1, field 'response': empty"),
-    (b'{"context": "hi", "response": 3}\n', ".jsonl", "row 1, field 'response': expected text"),
-    (b'{"context": "hi", "response": "x"}\nnot json\n', ".jsonl", "row 2: invalid JSON"),
-    (b"context,response\nhi,there\n", ".parquet", "unsupported file type"),
-])
+@pytest.mark.parametrize(
+    "content,suffix,message",
+    [
+        (b"context,other\nhi,there\n", ".csv", "missing column 'response'"),
+        (b"", ".csv", "empty"),
+        (b"context,response\nhi,\xff\xfe\n", ".csv", "not UTF-8"),
+        (b"context,response\nhi,\n", ".csv", "row 1, field 'response': empty"),
+        (b'{"context": "hi", "response": 3}\n', ".jsonl", "row 1, field 'response': expected text"),
+        (b'{"context": "hi", "response": "x"}\nnot json\n', ".jsonl", "row 2: invalid JSON"),
+        (b"context,response\nhi,there\n", ".parquet", "unsupported file type"),
+    ],
+)
 def test_bad_pair_files_name_file_and_field(tmp_path, content, suffix, message):
     f = tmp_path / f"bad{suffix}"
     f.write_bytes(content)
@@ -94,8 +109,9 @@ def test_split_is_seeded(topic_dialogues):
 def test_load_dialogues_from_a_datasets_object_and_folder(tmp_path):
     import datasets
 
-    ds = datasets.Dataset.from_list([{"id": "a", "turns": ["hi", "hello", "how are you?"]},
-                                     {"id": "b", "turns": ["one turn only"]}])
+    ds = datasets.Dataset.from_list(
+        [{"id": "a", "turns": ["hi", "hello", "how are you?"]}, {"id": "b", "turns": ["one turn only"]}]
+    )
     assert [d.turns for d in load_dialogues(ds)] == [("hi", "hello", "how are you?")]
     ds.save_to_disk(str(tmp_path / "ds"))
     assert [d.id for d in load_dialogues(tmp_path / "ds")] == ["a"]
@@ -104,8 +120,9 @@ def test_load_dialogues_from_a_datasets_object_and_folder(tmp_path):
 def test_csv_fields_may_hold_unicode_line_separators(tmp_path):
     # str.splitlines() would cut these rows at \x85 / \u2028 and misread the file
     path = tmp_path / "pairs.csv"
-    path.write_text('dialog_key,context,response\nk1,"Will\x85Where is he?","Safe\u2028inside."\nk2,Hi,Hello\n',
-                    encoding="utf-8")
+    path.write_text(
+        'dialog_key,context,response\nk1,"Will\x85Where is he?","Safe\u2028inside."\nk2,Hi,Hello\n', encoding="utf-8"
+    )
     pairs = load_pairs(path)
     assert pairs.context_texts == ["Will\x85Where is he?", "Hi"]
     assert pairs.response_texts == ["Safe\u2028inside.", "Hello"]

@@ -52,13 +52,25 @@ def test_bootstrap_ci_is_seeded_covers_the_mean_and_narrows_with_more_contexts()
 
 
 def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scorer, tmp_path):
-    prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "Did you watch the match?",
-                                              "I flew to Rome.\nHow was it?\nAmazing food.")]
+    prompts = [
+        turns_to_messages(t)
+        for t in (
+            "I love jazz.\nWho do you like?",
+            "Did you watch the match?",
+            "I flew to Rome.\nHow was it?\nAmazing food.",
+        )
+    ]
     base, other = tiny_policy(0), tiny_policy(1)
     args, settings = EvalArguments(samples=2), SamplingSettings(max_new_tokens=4, batch_size=8, seed=1234)
-    out = evaluate_policies({"base": (base, smol_tokenizer), "same": (base, smol_tokenizer),
-                             "other": (other, smol_tokenizer)}, prompts, tiny_scorer, tiny_scorer, args, settings,
-                            references=["Coltrane.", "Yes!", "Pasta?"])
+    out = evaluate_policies(
+        {"base": (base, smol_tokenizer), "same": (base, smol_tokenizer), "other": (other, smol_tokenizer)},
+        prompts,
+        tiny_scorer,
+        tiny_scorer,
+        args,
+        settings,
+        references=["Coltrane.", "Yes!", "Pasta?"],
+    )
     rows = {r["policy"]: r for r in out["rows"]}
     assert list(rows) == ["base", "same", "other", "human reference"]
     assert "gain" not in rows["base"]
@@ -91,10 +103,16 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
 
 
 def test_independence_note():
-    reward = {"encoder": "minilm", "training": {"seed": 0},
-              "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]}}
-    indep = {"encoder": "minilm", "training": {"seed": 1},
-             "data": {"dialogues": "chitchat", "skip_dialogues": 1000, "n_dialogues": [800, 100, 100]}}
+    reward = {
+        "encoder": "minilm",
+        "training": {"seed": 0},
+        "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]},
+    }
+    indep = {
+        "encoder": "minilm",
+        "training": {"seed": 1},
+        "data": {"dialogues": "chitchat", "skip_dialogues": 1000, "n_dialogues": [800, 100, 100]},
+    }
     note = independence_note(indep, reward)
     assert "a different seed, disjoint training dialogues" in note and "chitchat dialogues 1000-2000" in note
     assert "NOT independent" in independence_note(reward, reward)

@@ -19,12 +19,16 @@ def test_lora_adapters_train_in_the_one_loop_and_merge(topic_dialogues, tiny_enc
     assert lora and all("lora_" in n for n in lora)
     ft, fv = (EncoderFeatures(enc, TEMPLATES["en"], p) for p in (train, val))
     config = TrainConfig(batch_size=16, epochs=3, patience=5, lr=3e-3, encoder_lr=1e-2)
-    result = train_head(HeadConfig(enc.dim), ft, train, fv, val, config, progress=False,
-                        negatives=NegativeSpec(2, 0, 0))
+    result = train_head(
+        HeadConfig(enc.dim), ft, train, fv, val, config, progress=False, negatives=NegativeSpec(2, 0, 0)
+    )
     after = dict(model.named_parameters())
     assert any(not torch.equal(after[n], v) for n, v in lora.items() if "lora_B" in n)  # adapters moved
-    assert all(torch.equal(after[n].detach(), base[n.replace("base_model.model.", "").replace(".base_layer", "")])
-               for n in after if "lora_" not in n)  # the base weights did not
+    assert all(
+        torch.equal(after[n].detach(), base[n.replace("base_model.model.", "").replace(".base_layer", "")])
+        for n in after
+        if "lora_" not in n
+    )  # the base weights did not
     assert not model.training
     # the merged encoder, saved and reloaded as a plain model, embeds exactly like the adapted one
     pos_before = score_index_pairs(result.head, fv, val.ctx, val.resp)

@@ -30,7 +30,7 @@ def test_roc_auc_accepts_negatives_matrix():
 
 def test_correlations_and_mse_known_values():
     x = np.arange(10.0)
-    assert spearman(x, x ** 3) == pytest.approx(1.0)
+    assert spearman(x, x**3) == pytest.approx(1.0)
     assert pearson(x, 2 * x + 1) == pytest.approx(1.0)
     assert spearman(x, -x) == pytest.approx(-1.0)
     assert pearson([1.0, 2.0, 3.0], [1.0, 3.0, 2.0]) == pytest.approx(0.5)
@@ -53,7 +53,7 @@ def test_bootstrap_ci_contains_estimate_and_narrows_with_data():
     assert widths[1] < widths[0] / 3
     # true correlation 1/sqrt(2): the large-sample interval covers it
     est = Estimate.of(pearson, large[:, 0], large[:, 1], n_boot=300)
-    assert est.low < 2 ** -0.5 < est.high
+    assert est.low < 2**-0.5 < est.high
 
 
 def test_bootstrap_resamples_rows_jointly_and_is_seeded():
@@ -67,7 +67,7 @@ def test_bootstrap_resamples_rows_jointly_and_is_seeded():
 
 
 def test_mean_std_and_format():
-    assert mean_std([1.0, 3.0]) == pytest.approx((2.0, 2 ** 0.5))
+    assert mean_std([1.0, 3.0]) == pytest.approx((2.0, 2**0.5))
     assert mean_std([5.0]) == (5.0, 0.0)
     assert mean_std([1.0, float("nan"), 3.0])[0] == pytest.approx(2.0)
     assert format_mean_std([0.5, 0.7]) == "0.600 ± 0.141"

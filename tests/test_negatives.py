@@ -22,7 +22,7 @@ def test_negatives_never_equal_gold_and_kinds_are_right(pairs):
         owner.setdefault(r, set()).add(g)
     for i in range(len(pairs)):
         g = pairs.group[i]
-        pool = set(pairs.pool[pairs.pool_ptr[g]:pairs.pool_ptr[g + 1]].tolist())
+        pool = set(pairs.pool[pairs.pool_ptr[g] : pairs.pool_ptr[g + 1]].tolist())
         assert all(owner[r] - {g} for r in negs[i, :3])
         assert all(r in pool for r in negs[i, 3:])
 

@@ -38,7 +38,7 @@ def test_calibrated_objectives_recover_log_ratio(name):
 def test_shift_invariant_objectives_recover_log_ratio_up_to_a_constant(name):
     est = _fit(name)
     centred = est - est.mean() - (TRUE - TRUE.mean())
-    assert torch.mean(centred ** 2).item() < 0.03, (name, est)
+    assert torch.mean(centred**2).item() < 0.03, (name, est)
 
 
 def test_tv_recovers_the_sign_of_the_log_ratio():

@@ -30,8 +30,11 @@ def test_gae_matches_a_direct_computation():
     for b in range(3):
         n = int(mask[b].sum())
         for t in range(n):
-            expected = sum((gamma * lam) ** (k - t) * (rewards[b, k] + gamma * (values[b, k + 1] if k + 1 < n else 0)
-                                                         - values[b, k]) for k in range(t, n))
+            expected = sum(
+                (gamma * lam) ** (k - t)
+                * (rewards[b, k] + gamma * (values[b, k + 1] if k + 1 < n else 0) - values[b, k])
+                for k in range(t, n)
+            )
             assert adv[b, t].item() == pytest.approx(expected.item(), abs=1e-5)
         assert torch.all(adv[b, n:] == 0) and torch.all(ret[b, n:] == 0)
     torch.testing.assert_close(ret, (adv + values) * mask)
@@ -67,8 +70,15 @@ def _fixed_batch(policy, tokenizer):
     prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "I love jazz."}]]
     cfg = PPOConfig(max_new_tokens=6, temperature=1.0)
     acc = Accelerator(cpu=True)
-    batch = rollout(policy, None if hasattr(policy.lm, "disable_adapter") else policy, tokenizer, prompts,
-                    lambda p, c, **k: [1.0, -1.0], cfg, acc)
+    batch = rollout(
+        policy,
+        None if hasattr(policy.lm, "disable_adapter") else policy,
+        tokenizer,
+        prompts,
+        lambda p, c, **k: [1.0, -1.0],
+        cfg,
+        acc,
+    )
     return batch, cfg, acc
 
 
@@ -102,9 +112,12 @@ def test_kl_is_zero_at_step_zero_with_lora(tiny_policy, smol_tokenizer):
 def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward, use_peft):
     path = tmp_path / "dialogues.jsonl"
     path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
-    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused",
-                             lora_top_layers=1)
-    cfg = PPOConfig(output_dir=str(tmp_path / "ppo"), steps=2, rollout_batch_size=4, mini_batch_size=2, max_new_tokens=5)
+    script = ScriptArguments(
+        dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused", lora_top_layers=1
+    )
+    cfg = PPOConfig(
+        output_dir=str(tmp_path / "ppo"), steps=2, rollout_batch_size=4, mini_batch_size=2, max_new_tokens=5
+    )
     model_args = ModelConfig(use_peft=use_peft, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
     summary = train_ppo(cfg, script, model_args, model=tiny_policy(), tokenizer=smol_tokenizer, reward=tiny_reward)
     assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10

@@ -47,6 +47,9 @@ def test_lora_on_the_top_layers_only(tiny_policy):
 
     model = tiny_policy()
     assert lora_config(ModelConfig(), model, 1) is None
-    config = lora_config(ModelConfig(use_peft=True, lora_target_modules=["q_proj"]), model,
-                         ScriptArguments(lora_top_layers=1).lora_top_layers)
+    config = lora_config(
+        ModelConfig(use_peft=True, lora_target_modules=["q_proj"]),
+        model,
+        ScriptArguments(lora_top_layers=1).lora_top_layers,
+    )
     assert config.layers_to_transform == [1]

@@ -16,19 +16,29 @@ from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
 from pmi_reward.rewards.reward import PMIReward
 
-TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000]))
+TEXT = st.one_of(
+    st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000])
+)
 JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool"]),
-                                 "content": st.one_of(TEXT, JUNK)})
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "tool"]), "content": st.one_of(TEXT, JUNK)}
+)
 PROMPT = st.one_of(TEXT, JUNK, st.lists(st.one_of(MESSAGE, JUNK), max_size=5))
 COMPLETION = st.one_of(TEXT, JUNK, st.lists(st.one_of(MESSAGE, JUNK), max_size=2))
-OPTIONS = st.builds(RewardOptions, center=st.sampled_from(["none", "group"]), scale=st.sampled_from([1.0, 0.5, -2.0]),
-                    clip=st.sampled_from([None, 1.0]), empty_score=st.sampled_from([-5.0, 0.0, None]),
-                    include_system=st.booleans(), max_context_turns=st.sampled_from([None, 1, 5]))
+OPTIONS = st.builds(
+    RewardOptions,
+    center=st.sampled_from(["none", "group"]),
+    scale=st.sampled_from([1.0, 0.5, -2.0]),
+    clip=st.sampled_from([None, 1.0]),
+    empty_score=st.sampled_from([-5.0, 0.0, None]),
+    include_system=st.booleans(),
+    max_context_turns=st.sampled_from([None, 1, 5]),
+)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
-          database=None)
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
+)
 @given(samples=st.lists(st.tuples(PROMPT, COMPLETION), max_size=8), options=OPTIONS, shared_prompt=st.booleans())
 def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, samples, options, shared_prompt):
     prompts, completions = [p for p, _ in samples], [c for _, c in samples]
@@ -51,8 +61,17 @@ def test_trl_contract(reward_server, tiny_scorer):
     assert clone.url == reward_server.url and clone.options == reward.options
     import asyncio
 
-    got = asyncio.run(clone(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]], trainer_state=None,
-                            log_extra=lambda *a: None, log_metric=lambda k, v: logged.setdefault(k, v), extra=[1, 2]))
+    got = asyncio.run(
+        clone(
+            prompts=["a", "b"],
+            completions=["x", "y"],
+            completion_ids=[[1], [2]],
+            trainer_state=None,
+            log_extra=lambda *a: None,
+            log_metric=lambda k, v: logged.setdefault(k, v),
+            extra=[1, 2],
+        )
+    )
     assert len(got) == 2 and logged["pmi_remote/empty_frac"] == 0.0
     assert clone.options.max_context_turns == 3  # resolved from the server: as the scorer was trained
     with pytest.raises(ValueError, match="got 2 prompts but 1 completions"):  # a caller bug, before any request

@@ -57,12 +57,28 @@ def test_sampling_is_seeded_and_best_of_n_ranks_n_replies(tiny_scorer, tiny_poli
 
 def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
-    assert main(["rerank", "--scorer", "x", "--context", "I love jazz.", "Who is your favourite?",
-                 "--candidates", "Coltrane.", "ok"]) == 0
+    assert (
+        main(
+            [
+                "rerank",
+                "--scorer",
+                "x",
+                "--context",
+                "I love jazz.",
+                "Who is your favourite?",
+                "--candidates",
+                "Coltrane.",
+                "ok",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Coltrane." in printed and "ok" in printed
-    rows = [{"context": CONTEXT, "candidates": CANDIDATES[:4], "id": 1},
-            {"context": turns_to_messages("Did you watch the match?"), "candidates": ["Yes!", "No."], "id": 2}]
+    rows = [
+        {"context": CONTEXT, "candidates": CANDIDATES[:4], "id": 1},
+        {"context": turns_to_messages("Did you watch the match?"), "candidates": ["Yes!", "No."], "id": 2},
+    ]
     src, out = tmp_path / "rows.jsonl", tmp_path / "ranked.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows))
     assert main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(out)]) == 0

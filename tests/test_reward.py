@@ -20,16 +20,22 @@ def scorer(tiny_scorer):
     return tiny_scorer
 
 
-CHAT_PROMPT = [{"role": "system", "content": "You are nice."}, {"role": "user", "content": "I love jazz."},
-               {"role": "assistant", "content": "Me too!"}, {"role": "user", "content": "Who is your favourite?"}]
+CHAT_PROMPT = [
+    {"role": "system", "content": "You are nice."},
+    {"role": "user", "content": "I love jazz."},
+    {"role": "assistant", "content": "Me too!"},
+    {"role": "user", "content": "Who is your favourite?"},
+]
 
 
 def test_plain_and_chat_formats_give_the_same_scores(scorer):
     reward = PMIReward(scorer)
     assert reward.__name__ == "pmi_reward" and not isinstance(reward, torch.nn.Module)
     plain = reward(["I love jazz.\nMe too!\nWho is your favourite?"] * 2, ["Coltrane.", "Miles Davis"])
-    chat = reward([CHAT_PROMPT] * 2, [[{"role": "assistant", "content": "Coltrane."}],
-                                      [{"role": "assistant", "content": "Miles Davis"}]])
+    chat = reward(
+        [CHAT_PROMPT] * 2,
+        [[{"role": "assistant", "content": "Coltrane."}], [{"role": "assistant", "content": "Miles Davis"}]],
+    )
     assert len(plain) == 2 and plain == pytest.approx(chat)
     assert all(isinstance(x, float) for x in plain)
 
@@ -45,8 +51,20 @@ def test_context_extraction():
     assert completion_to_text(None) is None
 
 
-ODD = ["", "   \n\t", None, "x" * 50_000, "🙂🎉🔥" * 100, "我喜欢爵士乐，你呢？", "\x00\x01 control", 12345,
-       [{"role": "assistant"}], [{"role": "assistant", "content": None}], {"weird": "dict"}, "ok"]
+ODD = [
+    "",
+    "   \n\t",
+    None,
+    "x" * 50_000,
+    "🙂🎉🔥" * 100,
+    "我喜欢爵士乐，你呢？",
+    "\x00\x01 control",
+    12345,
+    [{"role": "assistant"}],
+    [{"role": "assistant", "content": None}],
+    {"weird": "dict"},
+    "ok",
+]
 
 
 def test_odd_inputs_never_raise_never_nan_and_stay_bounded(scorer):
@@ -81,8 +99,15 @@ def test_group_centering_scale_and_clip(scorer):
 def test_log_metric_receives_batch_stats(scorer):
     logged = {}
     reward = PMIReward(scorer, clip=0.1)
-    reward(["c"] * 4, ["", "a", "b", "c d"], log_metric=lambda k, v: logged.setdefault(k, v),
-           trainer_state=None, log_extra=lambda *a: None, completion_ids=[[1]] * 4, extra_col=[1] * 4)
+    reward(
+        ["c"] * 4,
+        ["", "a", "b", "c d"],
+        log_metric=lambda k, v: logged.setdefault(k, v),
+        trainer_state=None,
+        log_extra=lambda *a: None,
+        completion_ids=[[1]] * 4,
+        extra_col=[1] * 4,
+    )
     assert logged["pmi_reward/empty_frac"] == 0.25
     assert "pmi_reward/raw_pmi_mean" in logged and 0 <= logged["pmi_reward/clipped_frac"] <= 1
     # the reward's own wall time, which the training scripts report as its share of a step

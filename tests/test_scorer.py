@@ -57,10 +57,20 @@ def test_version_1_scorers_still_load(scorer, tmp_path):
     scorer.save_pretrained(tmp_path / "s")
     config = json.loads((tmp_path / "s" / "config.json").read_text())
     encoder = {**config["encoder"], "batch_size": config["encoder"].pop("encode_batch_size")}
-    template = {"name": "en", "pair": config["template"]["pair_template"], "context": "{context}",
-                "response": "{response}"}
-    v1 = {"format": config["format"], "version": 1, "encoder": encoder, "template": template, "head": config["head"],
-          "metadata": {"note": "v1", "data": {"dialogues": "chitchat", "max_context_turns": 3}}}
+    template = {
+        "name": "en",
+        "pair": config["template"]["pair_template"],
+        "context": "{context}",
+        "response": "{response}",
+    }
+    v1 = {
+        "format": config["format"],
+        "version": 1,
+        "encoder": encoder,
+        "template": template,
+        "head": config["head"],
+        "metadata": {"note": "v1", "data": {"dialogues": "chitchat", "max_context_turns": 3}},
+    }
     (tmp_path / "s" / "config.json").write_text(json.dumps(v1))
     (tmp_path / "s" / "metadata.json").unlink()
     loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)

@@ -37,9 +37,23 @@ def test_serve_answers_then_drains_on_sigterm(tmp_path):
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
     PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim))).save_pretrained(tmp_path / "s")
-    server = subprocess.Popen([sys.executable, "-m", "pmi_reward.cli.main", "serve", "--scorer", str(tmp_path / "s"),
-                               "--port", "0", "--device", "cpu"], stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pmi_reward.cli.main",
+            "serve",
+            "--scorer",
+            str(tmp_path / "s"),
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         url = next(m.group(1) for line in server.stderr if (m := re.search(r"listening on (http://\S+)", line)))
         assert http(url, "GET", "/health")[1]["scorer"]["encoder"] == "minilm"
@@ -63,8 +77,16 @@ def test_grpo_gets_its_reward_from_the_server(reward_server, tmp_path):
     tokenizer = load_tokenizer("smollm2")
     before = reward_server.batcher.stats.requests
     prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "I ran ten miles today!"}]]
-    history = recipe.train_grpo(reward_server.url, recipe.tiny_policy(tokenizer), tokenizer, prompts, steps=1,
-                                num_generations=2, max_completion_length=8, output_dir=str(tmp_path))
+    history = recipe.train_grpo(
+        reward_server.url,
+        recipe.tiny_policy(tokenizer),
+        tokenizer,
+        prompts,
+        steps=1,
+        num_generations=2,
+        max_completion_length=8,
+        output_dir=str(tmp_path),
+    )
     logged = next(h for h in history if "rewards/pmi_remote/mean" in h)
     assert math.isfinite(logged["rewards/pmi_remote/mean"]) and logged["pmi_remote/empty_frac"] < 1
     assert reward_server.batcher.stats.requests > before

@@ -14,11 +14,16 @@ from benchmarks.loadtest import run_load, score_bodies
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.serving.server import RewardServer, ServerConfig
 
-CHATML_PROMPT = ("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
-                 "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
-                 "<|im_start|>assistant\n")
-MESSAGES = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "Me too!"},
-            {"role": "user", "content": "Who is your favourite?"}]
+CHATML_PROMPT = (
+    "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
+    "<|im_start|>assistant\nMe too!<|im_end|>\n<|im_start|>user\nWho is your favourite?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+MESSAGES = [
+    {"role": "user", "content": "I love jazz."},
+    {"role": "assistant", "content": "Me too!"},
+    {"role": "user", "content": "Who is your favourite?"},
+]
 
 
 class SlowScorer:
@@ -38,8 +43,12 @@ class SlowScorer:
 
 def test_score_matches_the_scorer(reward_server, tiny_scorer):
     contexts, responses = ["hi there\nhow are you?", "I like jazz", "", "我喜欢音乐"], ["fine", "me too", "hello", "🎵"]
-    status, answer = http(reward_server.url, "POST", "/score",
-                          {"pairs": [{"context": c, "response": r} for c, r in zip(contexts, responses)]})
+    status, answer = http(
+        reward_server.url,
+        "POST",
+        "/score",
+        {"pairs": [{"context": c, "response": r} for c, r in zip(contexts, responses)]},
+    )
     assert status == 200
     assert answer["scores"] == tiny_scorer.score(contexts, responses).tolist()
     assert http(reward_server.url, "POST", "/score", {"pairs": []}) == (200, {"scores": []})
@@ -48,8 +57,12 @@ def test_score_matches_the_scorer(reward_server, tiny_scorer):
 def test_get_reward_speaks_openrlhf(reward_server, tiny_scorer):
     replies = ["Coltrane, for sure.", "That's interesting.", ""]
     queries = [CHATML_PROMPT + r + "<|im_end|>\n<|endoftext|>" for r in replies]
-    status, answer = http(reward_server.url, "POST", "/get_reward",
-                          {"query": queries, "prompts": [CHATML_PROMPT] * 3, "labels": ["", "", ""]})
+    status, answer = http(
+        reward_server.url,
+        "POST",
+        "/get_reward",
+        {"query": queries, "prompts": [CHATML_PROMPT] * 3, "labels": ["", "", ""]},
+    )
     assert status == 200 and set(answer) == {"rewards", "scores", "extra_logs"}
     expected = PMIReward(tiny_scorer)([MESSAGES] * 3, replies)
     assert answer["rewards"] == pytest.approx(expected, abs=1e-6)
@@ -64,15 +77,17 @@ def test_get_reward_speaks_openrlhf(reward_server, tiny_scorer):
 
 def test_rerank_puts_the_best_first(reward_server, tiny_scorer):
     candidates = ["Coltrane.", "ok", "", "Miles Davis, Kind of Blue"]
-    status, answer = http(reward_server.url, "POST", "/rerank",
-                          {"context": MESSAGES, "candidates": candidates, "top_k": 3})
+    status, answer = http(
+        reward_server.url, "POST", "/rerank", {"context": MESSAGES, "candidates": candidates, "top_k": 3}
+    )
     assert status == 200 and len(answer["ranked"]) == 3 and len(answer["scores"]) == 4
     assert answer["scores"][2] is None
     finite = [s for s in answer["scores"] if s is not None]
     assert [r["score"] for r in answer["ranked"]] == sorted(finite, reverse=True)
     context = "I love jazz.\nMe too!\nWho is your favourite?"
     assert answer["ranked"][0]["score"] == pytest.approx(
-        float(tiny_scorer.score([context], [answer["ranked"][0]["response"]])[0]), abs=1e-6)
+        float(tiny_scorer.score([context], [answer["ranked"][0]["response"]])[0]), abs=1e-6
+    )
 
 
 def test_health_describes_the_scorer(reward_server):
@@ -123,7 +138,8 @@ def _raw(url: str, data: bytes) -> bytes:
 
 def test_raw_protocol_errors(reward_server):
     assert _raw(reward_server.url, b"POST /score HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
-        b"HTTP/1.1 411")
+        b"HTTP/1.1 411"
+    )
     chunked = b"POST /score HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
     assert _raw(reward_server.url, chunked).startswith(b"HTTP/1.1 411")
     assert _raw(reward_server.url, b"FETCH /score HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
@@ -164,8 +180,11 @@ def test_close_drains_in_flight_requests_then_refuses(tiny_scorer):
     server = RewardServer(SlowScorer(tiny_scorer, 0.5), ServerConfig(port=0)).start()
     idle = socket.create_connection(server.httpd.server_address[:2])  # an idle keep-alive client
     answers = []
-    worker = threading.Thread(target=lambda: answers.append(
-        http(server.url, "POST", "/score", {"pairs": [{"context": "a", "response": "b"}]})))
+    worker = threading.Thread(
+        target=lambda: answers.append(
+            http(server.url, "POST", "/score", {"pairs": [{"context": "a", "response": "b"}]})
+        )
+    )
     worker.start()
     time.sleep(0.2)
     t0 = time.perf_counter()

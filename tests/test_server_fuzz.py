@@ -13,35 +13,82 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SENT: Counter = Counter()
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                derandomize=True, database=None)
+FUZZ = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
+)
 
-CLEAN = st.one_of(st.text(max_size=40), st.text(st.characters(codec="utf-8", exclude_categories=()), max_size=20),
-                  st.sampled_from(["", " \n\t ", "\x00\x01", "🙂" * 50, "x" * 20_000]))
-TEXT = st.one_of(CLEAN, st.text(st.characters(codec=None, exclude_categories=()), max_size=20),
-                 st.characters(categories=["Cs"]))  # a lone surrogate
-TEMPLATED = st.builds(lambda u, a: f"<|im_start|>user\n{u}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>",
-                      CLEAN, CLEAN)
+CLEAN = st.one_of(
+    st.text(max_size=40),
+    st.text(st.characters(codec="utf-8", exclude_categories=()), max_size=20),
+    st.sampled_from(["", " \n\t ", "\x00\x01", "🙂" * 50, "x" * 20_000]),
+)
+TEXT = st.one_of(
+    CLEAN, st.text(st.characters(codec=None, exclude_categories=()), max_size=20), st.characters(categories=["Cs"])
+)  # a lone surrogate
+TEMPLATED = st.builds(
+    lambda u, a: f"<|im_start|>user\n{u}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>", CLEAN, CLEAN
+)
 MOSTLY_CLEAN = st.one_of(CLEAN, CLEAN, CLEAN, TEXT)
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=10)
-MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", "x"]),
-                                           "content": st.one_of(TEXT, JSON)}), max_size=4)
-HUGE = st.sampled_from([{"pairs": [{"context": "x" * 300_000, "response": "y"}]},
-                        {"pairs": [{"context": "a", "response": "b"}] * 65},
-                        {"query": ["q"] * 65}, {"context": "c", "candidates": ["r"] * 65}])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
+MESSAGES = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system", "tool", "x"]), "content": st.one_of(TEXT, JSON)}
+    ),
+    max_size=4,
+)
+HUGE = st.sampled_from(
+    [
+        {"pairs": [{"context": "x" * 300_000, "response": "y"}]},
+        {"pairs": [{"context": "a", "response": "b"}] * 65},
+        {"query": ["q"] * 65},
+        {"context": "c", "candidates": ["r"] * 65},
+    ]
+)
 
-SCORE = st.one_of(JSON, HUGE, st.fixed_dictionaries({"pairs": st.one_of(JSON, st.lists(st.one_of(
-    JSON, st.fixed_dictionaries({"context": st.one_of(TEXT, JSON), "response": st.one_of(TEXT, JSON)})), max_size=6))}))
-GET_REWARD = st.one_of(JSON, HUGE, st.fixed_dictionaries(
-    {"query": st.one_of(JSON, st.lists(st.one_of(TEXT, TEMPLATED), max_size=5))},
-    optional={"prompts": st.one_of(JSON, st.lists(st.one_of(TEXT, st.none()), max_size=5)),
-              "labels": st.one_of(JSON, st.lists(JSON, max_size=5))}))
-RERANK = st.one_of(JSON, HUGE, st.fixed_dictionaries(
-    {"context": st.one_of(TEXT, MESSAGES, JSON),
-     "candidates": st.one_of(JSON, st.lists(st.one_of(TEXT, MESSAGES), max_size=5))},
-    optional={"top_k": st.one_of(st.integers(-2, 8), JSON)}))
+SCORE = st.one_of(
+    JSON,
+    HUGE,
+    st.fixed_dictionaries(
+        {
+            "pairs": st.one_of(
+                JSON,
+                st.lists(
+                    st.one_of(
+                        JSON,
+                        st.fixed_dictionaries({"context": st.one_of(TEXT, JSON), "response": st.one_of(TEXT, JSON)}),
+                    ),
+                    max_size=6,
+                ),
+            )
+        }
+    ),
+)
+GET_REWARD = st.one_of(
+    JSON,
+    HUGE,
+    st.fixed_dictionaries(
+        {"query": st.one_of(JSON, st.lists(st.one_of(TEXT, TEMPLATED), max_size=5))},
+        optional={
+            "prompts": st.one_of(JSON, st.lists(st.one_of(TEXT, st.none()), max_size=5)),
+            "labels": st.one_of(JSON, st.lists(JSON, max_size=5)),
+        },
+    ),
+)
+RERANK = st.one_of(
+    JSON,
+    HUGE,
+    st.fixed_dictionaries(
+        {
+            "context": st.one_of(TEXT, MESSAGES, JSON),
+            "candidates": st.one_of(JSON, st.lists(st.one_of(TEXT, MESSAGES), max_size=5)),
+        },
+        optional={"top_k": st.one_of(st.integers(-2, 8), JSON)},
+    ),
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,13 +155,16 @@ def test_well_typed_unicode_is_scored(reward_server, pairs):
 @FUZZ
 @given(queries=st.lists(st.one_of(MOSTLY_CLEAN, TEMPLATED), max_size=6), with_prompts=st.booleans())
 def test_well_typed_queries_get_one_reward_each(reward_server, queries, with_prompts):
-    body = {"query": queries, "prompts": [q[:len(q) // 2] for q in queries] if with_prompts else None}
+    body = {"query": queries, "prompts": [q[: len(q) // 2] for q in queries] if with_prompts else None}
     _well_typed(reward_server, "/get_reward", body, queries, "rewards")
 
 
 @FUZZ
-@given(path=st.sampled_from(["/score", "/get_reward", "/rerank", "/health", "/x"]), data=st.binary(max_size=300),
-       method=st.sampled_from(["POST", "GET", "PUT"]))
+@given(
+    path=st.sampled_from(["/score", "/get_reward", "/rerank", "/health", "/x"]),
+    data=st.binary(max_size=300),
+    method=st.sampled_from(["POST", "GET", "PUT"]),
+)
 def test_any_bytes_get_an_answer(reward_server, path, data, method):
     status, answer = http(reward_server.url, method, path, data)
     SENT[(f"{method} {path} (bytes)", status)] += 1

@@ -24,8 +24,11 @@ def sets(topic_dialogues):
     train, val, test = (PairSet.from_dialogues(topic_dialogues[a:b]) for a, b in ((0, 40), (40, 60), (60, 80)))
     rng = np.random.default_rng(0)
     spec = NegativeSpec(2, 1, 0)
-    return (EvalSet("train", train, sample_negatives(train, spec, rng)), EvalSet("val", val, sample_negatives(val, spec, rng)),
-            EvalSet("test", test, sample_negatives(test, NegativeSpec(3, 0, 0), rng)))
+    return (
+        EvalSet("train", train, sample_negatives(train, spec, rng)),
+        EvalSet("val", val, sample_negatives(val, spec, rng)),
+        EvalSet("test", test, sample_negatives(test, NegativeSpec(3, 0, 0), rng)),
+    )
 
 
 def test_round_scores_every_method_on_the_shared_negatives(sets, tiny_encoder):

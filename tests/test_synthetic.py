@@ -66,7 +66,9 @@ def test_records_carry_analytic_pmi_and_texts(tmp_path):
     with open(paths["test"], newline="") as f:
         test = list(csv.DictReader(f))
     assert len(test) == 20 and set(test[0]) >= {"x_id", "p_xy", "context_paraphrased", "response_paraphrased"}
-    pairs = load_pairs(paths["train"], "context_paraphrased", "response_paraphrased", extra_columns=["p_xy", "p_x", "p_y"])
+    pairs = load_pairs(
+        paths["train"], "context_paraphrased", "response_paraphrased", extra_columns=["p_xy", "p_x", "p_y"]
+    )
     assert len(pairs) == 60 and isinstance(pairs.extras["p_xy"][0], float)
 
 

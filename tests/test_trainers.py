@@ -9,9 +9,19 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer
 
 from pmi_reward.policy.trainers import ScriptArguments, train_with_trl
 
-COMMON = dict(use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4, num_generations=4,
-              max_completion_length=6, logging_steps=1, report_to=[], save_strategy="no", learning_rate=1e-3,
-              gradient_checkpointing=False)
+COMMON = dict(
+    use_cpu=True,
+    bf16=False,
+    max_steps=2,
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=6,
+    logging_steps=1,
+    report_to=[],
+    save_strategy="no",
+    learning_rate=1e-3,
+    gradient_checkpointing=False,
+)
 
 
 @pytest.fixture
@@ -24,8 +34,9 @@ def dialogue_file(tmp_path, topic_dialogues):
 def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer, reward):
     script = ScriptArguments(dialogues=str(dialogue_file), first_dialogue=0, max_dialogues=None, scorer="unused")
     args = config_cls(output_dir=str(tmp_path / "out"), **COMMON)
-    summary = train_with_trl(trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer,
-                             rewards=[reward])
+    summary = train_with_trl(
+        trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer, rewards=[reward]
+    )
     assert summary["steps"] == 2 and summary["prompts"] == 12
     assert 0 < summary["reward_seconds"] and 0 < summary["reward_share"] < 1
     saved = json.loads((tmp_path / "out" / "run_summary.json").read_text())
@@ -61,15 +72,28 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
 
     spy.__name__ = tiny_reward.__name__
     prompts = [{"prompt": [{"role": "user", "content": f"I love topic {i}. Do you?"}]} for i in range(8)]
-    args = OnlineDPOConfig(output_dir=str(tmp_path / "dpo"), use_cpu=True, bf16=False, max_steps=2,
-                           per_device_train_batch_size=2, max_new_tokens=6, logging_steps=1, report_to=[],
-                           save_strategy="no", learning_rate=1e-3)
+    args = OnlineDPOConfig(
+        output_dir=str(tmp_path / "dpo"),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        per_device_train_batch_size=2,
+        max_new_tokens=6,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        learning_rate=1e-3,
+    )
     model = tiny_policy()
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = OnlineDPOTrainer(model=model, reward_funcs=spy, args=args, train_dataset=Dataset.from_list(prompts),
-                               processing_class=smol_tokenizer)
+    trainer = OnlineDPOTrainer(
+        model=model,
+        reward_funcs=spy,
+        args=args,
+        train_dataset=Dataset.from_list(prompts),
+        processing_class=smol_tokenizer,
+    )
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2
     assert all(len(c) == 4 and all(math.isfinite(x) for x in c) for c in calls)  # 2 prompts x 2 completions
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-

@@ -49,8 +49,19 @@ def test_training_learns_topic_match_and_keeps_best_state(split):
 def test_training_is_deterministic(split):
     train, val = split
     config = TrainConfig(batch_size=16, epochs=4, patience=10, seed=7, lr=3e-3)
-    runs = [train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
-                       progress=False, negatives=NegativeSpec(2, 1, 1)) for _ in range(2)]
+    runs = [
+        train_head(
+            HeadConfig(dim=8),
+            _topic_features(train, 0),
+            train,
+            _topic_features(val, 1),
+            val,
+            config,
+            progress=False,
+            negatives=NegativeSpec(2, 1, 1),
+        )
+        for _ in range(2)
+    ]
     assert runs[0].history == runs[1].history
     for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values()):
         assert torch.equal(a, b)
@@ -59,8 +70,16 @@ def test_training_is_deterministic(split):
 def test_early_stopping_stops(split):
     train, val = split
     config = TrainConfig(epochs=50, patience=2, lr=0.0)  # lr 0: never improves
-    result = train_head(HeadConfig(dim=8), _topic_features(train, 0), train, _topic_features(val, 1), val, config,
-                        progress=False, negatives=NegativeSpec(1, 0, 0))
+    result = train_head(
+        HeadConfig(dim=8),
+        _topic_features(train, 0),
+        train,
+        _topic_features(val, 1),
+        val,
+        config,
+        progress=False,
+        negatives=NegativeSpec(1, 0, 0),
+    )
     assert len(result.history) == 3 and result.best_epoch == 1
 
 
@@ -68,8 +87,16 @@ def test_early_stopping_stops(split):
 def test_fit_scorer_end_to_end_with_tiny_encoder(split, tiny_encoder, mode):
     train, val = split
     config = TrainConfig(batch_size=32, epochs=3, patience=5)
-    scorer, result = fit_scorer(train, val, tiny_encoder, TEMPLATES["en"], config, HeadConfig(input_mode=mode),
-                                NegativeSpec(2, 1, 1), progress=False)
+    scorer, result = fit_scorer(
+        train,
+        val,
+        tiny_encoder,
+        TEMPLATES["en"],
+        config,
+        HeadConfig(input_mode=mode),
+        NegativeSpec(2, 1, 1),
+        progress=False,
+    )
     assert len(result.history) == 3 and scorer.metadata["best_val_auc"] == result.best_val_auc
     encoded = tiny_encoder.stats.texts
     distinct = len(train.contexts) + len(train.responses) + len(val.contexts) + len(val.responses)
@@ -117,8 +144,17 @@ def test_fixed_negatives_are_the_only_negatives_seen(split):
     val_negs = sample_negatives(val, NegativeSpec(3, 0, 0), rng)
     ft = _CountingFeatures(_topic_features(train, 0))
     config = TrainConfig(batch_size=32, epochs=3, patience=5, lr=3e-3)
-    result = train_head(HeadConfig(dim=8), ft, train, _topic_features(val, 1), val, config, progress=False,
-                        train_negatives=train_negs, val_negatives=val_negs)
+    result = train_head(
+        HeadConfig(dim=8),
+        ft,
+        train,
+        _topic_features(val, 1),
+        val,
+        config,
+        progress=False,
+        train_negatives=train_negs,
+        val_negatives=val_negs,
+    )
     allowed = set(zip(train.ctx.tolist(), train.resp.tolist()))
     allowed |= set(zip(np.repeat(train.ctx, 2).tolist(), train_negs.ravel().tolist()))
     assert ft.asked and ft.asked <= allowed  # no fresh draws, whatever the config's counts say

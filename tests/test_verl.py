@@ -11,8 +11,11 @@ import pmi_reward.rewards.verl as verl_adapter
 from pmi_reward.rewards.reward import PMIReward
 
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
-MESSAGES = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "Me too!"},
-            {"role": "user", "content": "Who is your favourite?"}]
+MESSAGES = [
+    {"role": "user", "content": "I love jazz."},
+    {"role": "assistant", "content": "Me too!"},
+    {"role": "user", "content": "Who is your favourite?"},
+]
 
 
 def _load_like_verl():
@@ -26,35 +29,48 @@ def _load_like_verl():
 def test_signatures_follow_verl():
     module = _load_like_verl()
     assert list(inspect.signature(module.compute_score).parameters)[:4] == [
-        "data_source", "solution_str", "ground_truth", "extra_info"]
+        "data_source",
+        "solution_str",
+        "ground_truth",
+        "extra_info",
+    ]
     assert list(inspect.signature(module.compute_score_batch).parameters)[:4] == [
-        "data_sources", "solution_strs", "ground_truths", "extra_infos"]
+        "data_sources",
+        "solution_strs",
+        "ground_truths",
+        "extra_infos",
+    ]
 
 
 def test_compute_score_against_a_server(reward_server, tiny_scorer):
     module = _load_like_verl()
     expected = PMIReward(tiny_scorer)([CONTEXT], ["Coltrane, for sure."])[0]
-    got = module.compute_score("chitchat", "Coltrane, for sure.<|im_end|><|endoftext|>", None,
-                               {"context": CONTEXT}, url=reward_server.url)
+    got = module.compute_score(
+        "chitchat", "Coltrane, for sure.<|im_end|><|endoftext|>", None, {"context": CONTEXT}, url=reward_server.url
+    )
     assert isinstance(got, float) and got == pytest.approx(expected, abs=1e-6)
 
 
 def test_batch_reads_contexts_from_extra_info_in_every_form(reward_server, tiny_scorer):
     module = _load_like_verl()
-    infos = [{"context": CONTEXT},
-             {"messages": np.array(MESSAGES, dtype=object)},  # parquet rows hold numpy arrays
-             {"history": np.array(["I love jazz.", "Me too!", "Who is your favourite?"], dtype=object)},
-             {"prompt": CONTEXT},
-             {"index": 3},  # no context: empty_score
-             None]
+    infos = [
+        {"context": CONTEXT},
+        {"messages": np.array(MESSAGES, dtype=object)},  # parquet rows hold numpy arrays
+        {"history": np.array(["I love jazz.", "Me too!", "Who is your favourite?"], dtype=object)},
+        {"prompt": CONTEXT},
+        {"index": 3},  # no context: empty_score
+        None,
+    ]
     replies = ["Coltrane."] * 6
-    got = module.compute_score_batch(["d"] * 6, replies, [None] * 6, infos, url=reward_server.url, center="none",
-                                     empty_score=-1.0)
+    got = module.compute_score_batch(
+        ["d"] * 6, replies, [None] * 6, infos, url=reward_server.url, center="none", empty_score=-1.0
+    )
     expected = PMIReward(tiny_scorer, empty_score=-1.0)([CONTEXT] * 4 + [None, None], replies)
     assert got == pytest.approx(expected, abs=1e-6)
     assert got[0] == got[1] == got[2] == got[3] and got[4] == got[5] == -1.0
-    centred = module.compute_score_batch(["d"] * 2, ["Coltrane.", "ok"], [None] * 2, infos[:2], url=reward_server.url,
-                                         center="group")
+    centred = module.compute_score_batch(
+        ["d"] * 2, ["Coltrane.", "ok"], [None] * 2, infos[:2], url=reward_server.url, center="group"
+    )
     assert sum(centred) == pytest.approx(0.0, abs=1e-5)
 
 
@@ -81,7 +97,8 @@ def test_compute_score_with_a_local_scorer_dir(tmp_path):
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
     PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim))).save_pretrained(tmp_path / "s")
-    got = verl_adapter.compute_score("d", "Coltrane.", None, {"context": CONTEXT}, scorer=str(tmp_path / "s"),
-                                     device="cpu")
+    got = verl_adapter.compute_score(
+        "d", "Coltrane.", None, {"context": CONTEXT}, scorer=str(tmp_path / "s"), device="cpu"
+    )
     expected = PMIReward.from_pretrained(tmp_path / "s", device="cpu")([CONTEXT], ["Coltrane."])[0]
     assert got == pytest.approx(expected, abs=1e-6)

@@ -24,8 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     args, negatives = parse_args((EvaluateArguments, NegativeSpec), argv, prog="pmi-reward evaluate")
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")
-    pairs = load_pairs(args.input, args.context_column, args.response_column, args.key_column or None,
-                       [*args.targets, *args.pmi_columns])
+    pairs = load_pairs(
+        args.input,
+        args.context_column,
+        args.response_column,
+        args.key_column or None,
+        [*args.targets, *args.pmi_columns],
+    )
     scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=None if args.no_cache else cache_root() / "embeddings")
     report = evaluate_scorer(scorer, pairs, negatives, args)
     print(json.dumps({"scorer": args.scorer, "input": args.input, **report}, indent=2))

@@ -25,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
         lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-        print("usage: pmi-reward <command> [--config FILE.yaml] [options]\n\ncommands:\n" + "\n".join(lines)
-              + "\n\n`pmi-reward <command> --help` lists a command's options.")
+        print(
+            "usage: pmi-reward <command> [--config FILE.yaml] [options]\n\ncommands:\n"
+            + "\n".join(lines)
+            + "\n\n`pmi-reward <command> --help` lists a command's options."
+        )
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:]) or 0

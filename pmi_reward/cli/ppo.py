@@ -1,7 +1,7 @@
 """``pmi-reward ppo``: PPO with PMIReward (ours: TRL dropped its PPOTrainer), see ``pmi_reward.policy.ppo``.
 
-    pmi-reward ppo --config recipes/smollm2-135m/ppo/config_cpu.yaml
-    accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.cli.main ppo --config ...
+pmi-reward ppo --config recipes/smollm2-135m/ppo/config_cpu.yaml
+accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.cli.main ppo --config ...
 """
 
 from __future__ import annotations

@@ -29,8 +29,9 @@ class RerankArguments:
     context: list[str] | None = field(default=None, metadata={"help": "inline context: its turns, oldest first"})
     candidates: list[str] | None = field(default=None, metadata={"help": "inline candidate replies"})
     input: str | None = field(default=None, metadata={"help": "JSONL/JSON rows with a context and candidates"})
-    output: str | None = field(default=None, metadata={"help": "where to write the ranked rows (.jsonl/.json); "
-                                                                "without it, print them"})
+    output: str | None = field(
+        default=None, metadata={"help": "where to write the ranked rows (.jsonl/.json); without it, print them"}
+    )
     context_column: str = "context"
     candidates_column: str = "candidates"
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
@@ -62,8 +63,10 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
     from ..policy.loading import load_policy
 
     model, tokenizer = load_policy(args.model)
-    prompts = [c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
-               for c in (r[args.context_column] for r in missing)]
+    prompts = [
+        c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
+        for c in (r[args.context_column] for r in missing)
+    ]
     for row, replies in zip(missing, sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")):
         row[args.candidates_column] = replies
 

@@ -1,6 +1,6 @@
 """``pmi-reward train``: pair files or a dialogue source in, a saved scorer directory out.
 
-    pmi-reward train --config scorer/minilm --dialogues chitchat --output_dir outputs/scorer-minilm
+pmi-reward train --config scorer/minilm --dialogues chitchat --output_dir outputs/scorer-minilm
 """
 
 from __future__ import annotations

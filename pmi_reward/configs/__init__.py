@@ -32,8 +32,10 @@ def config_path(name_or_path: str | Path) -> str:
     shipped = CONFIG_DIR / path.with_suffix(".yaml")
     if shipped.is_file():
         return str(shipped)
-    raise FileNotFoundError(f"--config {name_or_path}: no such file, and no shipped config of that name "
-                            f"(shipped: {', '.join(shipped_configs())})")
+    raise FileNotFoundError(
+        f"--config {name_or_path}: no such file, and no shipped config of that name "
+        f"(shipped: {', '.join(shipped_configs())})"
+    )
 
 
 def parse_args(types: Sequence[type], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:

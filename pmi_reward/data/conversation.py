@@ -22,8 +22,15 @@ from typing import Any
 
 from .pairs import join_turns
 
-__all__ = ["message_text", "prompt_to_context", "completion_to_text", "turns_to_messages", "parse_chat", "clean_reply",
-           "split_query"]
+__all__ = [
+    "message_text",
+    "prompt_to_context",
+    "completion_to_text",
+    "turns_to_messages",
+    "parse_chat",
+    "clean_reply",
+    "split_query",
+]
 
 _SPEAKERS = ("user", "assistant")
 
@@ -64,8 +71,11 @@ def completion_to_text(completion: Any) -> str | None:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Sequence) and not isinstance(completion, (bytes, bytearray)):
-        texts = [message_text(m.get("content")) for m in completion
-                 if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        texts = [
+            message_text(m.get("content"))
+            for m in completion
+            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
         texts = [t for t in texts if t is not None]
         return " ".join(texts) if texts else None
     return None
@@ -78,34 +88,44 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
         turns = [line for line in turns.split("\n") if line.strip()]
     n = len(turns)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return messages + [{"role": "user" if (n - 1 - i) % 2 == 0 else "assistant", "content": t}
-                       for i, t in enumerate(turns)]
+    return messages + [
+        {"role": "user" if (n - 1 - i) % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)
+    ]
+
 
 Messages = list[dict[str, str]]
 
 # (pattern of one turn with groups role and content, role renames); content runs to the end marker or the end
 _TURNS: list[tuple[re.Pattern, dict[str, str]]] = [
     (re.compile(r"<\|im_start\|>(\w+)\n?(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), {}),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)",
-                re.S), {}),
+    (
+        re.compile(
+            r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)", re.S
+        ),
+        {},
+    ),
     (re.compile(r"<start_of_turn>(\w+)\n?(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), {"model": "assistant"}),
-    (re.compile(r"<\|(system|user|assistant)\|>\n?(.*?)(?:<\|end\|>|(?=<\|(?:system|user|assistant)\|>)|\Z)",
-                re.S), {}),
+    (
+        re.compile(r"<\|(system|user|assistant)\|>\n?(.*?)(?:<\|end\|>|(?=<\|(?:system|user|assistant)\|>)|\Z)", re.S),
+        {},
+    ),
 ]
 _INST = re.compile(r"\[INST\](.*?)\[/INST\](.*?)(?=\[INST\]|\Z)", re.S)
 _SYS = re.compile(r"<<SYS>>(.*?)<</SYS>>", re.S)
 _ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
 # tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply
-_END = re.compile(r"<\|im_end\|>|<\|eot_id\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
-                  r"|<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|\[INST\]|<pad>|<\|pad\|>|\[PAD\]")
+_END = re.compile(
+    r"<\|im_end\|>|<\|eot_id\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
+    r"|<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|\[INST\]|<pad>|<\|pad\|>|\[PAD\]"
+)
 _SPECIAL = re.compile(r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]")
 
 
 def clean_reply(text: str) -> str:
     """A reply without what the template or padding appended: cut at the first end-of-turn or pad token."""
     match = _END.search(text)
-    return (text[:match.start()] if match else text).strip()
+    return (text[: match.start()] if match else text).strip()
 
 
 def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
@@ -162,7 +182,7 @@ def split_query(query: str, prompt: str | None = None) -> tuple[Messages, str] |
     if prompt:
         at = query.find(prompt)
         if at >= 0:
-            return _as_messages(prompt), clean_reply(query[at + len(prompt):])
+            return _as_messages(prompt), clean_reply(query[at + len(prompt) :])
     messages = parse_chat(query)
     if messages is not None:
         while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:

@@ -18,8 +18,14 @@ import numpy as np
 
 from .records import DataError, read_records
 
-__all__ = ["Dialogue", "load_dialogues", "chitchat_dialogues", "dialogues_from_records", "split_dialogues",
-           "CHAT_ROLES"]
+__all__ = [
+    "Dialogue",
+    "load_dialogues",
+    "chitchat_dialogues",
+    "dialogues_from_records",
+    "split_dialogues",
+    "CHAT_ROLES",
+]
 
 CHAT_ROLES = ("user", "assistant")
 
@@ -45,8 +51,7 @@ def chitchat_dialogues() -> list[Dialogue]:
     dialogues = []
     for key, convo in raw.items():
         turns = tuple(
-            " ".join(u["text"].strip() for u in message if u.get("text", "").strip())
-            for message in convo["messages"]
+            " ".join(u["text"].strip() for u in message if u.get("text", "").strip()) for message in convo["messages"]
         )
         dialogues.append(Dialogue(str(key), tuple(t for t in turns if t)))
     return dialogues
@@ -88,8 +93,10 @@ def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -
         return out
     for field in ("dialog_id", "text"):
         if field not in first:
-            raise DataError(f"{source}: missing column {field!r}; a turn-per-row file needs 'dialog_id' and 'text' "
-                            f"(columns: {sorted(first)})")
+            raise DataError(
+                f"{source}: missing column {field!r}; a turn-per-row file needs 'dialog_id' and 'text' "
+                f"(columns: {sorted(first)})"
+            )
     grouped: dict[str, list[str]] = {}
     for n, record in enumerate(records, 1):
         text = record.get("text")
@@ -135,4 +142,4 @@ def split_dialogues(
     n_val = int(round(val_fraction * len(dialogues)))
     n_test = int(round(test_fraction * len(dialogues)))
     pick = lambda idx: [dialogues[i] for i in sorted(idx)]  # noqa: E731
-    return pick(order[n_val + n_test:]), pick(order[:n_val]), pick(order[n_val:n_val + n_test])
+    return pick(order[n_val + n_test :]), pick(order[:n_val]), pick(order[n_val : n_val + n_test])

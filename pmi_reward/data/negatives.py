@@ -33,8 +33,10 @@ class NegativeSpec:
 
     k_random: int = field(default=4, metadata={"help": "negatives per positive: responses of other dialogues"})
     k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive: other turns of its dialogue"})
-    k_context: int = field(default=1, metadata={"help": "negatives per positive: lines of its own context "
-                                                       "(so that parroting is not rewarded)"})
+    k_context: int = field(
+        default=1,
+        metadata={"help": "negatives per positive: lines of its own context (so that parroting is not rewarded)"},
+    )
 
     @property
     def k(self) -> int:
@@ -70,8 +72,15 @@ def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.nd
     return out
 
 
-def _from_pool(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator, ptr: np.ndarray, pool: np.ndarray,
-               owner: np.ndarray, fallback) -> np.ndarray:
+def _from_pool(
+    pairs: PairSet,
+    rows: np.ndarray,
+    rng: np.random.Generator,
+    ptr: np.ndarray,
+    pool: np.ndarray,
+    owner: np.ndarray,
+    fallback,
+) -> np.ndarray:
     """A pool member other than the gold response; ``fallback`` where the pool has none."""
     start, size = ptr[owner], ptr[owner + 1] - ptr[owner]
     out = np.full(len(rows), -1, dtype=np.int64)
@@ -99,8 +108,9 @@ def _in_context(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> n
     return _from_pool(pairs, rows, rng, pairs.line_ptr, pairs.lines, pairs.ctx[rows], _in_dialogue)
 
 
-def sample_negatives(pairs: PairSet, spec: NegativeSpec, rng: np.random.Generator,
-                     rows: np.ndarray | None = None) -> np.ndarray:
+def sample_negatives(
+    pairs: PairSet, spec: NegativeSpec, rng: np.random.Generator, rows: np.ndarray | None = None
+) -> np.ndarray:
     """(len(rows), k) response-table indices: the random, then in-dialogue, then in-context columns."""
     if spec.k < 1:
         raise ValueError(f"cannot sample an empty mix of negatives ({spec}): set at least one count")

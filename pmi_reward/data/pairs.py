@@ -72,8 +72,12 @@ class PairSet:
         return [self.responses[i] for i in self.resp]
 
     @classmethod
-    def _build(cls, items: Sequence[tuple[str, str, str, Sequence[str]]], extras: dict[str, list] | None = None,
-               context_turns: int | None = None) -> PairSet:
+    def _build(
+        cls,
+        items: Sequence[tuple[str, str, str, Sequence[str]]],
+        extras: dict[str, list] | None = None,
+        context_turns: int | None = None,
+    ) -> PairSet:
         """From (context, response, dialogue key, the dialogue's candidate turns) tuples."""
         contexts, responses, groups = _Interner(), _Interner(), _Interner()
         ctx, resp, group = [], [], []
@@ -91,9 +95,19 @@ class PairSet:
         context_lines = [[responses(line.strip()) for line in c.split("\n") if line.strip()] for c in context_table]
         ptr, pool = _csr([list(members[g]) for g in range(len(groups.index))])
         line_ptr, lines = _csr(context_lines)
-        return cls(context_table, responses.table(), np.asarray(ctx, dtype=np.int64),
-                   np.asarray(resp, dtype=np.int64), np.asarray(group, dtype=np.int64), ptr, pool, line_ptr, lines,
-                   extras, context_turns)
+        return cls(
+            context_table,
+            responses.table(),
+            np.asarray(ctx, dtype=np.int64),
+            np.asarray(resp, dtype=np.int64),
+            np.asarray(group, dtype=np.int64),
+            ptr,
+            pool,
+            line_ptr,
+            lines,
+            extras,
+            context_turns,
+        )
 
     @classmethod
     def from_dialogues(
@@ -115,7 +129,7 @@ class PairSet:
             if max_pairs_per_dialogue is not None and len(positions) > max_pairs_per_dialogue:
                 positions = sorted(rng.choice(positions, max_pairs_per_dialogue, replace=False).tolist())
             for n, t in enumerate(positions):
-                context = join_turns(d.turns[max(0, t - max_context_turns):t])
+                context = join_turns(d.turns[max(0, t - max_context_turns) : t])
                 items.append((context, d.turns[t], d.id, d.turns if n == 0 else ()))
         if not items:
             raise DataError("no context-response pairs: every dialogue is shorter than min_context_turns + 1")
@@ -123,7 +137,10 @@ class PairSet:
 
     @classmethod
     def from_pairs(
-        cls, contexts: Sequence[str], responses: Sequence[str], keys: Sequence[str] | None = None,
+        cls,
+        contexts: Sequence[str],
+        responses: Sequence[str],
+        keys: Sequence[str] | None = None,
         extras: dict[str, list] | None = None,
     ) -> PairSet:
         """Ready-made pairs; context lines and same-key responses become in-dialogue candidates.
@@ -133,8 +150,10 @@ class PairSet:
         if len(contexts) != len(responses) or (keys is not None and len(keys) != len(contexts)):
             raise ValueError("contexts, responses and keys must have the same length")
         keys = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
-        items = [(c, r, k, [line.strip() for line in c.split("\n") if line.strip()])
-                 for c, r, k in zip(contexts, responses, keys)]
+        items = [
+            (c, r, k, [line.strip() for line in c.split("\n") if line.strip()])
+            for c, r, k in zip(contexts, responses, keys)
+        ]
         return cls._build(items, extras)
 
 

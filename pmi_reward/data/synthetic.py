@@ -18,35 +18,127 @@ import numpy as np
 
 from .records import write_records
 
-__all__ = ["KINDS", "PROTOTYPES", "JointDistribution", "make_joint", "sample_pairs", "make_records",
-           "light_paraphrase", "write_splits", "true_pmi"]
+__all__ = [
+    "KINDS",
+    "PROTOTYPES",
+    "JointDistribution",
+    "make_joint",
+    "sample_pairs",
+    "make_records",
+    "light_paraphrase",
+    "write_splits",
+    "true_pmi",
+]
 
 KINDS = ("diagonal", "block", "independent")
 
-_MOODS = ["happy", "sad", "angry", "nervous", "relaxed", "bored", "upset", "calm", "excited", "tired", "anxious",
-          "cheerful", "disappointed", "proud", "sleepy", "thrilled", "shy", "lonely", "grateful", "confused"]
-_CITIES = ["Lisbon", "Cairo", "Lima", "Oslo", "Hanoi", "Nairobi", "Quebec", "Krakow", "Havana", "Seville",
-           "Kyoto", "Bergen", "Tbilisi", "Porto", "Valletta", "Hobart", "Bruges", "Cusco", "Riga", "Zanzibar"]
-_DISHES = ["lasagna", "falafel", "paella", "ramen", "goulash", "pho", "risotto", "tacos", "curry", "pierogi",
-           "gnocchi", "kimchi", "moussaka", "couscous", "tempura", "borscht", "ceviche", "dumplings", "crepes",
-           "biryani"]
+_MOODS = [
+    "happy",
+    "sad",
+    "angry",
+    "nervous",
+    "relaxed",
+    "bored",
+    "upset",
+    "calm",
+    "excited",
+    "tired",
+    "anxious",
+    "cheerful",
+    "disappointed",
+    "proud",
+    "sleepy",
+    "thrilled",
+    "shy",
+    "lonely",
+    "grateful",
+    "confused",
+]
+_CITIES = [
+    "Lisbon",
+    "Cairo",
+    "Lima",
+    "Oslo",
+    "Hanoi",
+    "Nairobi",
+    "Quebec",
+    "Krakow",
+    "Havana",
+    "Seville",
+    "Kyoto",
+    "Bergen",
+    "Tbilisi",
+    "Porto",
+    "Valletta",
+    "Hobart",
+    "Bruges",
+    "Cusco",
+    "Riga",
+    "Zanzibar",
+]
+_DISHES = [
+    "lasagna",
+    "falafel",
+    "paella",
+    "ramen",
+    "goulash",
+    "pho",
+    "risotto",
+    "tacos",
+    "curry",
+    "pierogi",
+    "gnocchi",
+    "kimchi",
+    "moussaka",
+    "couscous",
+    "tempura",
+    "borscht",
+    "ceviche",
+    "dumplings",
+    "crepes",
+    "biryani",
+]
 _TOPICS = {  # block structure: 4 topics x 5 contexts, and 5 responses that fit any context of the topic
-    "travel": (["I am flying to {}.".format(c) for c in ["Rome", "Seoul", "Mexico City", "Vienna", "Cape Town"]],
-               ["Have a safe flight!", "Don't forget your passport.", "Send me pictures of the sights.",
-                "A new city is always an adventure.", "Try the local food while you are there."]),
-    "study": (["I have an exam in {}.".format(s) for s in ["algebra", "geology", "economics", "French", "anatomy"]],
-              ["Good luck with your revision!", "Flashcards always helped me study.",
-               "Make sure you sleep well the night before.", "You have prepared well, you will pass.",
-               "Studying with friends can make it easier."]),
-    "sport": (["I started training for {}.".format(s) for s in ["a marathon", "rowing", "boxing", "climbing",
-                                                                  "a triathlon"]],
-              ["Remember to stretch before practice.", "Staying active keeps you healthy.",
-               "Drink plenty of water while training.", "Rest days matter as much as workouts.",
-               "A coach can help you improve faster."]),
-    "weather": (["It is {} outside today.".format(w) for w in ["stormy", "foggy", "freezing", "scorching", "humid"]],
-                ["Dress for the weather before you go out.", "Maybe stay in with a good book.",
-                 "Check the forecast for tomorrow too.", "Weather like this changes my plans.",
-                 "At least the seasons keep things interesting."]),
+    "travel": (
+        ["I am flying to {}.".format(c) for c in ["Rome", "Seoul", "Mexico City", "Vienna", "Cape Town"]],
+        [
+            "Have a safe flight!",
+            "Don't forget your passport.",
+            "Send me pictures of the sights.",
+            "A new city is always an adventure.",
+            "Try the local food while you are there.",
+        ],
+    ),
+    "study": (
+        ["I have an exam in {}.".format(s) for s in ["algebra", "geology", "economics", "French", "anatomy"]],
+        [
+            "Good luck with your revision!",
+            "Flashcards always helped me study.",
+            "Make sure you sleep well the night before.",
+            "You have prepared well, you will pass.",
+            "Studying with friends can make it easier.",
+        ],
+    ),
+    "sport": (
+        ["I started training for {}.".format(s) for s in ["a marathon", "rowing", "boxing", "climbing", "a triathlon"]],
+        [
+            "Remember to stretch before practice.",
+            "Staying active keeps you healthy.",
+            "Drink plenty of water while training.",
+            "Rest days matter as much as workouts.",
+            "A coach can help you improve faster.",
+        ],
+    ),
+    "weather": (
+        ["It is {} outside today.".format(w) for w in ["stormy", "foggy", "freezing", "scorching", "humid"]],
+        [
+            "Dress for the weather before you go out.",
+            "Maybe stay in with a good book.",
+            "Check the forecast for tomorrow too.",
+            "Weather like this changes my plans.",
+            "At least the seasons keep things interesting.",
+        ],
+    ),
 }
 
 PROTOTYPES: dict[str, tuple[list[str], list[str]]] = {
@@ -71,8 +163,14 @@ class JointDistribution:
             return np.log(self.p_xy) - np.log(self.p_x)[:, None] - np.log(self.p_y)[None, :]
 
 
-def make_joint(kind: str, size: int = 20, alpha: float = 1.0, noise: float = 0.2, exact: bool = False,
-               seed: int | np.random.Generator = 0) -> JointDistribution:
+def make_joint(
+    kind: str,
+    size: int = 20,
+    alpha: float = 1.0,
+    noise: float = 0.2,
+    exact: bool = False,
+    seed: int | np.random.Generator = 0,
+) -> JointDistribution:
     """A random joint of the given structure, weighted by Dirichlet(alpha) marginals, then renormalised.
 
     Structure weights are uniform random on the diagonal / in the four diagonal blocks / everywhere
@@ -102,7 +200,9 @@ def make_joint(kind: str, size: int = 20, alpha: float = 1.0, noise: float = 0.2
     return JointDistribution(kind, joint, joint.sum(axis=1), joint.sum(axis=0))
 
 
-def sample_pairs(joint: JointDistribution, n: int, seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
+def sample_pairs(
+    joint: JointDistribution, n: int, seed: int | np.random.Generator = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` (x, y) index pairs drawn i.i.d. from the joint."""
     rng = np.random.default_rng(seed)
     flat = rng.choice(joint.p_xy.size, size=n, p=joint.p_xy.ravel())
@@ -127,8 +227,9 @@ def _prototype(kind: str, side: int, i: int) -> str:
     return texts[i] if i < len(texts) else f"{'Context' if side == 0 else 'Response'} prototype {i}."
 
 
-def make_records(joint: JointDistribution, n: int, seed: int = 0,
-                 paraphrase: Callable[[str, np.random.Generator], str] | None = None) -> list[dict]:
+def make_records(
+    joint: JointDistribution, n: int, seed: int = 0, paraphrase: Callable[[str, np.random.Generator], str] | None = None
+) -> list[dict]:
     """``n`` sampled pairs as rows with the shared CSV columns (``x_id, y_id, context, response, p_xy, p_x,
     p_y, context_paraphrased, response_paraphrased``); without a paraphraser the paraphrases are the texts."""
     rng = np.random.default_rng(seed)
@@ -136,23 +237,36 @@ def make_records(joint: JointDistribution, n: int, seed: int = 0,
     rows = []
     for x, y in zip(xs.tolist(), ys.tolist()):
         context, response = _prototype(joint.kind, 0, x), _prototype(joint.kind, 1, y)
-        rows.append({
-            "x_id": x, "y_id": y, "context": context, "response": response,
-            "p_xy": float(joint.p_xy[x, y]), "p_x": float(joint.p_x[x]), "p_y": float(joint.p_y[y]),
-            "context_paraphrased": paraphrase(context, rng) if paraphrase else context,
-            "response_paraphrased": paraphrase(response, rng) if paraphrase else response,
-        })
+        rows.append(
+            {
+                "x_id": x,
+                "y_id": y,
+                "context": context,
+                "response": response,
+                "p_xy": float(joint.p_xy[x, y]),
+                "p_x": float(joint.p_x[x]),
+                "p_y": float(joint.p_y[y]),
+                "context_paraphrased": paraphrase(context, rng) if paraphrase else context,
+                "response_paraphrased": paraphrase(response, rng) if paraphrase else response,
+            }
+        )
     return rows
 
 
-def write_splits(kind: str, out_dir: str | Path, n: int = 5000, fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
-                 seed: int = 0, paraphrase: Callable[[str, np.random.Generator], str] | None = None,
-                 **joint_kwargs) -> dict[str, Path]:
+def write_splits(
+    kind: str,
+    out_dir: str | Path,
+    n: int = 5000,
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    seed: int = 0,
+    paraphrase: Callable[[str, np.random.Generator], str] | None = None,
+    **joint_kwargs,
+) -> dict[str, Path]:
     """Sample one joint and write ``train/val/test.csv`` under ``out_dir/kind`` (the shared data layout)."""
     joint = make_joint(kind, seed=seed, **joint_kwargs)
     rows = make_records(joint, n, seed + 1, paraphrase)
     cuts = np.cumsum([int(round(f * n)) for f in fractions[:2]])
-    parts = {"train": rows[:cuts[0]], "val": rows[cuts[0]:cuts[1]], "test": rows[cuts[1]:]}
+    parts = {"train": rows[: cuts[0]], "val": rows[cuts[0] : cuts[1]], "test": rows[cuts[1] :]}
     paths = {}
     for name, part in parts.items():
         paths[name] = Path(out_dir) / kind / f"{name}.csv"
@@ -162,5 +276,8 @@ def write_splits(kind: str, out_dir: str | Path, n: int = 5000, fractions: tuple
 
 def true_pmi(p_xy, p_x, p_y) -> np.ndarray:
     """Analytic PMI of rows from their probability columns."""
-    return np.log(np.asarray(p_xy, dtype=np.float64)) - np.log(np.asarray(p_x, dtype=np.float64)) \
+    return (
+        np.log(np.asarray(p_xy, dtype=np.float64))
+        - np.log(np.asarray(p_x, dtype=np.float64))
         - np.log(np.asarray(p_y, dtype=np.float64))
+    )

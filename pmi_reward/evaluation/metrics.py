@@ -19,8 +19,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import ConstantInputWarning, pearsonr, rankdata, spearmanr
 
-__all__ = ["roc_auc", "spearman", "pearson", "mse", "bootstrap_ci", "mean_std", "Estimate", "format_mean_std",
-           "row_means", "mean_ci", "win_rate", "words", "distinct_n", "copies_context", "is_generic", "GENERIC_REPLIES"]
+__all__ = [
+    "roc_auc",
+    "spearman",
+    "pearson",
+    "mse",
+    "bootstrap_ci",
+    "mean_std",
+    "Estimate",
+    "format_mean_std",
+    "row_means",
+    "mean_ci",
+    "win_rate",
+    "words",
+    "distinct_n",
+    "copies_context",
+    "is_generic",
+    "GENERIC_REPLIES",
+]
 
 
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -30,7 +46,7 @@ def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
         return float("nan")
     # Mann-Whitney U from mid-ranks: equal to sklearn's roc_auc_score, and fast enough to bootstrap
     ranks = rankdata(np.r_[pos, neg])
-    return float((ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def _paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,8 +81,9 @@ def mse(pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean((pred - target) ** 2)) if len(pred) else float("nan")
 
 
-def bootstrap_ci(statistic: Callable[..., float], *arrays: np.ndarray, n_boot: int = 1000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    statistic: Callable[..., float], *arrays: np.ndarray, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows (axis 0) of all arrays jointly.
 
     Rows are the independent units: for AUC pass positives (n,) with their negatives (n, K), so a
@@ -80,8 +97,9 @@ def bootstrap_ci(statistic: Callable[..., float], *arrays: np.ndarray, n_boot: i
     if n == 0:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    values = np.array([statistic(*(a[idx] for a in arrays))
-                       for idx in rng.integers(0, n, size=(n_boot, n))], dtype=np.float64)
+    values = np.array(
+        [statistic(*(a[idx] for a in arrays)) for idx in rng.integers(0, n, size=(n_boot, n))], dtype=np.float64
+    )
     values = values[np.isfinite(values)]
     if not len(values):
         return float("nan"), float("nan")
@@ -149,15 +167,79 @@ def win_rate(a: np.ndarray, b: np.ndarray) -> float:
 _PUNCT = re.compile(r"[^\w\s]+")
 
 # Stock replies that fit any context (normalised form); a reply is generic if it is one of these.
-GENERIC_REPLIES = frozenset((
-    "ok", "okay", "k", "kk", "lol", "lmao", "haha", "hahaha", "yes", "yeah", "yep", "yup", "ya", "no", "nope", "nah",
-    "cool", "nice", "wow", "oh", "ah", "hmm", "same", "true", "right", "sure", "good", "great", "awesome", "thanks",
-    "thank you", "really", "interesting", "i see", "me too", "me neither", "same here", "agreed", "i agree",
-    "sounds good", "oh nice", "oh cool", "oh wow", "oh ok", "oh okay", "thats cool", "thats nice", "thats great",
-    "thats good", "thats awesome", "thats interesting", "that is interesting", "thats true", "thats right",
-    "i dont know", "idk", "not sure", "i know", "of course", "fair enough", "good for you", "hello", "hi", "hey",
-    "how are you", "im good", "im fine", "good thanks", "fine thanks",
-))
+GENERIC_REPLIES = frozenset(
+    (
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "lol",
+        "lmao",
+        "haha",
+        "hahaha",
+        "yes",
+        "yeah",
+        "yep",
+        "yup",
+        "ya",
+        "no",
+        "nope",
+        "nah",
+        "cool",
+        "nice",
+        "wow",
+        "oh",
+        "ah",
+        "hmm",
+        "same",
+        "true",
+        "right",
+        "sure",
+        "good",
+        "great",
+        "awesome",
+        "thanks",
+        "thank you",
+        "really",
+        "interesting",
+        "i see",
+        "me too",
+        "me neither",
+        "same here",
+        "agreed",
+        "i agree",
+        "sounds good",
+        "oh nice",
+        "oh cool",
+        "oh wow",
+        "oh ok",
+        "oh okay",
+        "thats cool",
+        "thats nice",
+        "thats great",
+        "thats good",
+        "thats awesome",
+        "thats interesting",
+        "that is interesting",
+        "thats true",
+        "thats right",
+        "i dont know",
+        "idk",
+        "not sure",
+        "i know",
+        "of course",
+        "fair enough",
+        "good for you",
+        "hello",
+        "hi",
+        "hey",
+        "how are you",
+        "im good",
+        "im fine",
+        "good thanks",
+        "fine thanks",
+    )
+)
 
 
 def words(text: str) -> list[str]:
@@ -167,7 +249,7 @@ def words(text: str) -> list[str]:
 
 def distinct_n(replies: Sequence[str], n: int) -> float:
     """Distinct word n-grams over all n-grams in ``replies`` (corpus level); 0 when there are none."""
-    grams = [tuple(w[i:i + n]) for w in map(words, replies) for i in range(len(w) - n + 1)]
+    grams = [tuple(w[i : i + n]) for w in map(words, replies) for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
@@ -178,8 +260,8 @@ def copies_context(reply: str, context: str, threshold: float = 0.8) -> bool:
     if len(w) < 3:
         return False
     c = words(context)
-    seen = {tuple(c[i:i + 3]) for i in range(len(c) - 2)}
-    grams = [tuple(w[i:i + 3]) for i in range(len(w) - 2)]
+    seen = {tuple(c[i : i + 3]) for i in range(len(c) - 2)}
+    grams = [tuple(w[i : i + 3]) for i in range(len(w) - 2)]
     return sum(g in seen for g in grams) / len(grams) >= threshold
 
 

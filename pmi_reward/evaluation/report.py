@@ -30,16 +30,24 @@ def provenance() -> str:
     import torch
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores "
-               f"(torch threads {torch.get_num_threads()}), {gpu}")
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores "
+        f"(torch threads {torch.get_num_threads()}), {gpu}"
+    )
     command = " ".join(["python", *sys.argv])
-    return (f"Command: `{command}`  \nCommit: `{commit}`; machine: {machine}; "
-            f"finished {time.strftime('%Y-%m-%d %H:%M %Z')}.")
+    return (
+        f"Command: `{command}`  \nCommit: `{commit}`; machine: {machine}; "
+        f"finished {time.strftime('%Y-%m-%d %H:%M %Z')}."
+    )
 
 
 def _pyplot():
@@ -51,8 +59,9 @@ def _pyplot():
     return plt
 
 
-def scatter_plot(path: str | Path, x: np.ndarray, y: np.ndarray, title: str, xlabel: str = "true PMI",
-                 ylabel: str = "estimated PMI") -> None:
+def scatter_plot(
+    path: str | Path, x: np.ndarray, y: np.ndarray, title: str, xlabel: str = "true PMI", ylabel: str = "estimated PMI"
+) -> None:
     """Estimated against true values with the identity line (one PNG)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.2, 4.2))
@@ -68,8 +77,15 @@ def scatter_plot(path: str | Path, x: np.ndarray, y: np.ndarray, title: str, xla
     plt.close(fig)
 
 
-def bar_plot(path: str | Path, labels: Sequence[str], values: Sequence[float], errors: Sequence[float],
-             title: str, ylabel: str, reference: dict[str, float] | None = None) -> None:
+def bar_plot(
+    path: str | Path,
+    labels: Sequence[str],
+    values: Sequence[float],
+    errors: Sequence[float],
+    title: str,
+    ylabel: str,
+    reference: dict[str, float] | None = None,
+) -> None:
     """Horizontal bars with error bars, and optional reference lines (e.g. the paper's numbers)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.32 * len(labels) + 1.2))

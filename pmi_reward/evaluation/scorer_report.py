@@ -57,8 +57,10 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
 
     def estimate(fn: Callable[..., float], *arrays: np.ndarray) -> dict:
         keep = np.all([np.isfinite(a.reshape(len(a), -1)).all(1) for a in arrays], axis=0)
-        return {**Estimate.of(fn, *(a[keep] for a in arrays), n_boot=args.n_boot, seed=args.seed).to_dict(),
-                "rows": int(keep.sum())}
+        return {
+            **Estimate.of(fn, *(a[keep] for a in arrays), n_boot=args.n_boot, seed=args.seed).to_dict(),
+            "rows": int(keep.sum()),
+        }
 
     if neg is not None:
         report["auc"] = estimate(roc_auc, pos, neg)
@@ -66,7 +68,7 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
         counts = (negatives.k_random, negatives.k_in_dialogue, negatives.k_context)
         for kind, k in zip(("random", "in_dialogue", "in_context"), counts, strict=True):
             if k and k < neg.shape[1]:
-                report[f"auc_{kind}"] = estimate(roc_auc, pos, neg[:, start:start + k])
+                report[f"auc_{kind}"] = estimate(roc_auc, pos, neg[:, start : start + k])
             start += k
     extras = pairs.extras or {}
     for column in args.targets:

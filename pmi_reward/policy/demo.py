@@ -29,11 +29,18 @@ from .trainers import cpu_seconds, trl_main
 
 __all__ = ["DemoArguments", "run_demo"]
 
-CONTEXT = ("I just got back from a hiking trip in the mountains.\nOh nice, where did you go?\n"
-           "We went to Yosemite, the views were amazing.")
-CANDIDATES = ["Did you see Half Dome? I heard the trail up there is brutal but worth it.",
-              "Wow, how long did you hike for? Did you camp overnight?", "That's interesting.", "ok",
-              "We went to Yosemite, the views were amazing.", "I like pizza with pineapple."]
+CONTEXT = (
+    "I just got back from a hiking trip in the mountains.\nOh nice, where did you go?\n"
+    "We went to Yosemite, the views were amazing."
+)
+CANDIDATES = [
+    "Did you see Half Dome? I heard the trail up there is brutal but worth it.",
+    "Wow, how long did you hike for? Did you camp overnight?",
+    "That's interesting.",
+    "ok",
+    "We went to Yosemite, the views were amazing.",
+    "I like pizza with pineapple.",
+]
 
 
 @dataclass
@@ -75,28 +82,50 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
     _done(times, "reward scorer", t)
 
     t = _stage(f"2/4 evaluation scorer: MiniLM, seed 1, chitchat dialogues {n}-{2 * n - 1} (disjoint)")
-    _train_scorer(base + ["--skip_dialogues", str(n), "--seed", "1", "--split_seed", "1",
-                          "--output_dir", str(out / "eval-scorer")])
+    _train_scorer(
+        base
+        + ["--skip_dialogues", str(n), "--seed", "1", "--split_seed", "1", "--output_dir", str(out / "eval-scorer")]
+    )
     _done(times, "evaluation scorer", t)
 
     t = _stage("3/4 GRPO on SmolLM2-135M-Instruct with PMIReward")
-    summary = trl_main(GRPOTrainer, GRPOConfig, ["--config", args.grpo_config, "--scorer", str(out / "reward-scorer"),
-                                                 "--output_dir", str(out / "grpo")], prog="demo: pmi-reward grpo")
+    summary = trl_main(
+        GRPOTrainer,
+        GRPOConfig,
+        ["--config", args.grpo_config, "--scorer", str(out / "reward-scorer"), "--output_dir", str(out / "grpo")],
+        prog="demo: pmi-reward grpo",
+    )
     _done(times, "GRPO", t)
 
     t = _stage("4/4 engagement gain on held-out contexts (evaluation scorer)")
-    result = evaluate.run_evaluation(*parse_args(evaluate.ARGUMENTS, [
-        "--config", args.eval_config, "--tuned", str(out / "grpo"), "--scorer", str(out / "eval-scorer"),
-        "--reward_scorer", str(out / "reward-scorer"), "--output_dir", str(out / "eval")],
-        prog="demo: pmi-reward evaluate-policy"))
+    result = evaluate.run_evaluation(
+        *parse_args(
+            evaluate.ARGUMENTS,
+            [
+                "--config",
+                args.eval_config,
+                "--tuned",
+                str(out / "grpo"),
+                "--scorer",
+                str(out / "eval-scorer"),
+                "--reward_scorer",
+                str(out / "reward-scorer"),
+                "--output_dir",
+                str(out / "eval"),
+            ],
+            prog="demo: pmi-reward evaluate-policy",
+        )
+    )
     _done(times, "evaluation", t)
     _done(times, "total", start)
 
     wall, cpu = times["total"]
     print(f"\n=== done in {wall / 60:.1f} min (CPU time {cpu / 60:.1f} min, load average {os.getloadavg()[0]:.1f}) ===")
     print("  " + ", ".join(f"{k}: {w / 60:.1f} min" for k, (w, _) in times.items() if k != "total"))
-    print(f"  GRPO: {summary['steps']} steps, reward mean {summary['first_reward']:+.2f} -> "
-          f"{summary['last_reward']:+.2f}, reward share of training time {summary['reward_share']:.1%}")
+    print(
+        f"  GRPO: {summary['steps']} steps, reward mean {summary['first_reward']:+.2f} -> "
+        f"{summary['last_reward']:+.2f}, reward share of training time {summary['reward_share']:.1%}"
+    )
     print(f"  report: {out / 'eval' / 'results.md'}, plot: {out / 'eval' / 'pmi_hist.png'}\n")
     print(policy_table(result["rows"]))
     return {"times": times, "grpo": summary, "rows": result["rows"]}

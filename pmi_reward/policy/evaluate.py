@@ -30,8 +30,15 @@ from .prompts import PromptArguments, build_prompts
 from .report import independence_note, policy_table, provenance_of
 from .sampling import SamplingSettings, sample_replies
 
-__all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "policy_metrics", "score_grid", "evaluate_policies",
-           "run_evaluation"]
+__all__ = [
+    "EvalPromptArguments",
+    "EvalArguments",
+    "ARGUMENTS",
+    "policy_metrics",
+    "score_grid",
+    "evaluate_policies",
+    "run_evaluation",
+]
 
 
 @dataclass
@@ -64,13 +71,17 @@ def policy_metrics(pmi: np.ndarray, replies: list[list[str]], contexts: list[str
     """Text and score statistics of one policy's replies (rows: contexts, columns: samples)."""
     flat = [r for row in replies for r in row]
     pmi_ci = mean_ci(pmi)
-    return {"pmi_mean": pmi_ci.value, "pmi_lo": pmi_ci.low, "pmi_hi": pmi_ci.high,
-            "words": float(np.mean([len(words(r)) for r in flat])),
-            "distinct_1": distinct_n(flat, 1), "distinct_2": distinct_n(flat, 2),
-            "generic": float(np.mean([is_generic(r) for r in flat])),
-            "copy": float(np.mean([copies_context(r, c) for c, row in zip(contexts, replies, strict=True)
-                                   for r in row])),
-            "empty": float(np.mean([not r.strip() for r in flat]))}
+    return {
+        "pmi_mean": pmi_ci.value,
+        "pmi_lo": pmi_ci.low,
+        "pmi_hi": pmi_ci.high,
+        "words": float(np.mean([len(words(r)) for r in flat])),
+        "distinct_1": distinct_n(flat, 1),
+        "distinct_2": distinct_n(flat, 2),
+        "generic": float(np.mean([is_generic(r) for r in flat])),
+        "copy": float(np.mean([copies_context(r, c) for c, row in zip(contexts, replies, strict=True) for r in row])),
+        "empty": float(np.mean([not r.strip() for r in flat])),
+    }
 
 
 def score_grid(reward: PMIReward, prompts: list, replies: list[list[str]]) -> np.ndarray:
@@ -80,17 +91,25 @@ def score_grid(reward: PMIReward, prompts: list, replies: list[list[str]]) -> np
     return np.asarray(reward(flat_p, flat_r), dtype=np.float64).reshape(len(replies), -1)
 
 
-def evaluate_policies(policies: dict, prompts: list, scorer: PMIScorer, reward_scorer: PMIScorer | None,
-                      args: EvalArguments, settings: SamplingSettings | None = None,
-                      references: list[str] | None = None) -> dict:
+def evaluate_policies(
+    policies: dict,
+    prompts: list,
+    scorer: PMIScorer,
+    reward_scorer: PMIScorer | None,
+    args: EvalArguments,
+    settings: SamplingSettings | None = None,
+    references: list[str] | None = None,
+) -> dict:
     """Sample, score and summarise every policy (the first one is the base); returns rows and samples."""
     # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty")
     judge = PMIReward(scorer, empty_score=0.0)
     train_judge = PMIReward(reward_scorer, empty_score=0.0) if reward_scorer else None
     contexts = [prompt_to_context(p) or "" for p in prompts]
     settings = settings or SamplingSettings()
-    replies = {name: sample_replies(model, tok, prompts, args.samples, settings, f"sampling {name}")
-               for name, (model, tok) in policies.items()}
+    replies = {
+        name: sample_replies(model, tok, prompts, args.samples, settings, f"sampling {name}")
+        for name, (model, tok) in policies.items()
+    }
     if references is not None:
         replies["human reference"] = [[r] for r in references]
     scores = {name: score_grid(judge, prompts, rows) for name, rows in replies.items()}
@@ -105,9 +124,16 @@ def evaluate_policies(policies: dict, prompts: list, scorer: PMIScorer, reward_s
         if train_judge is not None:
             row["reward_pmi"] = float(score_grid(train_judge, prompts, replies[name]).mean())
         rows.append(row)
-    samples = [{"context": c, **{n: [{"reply": r, "pmi": round(float(s), 3)}
-                                     for r, s in zip(replies[n][i], scores[n][i], strict=True)] for n in replies}}
-               for i, c in enumerate(contexts)]
+    samples = [
+        {
+            "context": c,
+            **{
+                n: [{"reply": r, "pmi": round(float(s), 3)} for r, s in zip(replies[n][i], scores[n][i], strict=True)]
+                for n in replies
+            },
+        }
+        for i, c in enumerate(contexts)
+    ]
     return {"rows": rows, "samples": samples, "scores": {n: s.tolist() for n, s in scores.items()}}
 
 
@@ -117,8 +143,11 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     prompts = list(data["prompt"])
     references = list(data["reference"]) if args.include_reference and "reference" in data.column_names else None
     scorer = PMIScorer.from_pretrained(args.scorer)
-    reward_scorer = PMIScorer.from_pretrained(args.reward_scorer, encoder=_shared(scorer, args.reward_scorer)) \
-        if args.reward_scorer else None
+    reward_scorer = (
+        PMIScorer.from_pretrained(args.reward_scorer, encoder=_shared(scorer, args.reward_scorer))
+        if args.reward_scorer
+        else None
+    )
     note = independence_note(provenance_of(scorer), provenance_of(reward_scorer) if reward_scorer else None)
     print(note)
     policies = {"base": load_policy(args.base_model)}
@@ -128,13 +157,24 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = policy_table(result["rows"])
-    header = (f"{len(prompts)} held-out contexts x {args.samples} samples per policy "
-              f"(T={settings.temperature}, top_p={settings.top_p}, max_new_tokens={settings.max_new_tokens}, "
-              f"seed={settings.seed}).\n{note}\n\n")
+    header = (
+        f"{len(prompts)} held-out contexts x {args.samples} samples per policy "
+        f"(T={settings.temperature}, top_p={settings.top_p}, max_new_tokens={settings.max_new_tokens}, "
+        f"seed={settings.seed}).\n{note}\n\n"
+    )
     (out / "results.md").write_text(header + table + "\n")
-    (out / "results.json").write_text(json.dumps({"rows": result["rows"], "note": note, "args": asdict(args),
-                                                  "sampling": asdict(settings), "prompts": asdict(prompt_args)},
-                                                 indent=1))
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "rows": result["rows"],
+                "note": note,
+                "args": asdict(args),
+                "sampling": asdict(settings),
+                "prompts": asdict(prompt_args),
+            },
+            indent=1,
+        )
+    )
     with (out / "samples.jsonl").open("w") as f:
         for s in result["samples"]:
             f.write(json.dumps(s, ensure_ascii=False) + "\n")

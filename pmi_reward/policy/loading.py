@@ -20,8 +20,9 @@ __all__ = ["load_policy", "DEFAULT_POLICY"]
 DEFAULT_POLICY = "smollm2-135m-instruct"
 
 
-def load_policy(name_or_path: str | None = None, dtype: str | None = "float32",
-                attn_implementation: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_policy(
+    name_or_path: str | None = None, dtype: str | None = "float32", attn_implementation: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer with left padding) for a policy name or directory (default: SmolLM2-135M-Instruct).
 
     ``dtype`` None or ``"auto"`` loads float32.

@@ -75,8 +75,14 @@ class PolicyWithValue(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int):
         """Logits of the last ``keep`` positions and values of every position."""
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                      output_hidden_states=True, use_cache=False, logits_to_keep=keep)
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            output_hidden_states=True,
+            use_cache=False,
+            logits_to_keep=keep,
+        )
         return out.logits, self.value_head(out.hidden_states[-1].float()).squeeze(-1)
 
 
@@ -84,7 +90,7 @@ def response_stats(model: torch.nn.Module, batch: dict, temperature: float) -> t
     """Per-token log-probs of the response under ``model`` and the values of the states before each token."""
     p, r = batch["prompt_len"], batch["response"].shape[1]
     logits, values = model(batch["ids"], batch["attention"], keep=r + 1)
-    return token_logprobs(logits[:, :-1] / temperature, batch["response"]), values[:, p - 1:-1]
+    return token_logprobs(logits[:, :-1] / temperature, batch["response"]), values[:, p - 1 : -1]
 
 
 def response_mask(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
@@ -97,20 +103,33 @@ def response_mask(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def rollout(model, ref_model, tokenizer, prompts: list, reward: Callable, cfg: PPOConfig,
-            accelerator: Accelerator) -> dict:
+def rollout(
+    model, ref_model, tokenizer, prompts: list, reward: Callable, cfg: PPOConfig, accelerator: Accelerator
+) -> dict:
     """Sample replies, score them, and record old log-probs, reference log-probs and values."""
     policy = accelerator.unwrap_model(model)
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(accelerator.device)
-    seq = policy.lm.generate(**enc, do_sample=True, temperature=cfg.temperature, top_p=1.0, top_k=0,
-                             max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    seq = policy.lm.generate(
+        **enc,
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     p = enc["input_ids"].shape[1]
     eos = policy.lm.generation_config.eos_token_id
     mask = response_mask(seq[:, p:], set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id})
     response = seq[:, p:].masked_fill(mask == 0, tokenizer.pad_token_id)
-    batch = {"ids": torch.cat([enc["input_ids"], response], 1), "response": response, "mask": mask,
-             "attention": torch.cat([enc["attention_mask"], mask.long()], 1), "prompt_len": p}
+    batch = {
+        "ids": torch.cat([enc["input_ids"], response], 1),
+        "response": response,
+        "mask": mask,
+        "attention": torch.cat([enc["attention_mask"], mask.long()], 1),
+        "prompt_len": p,
+    }
     replies = tokenizer.batch_decode(response, skip_special_tokens=True)
     scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies])
     # None: unscorable. Such a reply gets no learning signal (masked out of losses and statistics), as in TRL.
@@ -134,8 +153,18 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
         for idx in torch.randperm(n).split(cfg.mini_batch_size):
             mb = {k: v[idx] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items() if k != "replies"}
             logprobs, values = response_stats(model, mb, cfg.temperature)
-            loss, s = ppo_loss(logprobs, mb["logprobs"], mb["advantages"], values, mb["values"], mb["returns"],
-                               mb["loss_mask"], cfg.clip_range, cfg.clip_range_value, cfg.vf_coef)
+            loss, s = ppo_loss(
+                logprobs,
+                mb["logprobs"],
+                mb["advantages"],
+                values,
+                mb["values"],
+                mb["returns"],
+                mb["loss_mask"],
+                cfg.clip_range,
+                cfg.clip_range_value,
+                cfg.vf_coef,
+            )
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
@@ -144,8 +173,15 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
 
 
-def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelConfig, model=None, tokenizer=None,
-              reward: Callable | None = None, reward_options: RewardOptions | None = None) -> dict:
+def train_ppo(
+    cfg: PPOConfig,
+    script_args: ScriptArguments,
+    model_args: ModelConfig,
+    model=None,
+    tokenizer=None,
+    reward: Callable | None = None,
+    reward_options: RewardOptions | None = None,
+) -> dict:
     """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary."""
     accelerator = Accelerator(cpu=cfg.use_cpu)
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
@@ -174,25 +210,38 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
     reward_seconds = getattr(reward, "seconds", 0.0)
     bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
     for step in bar:
-        take = [order[(step * per_step + accelerator.process_index * cfg.rollout_batch_size + j) % len(prompts)]
-                for j in range(cfg.rollout_batch_size)]
+        take = [
+            order[(step * per_step + accelerator.process_index * cfg.rollout_batch_size + j) % len(prompts)]
+            for j in range(cfg.rollout_batch_size)
+        ]
         t0 = time.perf_counter()
         batch = rollout(policy, ref_model, tokenizer, [prompts[i] for i in take], reward, cfg, accelerator)
-        rewards, kl = shaped_rewards(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"],
-                                     cfg.kl_coef)
+        rewards, kl = shaped_rewards(
+            batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"], cfg.kl_coef
+        )
         advantages, batch["returns"] = gae(rewards, batch["values"], batch["mask"], cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
             advantages = whiten(advantages, batch["loss_mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
         batch["advantages"] = advantages
         stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
         scored = batch["scored"].float()
-        pooled = accelerator.gather(torch.stack([(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(),
-                                                 batch["mask"].sum(1).mean()])[None])
+        pooled = accelerator.gather(
+            torch.stack(
+                [(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(), batch["mask"].sum(1).mean()]
+            )[None]
+        )
         totals, means = pooled.sum(0), pooled.mean(0)
         score = (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")  # over the scorable replies
-        row = {"step": step + 1, "score": score, "kl": means[2].item(), "response_tokens": means[3].item(),
-               "unscorable": 1.0 - totals[1].item() / (per_step or 1), **stats,
-               "seconds": time.perf_counter() - t0, "example": batch["replies"][0]}
+        row = {
+            "step": step + 1,
+            "score": score,
+            "kl": means[2].item(),
+            "response_tokens": means[3].item(),
+            "unscorable": 1.0 - totals[1].item() / (per_step or 1),
+            **stats,
+            "seconds": time.perf_counter() - t0,
+            "example": batch["replies"][0],
+        }
         history.append(row)
         if accelerator.is_main_process:
             with log_path.open("a") as f:
@@ -200,12 +249,20 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
         bar.set_postfix(score=f"{row['score']:+.2f}", kl=f"{row['kl']:.3f}", len=f"{row['response_tokens']:.0f}")
     total = time.perf_counter() - start
     accelerator.wait_for_everyone()
-    summary = {"trainer": "PPO", "steps": cfg.steps, "prompts": len(prompts), "processes": accelerator.num_processes,
-               "first_reward": history[0]["score"], "last_reward": history[-1]["score"],
-               "last_kl": history[-1]["kl"], "train_seconds": round(total, 1),
-               "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1), "load_average": round(os.getloadavg()[0], 2),
-               "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
-               "config": asdict(cfg)}
+    summary = {
+        "trainer": "PPO",
+        "steps": cfg.steps,
+        "prompts": len(prompts),
+        "processes": accelerator.num_processes,
+        "first_reward": history[0]["score"],
+        "last_reward": history[-1]["score"],
+        "last_kl": history[-1]["kl"],
+        "train_seconds": round(total, 1),
+        "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1),
+        "load_average": round(os.getloadavg()[0], 2),
+        "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
+        "config": asdict(cfg),
+    }
     if accelerator.is_main_process:
         _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)
         write_summary(cfg.output_dir, summary)
@@ -215,8 +272,10 @@ def train_ppo(cfg: PPOConfig, script_args: ScriptArguments, model_args: ModelCon
 def _save(policy: PolicyWithValue, tokenizer, output_dir: str) -> None:
     policy.lm.save_pretrained(output_dir)  # a LoRA adapter (peft) or the full model
     tokenizer.save_pretrained(output_dir)
-    save_file({k: v.detach().contiguous() for k, v in policy.value_head.state_dict().items()},
-              str(Path(output_dir) / "value_head.safetensors"))
+    save_file(
+        {k: v.detach().contiguous() for k, v in policy.value_head.state_dict().items()},
+        str(Path(output_dir) / "value_head.safetensors"),
+    )
 
 
 ARGUMENTS = (ScriptArguments, RewardOptions, PPOConfig, ModelConfig)

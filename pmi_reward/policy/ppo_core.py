@@ -22,8 +22,12 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
-           all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+def whiten(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    shift_mean: bool = True,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Normalise ``x`` to unit variance (and zero mean) over masked entries, pooled across processes
     when ``all_reduce`` sums a tensor over them."""
     stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
@@ -36,8 +40,9 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
     return (out if shift_mean else out + mean.float()) * mask
 
 
-def shaped_rewards(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
-                   kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+def shaped_rewards(
+    scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, kl_coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token rewards -kl_coef * (log pi - log ref), plus the sequence score on its last real token.
 
     Returns ``(rewards, kl)``; ``kl`` is the per-token estimate log pi - log ref (0 where masked).
@@ -50,8 +55,9 @@ def shaped_rewards(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: t
     return rewards, kl
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimates and returns (advantages + values), zero past the last real token."""
     rewards, values = rewards * mask, values * mask
     advantages = torch.zeros_like(rewards)
@@ -64,9 +70,18 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages, (advantages + values) * mask
 
 
-def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
-             old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2,
-             clip_range_value: float = 0.2, vf_coef: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float = 0.2,
+    clip_range_value: float = 0.2,
+    vf_coef: float = 0.1,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate policy loss + vf_coef x clipped value loss, token means over the mask."""
     ratio = torch.exp(logprobs - old_logprobs)
     surrogate = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))
@@ -74,7 +89,10 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     clipped_values = old_values + (values - old_values).clamp(-clip_range_value, clip_range_value)
     value_loss = 0.5 * masked_mean(torch.max((values - returns) ** 2, (clipped_values - returns) ** 2), mask)
     with torch.no_grad():
-        stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                 "clip_frac": masked_mean(((ratio - 1).abs() > clip_range).float(), mask).item(),
-                 "approx_kl": masked_mean(0.5 * (logprobs - old_logprobs) ** 2, mask).item()}
+        stats = {
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "clip_frac": masked_mean(((ratio - 1).abs() > clip_range).float(), mask).item(),
+            "approx_kl": masked_mean(0.5 * (logprobs - old_logprobs) ** 2, mask).item(),
+        }
     return policy_loss + vf_coef * value_loss, stats

@@ -29,8 +29,10 @@ class PromptArguments:
     """Where prompts come from: dialogues (a range of them) or a ready JSONL of ``{"prompt": ...}`` rows."""
 
     dialogues: str = field(default="chitchat", metadata={"help": "chitchat | dialogue file | datasets folder"})
-    prompt_file: str | None = field(default=None, metadata={"help": "JSONL/JSON with a 'prompt' field (a string "
-                                                                     "or chat messages); replaces --dialogues"})
+    prompt_file: str | None = field(
+        default=None,
+        metadata={"help": "JSONL/JSON with a 'prompt' field (a string or chat messages); replaces --dialogues"},
+    )
     first_dialogue: int = field(default=2000, metadata={"help": "skip the dialogues before this index"})
     max_dialogues: int | None = field(default=1400, metadata={"help": "use at most N dialogues from first_dialogue"})
     prompts_per_dialogue: int = field(default=1, metadata={"help": "contexts cut from each dialogue"})
@@ -41,19 +43,28 @@ class PromptArguments:
     max_prompts: int | None = field(default=None, metadata={"help": "keep at most N prompts"})
 
 
-def dialogue_prompts(dialogues: Sequence[Dialogue], max_context_turns: int = 3, per_dialogue: int = 1,
-                     max_context_chars: int | None = 400, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-                     seed: int = 0) -> list[dict]:
+def dialogue_prompts(
+    dialogues: Sequence[Dialogue],
+    max_context_turns: int = 3,
+    per_dialogue: int = 1,
+    max_context_chars: int | None = 400,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    seed: int = 0,
+) -> list[dict]:
     """Rows ``{"prompt", "reference", "dialogue_id"}``: up to ``per_dialogue`` seeded positions per dialogue."""
     rng = np.random.default_rng(seed)
     rows = []
     for d in dialogues:
-        positions = [t for t in range(1, len(d.turns)) if not max_context_chars
-                     or len(" ".join(d.turns[max(0, t - max_context_turns):t])) <= max_context_chars]
+        positions = [
+            t
+            for t in range(1, len(d.turns))
+            if not max_context_chars or len(" ".join(d.turns[max(0, t - max_context_turns) : t])) <= max_context_chars
+        ]
         for t in sorted(rng.permutation(positions)[:per_dialogue].tolist()):
-            context = d.turns[max(0, t - max_context_turns):t]
-            rows.append({"prompt": turns_to_messages(context, system_prompt), "reference": d.turns[t],
-                         "dialogue_id": d.id})
+            context = d.turns[max(0, t - max_context_turns) : t]
+            rows.append(
+                {"prompt": turns_to_messages(context, system_prompt), "reference": d.turns[t], "dialogue_id": d.id}
+            )
     return rows
 
 
@@ -65,13 +76,19 @@ def build_prompts(args: PromptArguments) -> Dataset:
         if bad is not None:
             raise DataError(f"{args.prompt_file}, row {bad}, field 'prompt': expected a string or chat messages")
     else:
-        dialogues = load_dialogues(args.dialogues)[args.first_dialogue:]
-        dialogues = dialogues[:args.max_dialogues] if args.max_dialogues else dialogues
+        dialogues = load_dialogues(args.dialogues)[args.first_dialogue :]
+        dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues
         if not dialogues:
             raise DataError(f"{args.dialogues}: no dialogues from index {args.first_dialogue}")
-        rows = dialogue_prompts(dialogues, args.prompt_turns, args.prompts_per_dialogue, args.max_context_chars,
-                                args.system_prompt or None, args.prompt_seed)
-    rows = rows[:args.max_prompts] if args.max_prompts else rows
+        rows = dialogue_prompts(
+            dialogues,
+            args.prompt_turns,
+            args.prompts_per_dialogue,
+            args.max_context_chars,
+            args.system_prompt or None,
+            args.prompt_seed,
+        )
+    rows = rows[: args.max_prompts] if args.max_prompts else rows
     if not rows:
         raise DataError("no prompts: every context is longer than --max_context_chars or the range is empty")
     return Dataset.from_list(rows)

@@ -22,11 +22,21 @@ def policy_table(rows: list[dict]) -> str:
     head += ["words", "distinct-1", "distinct-2", "generic", "copy", "empty"]
     lines = []
     for r in rows:
-        cells = [r["policy"], _ci(r, "pmi"), _ci(r, "gain") if "gain" in r else "",
-                 f"{r['win_rate']:.1%}" if "win_rate" in r else ""]
+        cells = [
+            r["policy"],
+            _ci(r, "pmi"),
+            _ci(r, "gain") if "gain" in r else "",
+            f"{r['win_rate']:.1%}" if "win_rate" in r else "",
+        ]
         cells += [f"{r['reward_pmi']:+.2f}" if "reward_pmi" in r else ""] if has_reward else []
-        cells += [f"{r['words']:.1f}", f"{r['distinct_1']:.3f}", f"{r['distinct_2']:.3f}", f"{r['generic']:.1%}",
-                  f"{r['copy']:.1%}", f"{r['empty']:.1%}"]
+        cells += [
+            f"{r['words']:.1f}",
+            f"{r['distinct_1']:.3f}",
+            f"{r['distinct_2']:.3f}",
+            f"{r['generic']:.1%}",
+            f"{r['copy']:.1%}",
+            f"{r['empty']:.1%}",
+        ]
         lines.append(cells)
     return markdown_table(head, lines)
 
@@ -66,7 +76,12 @@ def independence_note(eval_meta: dict, reward_meta: dict | None) -> str:
             differences.append("disjoint training dialogues")
     elif e != r:
         differences.append("different training data")
-    verdict = "independent of the reward: " + ", ".join(differences) if differences else \
-        "NOT independent of the reward scorer (same encoder, seed and data): gains may be reward hacking"
-    return (f"Evaluation scorer: {_describe(eval_meta)}. Reward scorer: {_describe(reward_meta)}. "
-            f"The evaluation scorer is {verdict}.")
+    verdict = (
+        "independent of the reward: " + ", ".join(differences)
+        if differences
+        else "NOT independent of the reward scorer (same encoder, seed and data): gains may be reward hacking"
+    )
+    return (
+        f"Evaluation scorer: {_describe(eval_meta)}. Reward scorer: {_describe(reward_meta)}. "
+        f"The evaluation scorer is {verdict}."
+    )

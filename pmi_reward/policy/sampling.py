@@ -33,8 +33,14 @@ class SamplingSettings:
 
 
 @torch.no_grad()
-def sample_replies(model, tokenizer, prompts: Sequence[list[dict] | str], n: int = 1,
-                   settings: SamplingSettings | None = None, progress: bool | str = False) -> list[list[str]]:
+def sample_replies(
+    model,
+    tokenizer,
+    prompts: Sequence[list[dict] | str],
+    n: int = 1,
+    settings: SamplingSettings | None = None,
+    progress: bool | str = False,
+) -> list[list[str]]:
     """``n`` sampled replies for each prompt (chat messages, or plain text used as is), as text.
 
     Prompts are rendered with the tokenizer's chat template and left-padded; each batch is seeded from
@@ -43,8 +49,10 @@ def sample_replies(model, tokenizer, prompts: Sequence[list[dict] | str], n: int
     settings = settings or SamplingSettings()
     if n < 1:
         raise ValueError("n must be >= 1")
-    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-             for p in prompts]
+    texts = [
+        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
     flat = [t for t in texts for _ in range(n)]
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     was_training = model.training
@@ -53,26 +61,40 @@ def sample_replies(model, tokenizer, prompts: Sequence[list[dict] | str], n: int
     out: list[str] = []
     starts = range(0, len(flat), settings.batch_size)
     try:
-        for b, s in enumerate(tqdm(starts, desc=progress if isinstance(progress, str) else "sampling",
-                                   disable=not progress, unit="batch")):
-            batch = tokenizer(flat[s:s + settings.batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(device)
+        for b, s in enumerate(
+            tqdm(starts, desc=progress if isinstance(progress, str) else "sampling", disable=not progress, unit="batch")
+        ):
+            batch = tokenizer(
+                flat[s : s + settings.batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(device)
             torch.manual_seed(settings.seed * 1_000_003 + b)
             sample = settings.temperature > 0
-            ids = model.generate(**batch, max_new_tokens=settings.max_new_tokens, do_sample=sample,
-                                 temperature=settings.temperature if sample else None,
-                                 top_p=settings.top_p if sample else None, top_k=None,
-                                 pad_token_id=tokenizer.pad_token_id)
-            out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            ids = model.generate(
+                **batch,
+                max_new_tokens=settings.max_new_tokens,
+                do_sample=sample,
+                temperature=settings.temperature if sample else None,
+                top_p=settings.top_p if sample else None,
+                top_k=None,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
     out = [o.strip() for o in out]
-    return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+    return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
-def best_of_n(scorer: PMIScorer | PMIReward, model, tokenizer, context: Any, n: int = 8,
-              settings: SamplingSettings | None = None, system_prompt: str | None = None) -> Ranked:
+def best_of_n(
+    scorer: PMIScorer | PMIReward,
+    model,
+    tokenizer,
+    context: Any,
+    n: int = 8,
+    settings: SamplingSettings | None = None,
+    system_prompt: str | None = None,
+) -> Ranked:
     """Sample ``n`` replies to ``context`` from a chat model and return them ranked (best first)."""
     messages = context if isinstance(context, list) else turns_to_messages(context, system_prompt)
     replies = sample_replies(model, tokenizer, [messages], n, settings)[0]

@@ -29,8 +29,17 @@ from ..rewards.reward import PMIReward
 from .loading import load_policy
 from .prompts import PromptArguments, build_prompts
 
-__all__ = ["ScriptArguments", "policy_from", "lora_config", "build_rewards", "RewardTimer", "cpu_seconds",
-           "write_summary", "train_with_trl", "trl_main"]
+__all__ = [
+    "ScriptArguments",
+    "policy_from",
+    "lora_config",
+    "build_rewards",
+    "RewardTimer",
+    "cpu_seconds",
+    "write_summary",
+    "train_with_trl",
+    "trl_main",
+]
 
 
 @dataclass
@@ -38,10 +47,13 @@ class ScriptArguments(PromptArguments):
     """Prompts (dialogue contexts), the reward's scorer and extra reward functions, and where LoRA goes."""
 
     scorer: str = field(default="outputs/scorers/reward-minilm-s0", metadata={"help": "reward scorer directory"})
-    extra_reward_funcs: list[str] = field(default_factory=list,
-                                          metadata={"help": "more reward callables as module:function"})
-    lora_top_layers: int | None = field(default=None, metadata={
-        "help": "put LoRA only on the top N transformer layers (backprop stops below them: faster on CPU)"})
+    extra_reward_funcs: list[str] = field(
+        default_factory=list, metadata={"help": "more reward callables as module:function"}
+    )
+    lora_top_layers: int | None = field(
+        default=None,
+        metadata={"help": "put LoRA only on the top N transformer layers (backprop stops below them: faster on CPU)"},
+    )
 
 
 def policy_from(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -91,9 +103,13 @@ class RewardTimer(TrainerCallback):
 
     def summary(self) -> dict[str, float]:
         total = max(self.seconds, 1e-9)
-        return {"train_seconds": round(self.seconds, 1), "train_cpu_seconds": round(self.cpu, 1),
-                "load_average": round(os.getloadavg()[0], 2), "reward_seconds": round(self.reward.seconds, 2),
-                "reward_share": round(self.reward.seconds / total, 4)}
+        return {
+            "train_seconds": round(self.seconds, 1),
+            "train_cpu_seconds": round(self.cpu, 1),
+            "load_average": round(os.getloadavg()[0], 2),
+            "reward_seconds": round(self.reward.seconds, 2),
+            "reward_share": round(self.reward.seconds / total, 4),
+        }
 
 
 def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
@@ -105,9 +121,16 @@ def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
     return path
 
 
-def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_args: Any, model_args: ModelConfig,
-                   model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
-                   rewards: list[Callable] | None = None, reward_options: RewardOptions | None = None) -> dict:
+def train_with_trl(
+    trainer_cls: type,
+    script_args: ScriptArguments,
+    training_args: Any,
+    model_args: ModelConfig,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    rewards: list[Callable] | None = None,
+    reward_options: RewardOptions | None = None,
+) -> dict:
     """Train a policy with a TRL online trainer (GRPO, RLOO) and PMIReward; save it and a run summary.
 
     ``model``/``tokenizer`` and ``rewards`` (PMIReward first) replace what the arguments would load.
@@ -118,17 +141,27 @@ def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_arg
         model, tokenizer = policy_from(model_args)
     rewards = rewards or build_rewards(script_args, reward_options)
     timer = RewardTimer(rewards[0])
-    trainer = trainer_cls(model=model, reward_funcs=rewards, args=training_args, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora_config(model_args, model,
-                                                                              script_args.lora_top_layers),
-                          callbacks=[timer])
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=rewards,
+        args=training_args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(model_args, model, script_args.lora_top_layers),
+        callbacks=[timer],
+    )
     trainer.train()
     trainer.save_model(training_args.output_dir)
     logged = [h for h in trainer.state.log_history if "reward" in h]
-    summary = {"trainer": trainer_cls.__name__, "steps": trainer.state.global_step, "prompts": len(dataset),
-               "first_reward": logged[0]["reward"] if logged else None,
-               "last_reward": logged[-1]["reward"] if logged else None,
-               "mean_step_time": _mean(h.get("step_time") for h in logged), **timer.summary()}
+    summary = {
+        "trainer": trainer_cls.__name__,
+        "steps": trainer.state.global_step,
+        "prompts": len(dataset),
+        "first_reward": logged[0]["reward"] if logged else None,
+        "last_reward": logged[-1]["reward"] if logged else None,
+        "mean_step_time": _mean(h.get("step_time") for h in logged),
+        **timer.summary(),
+    }
     write_summary(training_args.output_dir, summary)
     return summary
 
@@ -136,7 +169,8 @@ def train_with_trl(trainer_cls: type, script_args: ScriptArguments, training_arg
 def trl_main(trainer_cls: type, config_cls: type, argv: list[str] | None = None, prog: str | None = None) -> dict:
     """A TRL trainer's command: script, reward, trainer and model options from YAML and flags; train; summary."""
     script_args, reward_options, training_args, model_args = parse_args(
-        (ScriptArguments, RewardOptions, config_cls, ModelConfig), argv, prog)
+        (ScriptArguments, RewardOptions, config_cls, ModelConfig), argv, prog
+    )
     return train_with_trl(trainer_cls, script_args, training_args, model_args, reward_options=reward_options)
 
 

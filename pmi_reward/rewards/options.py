@@ -24,16 +24,23 @@ class RewardOptions:
 
     center: str = field(default="none", metadata={"help": "none | group (subtract the mean of a prompt's group)"})
     scale: float = field(default=1.0, metadata={"help": "multiply the (centred) PMI by this"})
-    clip: float | None = field(default=None, metadata={
-        "help": "symmetric bound after scaling (default: the scorer's softcap bounds it)"})
-    empty_score: float | None = field(default=-5.0, metadata={
-        "help": "reward of an empty or unreadable completion (None: unscorable, zero advantage)"})
+    clip: float | None = field(
+        default=None, metadata={"help": "symmetric bound after scaling (default: the scorer's softcap bounds it)"}
+    )
+    empty_score: float | None = field(
+        default=-5.0,
+        metadata={"help": "reward of an empty or unreadable completion (None: unscorable, zero advantage)"},
+    )
     include_system: bool = field(default=False, metadata={"help": "read the system prompt as a context turn"})
-    max_context_turns: int | None = field(default=None, metadata={
-        "help": "context turns the reward reads (default: as many as the scorer was trained with)"})
+    max_context_turns: int | None = field(
+        default=None,
+        metadata={"help": "context turns the reward reads (default: as many as the scorer was trained with)"},
+    )
     batch_size: int = field(default=256, metadata={"help": "pairs per scorer call"})
-    max_chars: int = field(default=100_000, metadata={
-        "help": "longer contexts keep their end, longer replies their start (bounds tokenizing time)"})
+    max_chars: int = field(
+        default=100_000,
+        metadata={"help": "longer contexts keep their end, longer replies their start (bounds tokenizing time)"},
+    )
     name: str = field(default="pmi_reward", metadata={"help": "the reward's name in TRL's logs"})
 
     def __post_init__(self) -> None:

@@ -86,7 +86,7 @@ class RewardBatch:
         """The scorable (contexts, replies), ``size`` pairs at a time."""
         contexts, replies = self.pairs()
         for s in range(0, len(replies), size):
-            yield contexts[s:s + size], replies[s:s + size]
+            yield contexts[s : s + size], replies[s : s + size]
 
     def raw(self, scores: np.ndarray) -> np.ndarray:
         """Per-sample raw PMI: the scores of the scorable samples, NaN for the rest."""
@@ -116,8 +116,10 @@ class RewardPath:
         """The samples as lists; a ValueError naming both lengths when they differ (a caller bug)."""
         prompts, completions = list(prompts or []), list(completions or [])
         if len(prompts) != len(completions):
-            raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions; a reward needs one "
-                             "prompt per completion")
+            raise ValueError(
+                f"got {len(prompts)} prompts but {len(completions)} completions; a reward needs one "
+                "prompt per completion"
+            )
         return prompts, completions
 
     def texts(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> RewardBatch:
@@ -149,16 +151,25 @@ class RewardPath:
             self._log(log_metric, raw, shaped, len(batch.valid))
         return [float(r) if math.isfinite(r) else opts.empty_score for r in shaped]
 
-    def run(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, score: Score,
-            log_metric: LogMetric | None = None) -> Rewards:
+    def run(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        score: Score,
+        log_metric: LogMetric | None = None,
+    ) -> Rewards:
         """The whole path with a synchronous scoring step."""
         batch = self.texts(prompts, completions)
         raw = batch.raw(score(*batch.pairs()))
         return Rewards(self.shape(batch, raw, log_metric), raw, batch)
 
-    async def run_async(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None,
-                        score: Callable[[list[str], list[str]], Awaitable[np.ndarray]],
-                        log_metric: LogMetric | None = None) -> Rewards:
+    async def run_async(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        score: Callable[[list[str], list[str]], Awaitable[np.ndarray]],
+        log_metric: LogMetric | None = None,
+    ) -> Rewards:
         """The whole path with an asynchronous scoring step (a remote scorer)."""
         batch = self.texts(prompts, completions)
         raw = batch.raw(await score(*batch.pairs()))

@@ -71,8 +71,16 @@ def run_sync(coroutine: Any) -> Any:
 class RemotePMIReward(RewardPath):
     """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP."""
 
-    def __init__(self, url: str, options: RewardOptions | None = None, timeout: float = 60.0, retries: int = 3,
-                 backoff: float = 0.5, on_failure: str = "none", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: RewardOptions | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        on_failure: str = "none",
+        **kwargs: Any,
+    ) -> None:
         if options is not None and kwargs:
             raise TypeError("pass either options or keyword options, not both")
         if on_failure not in ("none", "raise"):
@@ -96,7 +104,7 @@ class RemotePMIReward(RewardPath):
                 if not retryable or attempt == self.retries:
                     raise
                 logger.info("pmi_reward remote: %s; retry %d/%d", err, attempt + 1, self.retries)
-                await asyncio.sleep(self.backoff * 2 ** attempt)
+                await asyncio.sleep(self.backoff * 2**attempt)
         raise AssertionError("unreachable")
 
     async def _resolve_turns(self) -> None:
@@ -111,7 +119,7 @@ class RemotePMIReward(RewardPath):
     async def _scores(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """Raw PMI of the readable pairs: one ``/score`` request per ``batch_size`` pairs, sent concurrently."""
         size = self.options.batch_size
-        chunks = [(contexts[s:s + size], replies[s:s + size]) for s in range(0, len(replies), size)]
+        chunks = [(contexts[s : s + size], replies[s : s + size]) for s in range(0, len(replies), size)]
         parts = await asyncio.gather(*(self._score_chunk(c, r) for c, r in chunks))
         return np.concatenate(parts) if parts else np.zeros(0)
 
@@ -124,9 +132,14 @@ class RemotePMIReward(RewardPath):
         return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
 
     # -- the TRL contract ---------------------------------------------------------------------------
-    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
-                       log_metric: Callable[[str, float], None] | None = None,
-                       **kwargs: Any) -> list[float | None]:
+    async def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
         prompts, completions = self.samples(prompts, completions)  # a length mismatch raises before any request
         try:
             await self._resolve_turns()

@@ -36,8 +36,9 @@ def _reward(scorer: PMIScorer | PMIReward) -> PMIReward:
     return scorer if isinstance(scorer, PMIReward) else PMIReward(scorer, empty_score=None)
 
 
-def rerank_many(scorer: PMIScorer | PMIReward, contexts: Sequence[Any],
-                candidates: Sequence[Sequence[str]]) -> list[Ranked]:
+def rerank_many(
+    scorer: PMIScorer | PMIReward, contexts: Sequence[Any], candidates: Sequence[Sequence[str]]
+) -> list[Ranked]:
     """For each context, its candidates as ``(text, pmi)`` best first (ties keep input order), in one scoring pass."""
     if len(contexts) != len(candidates):
         raise ValueError(f"got {len(contexts)} contexts but {len(candidates)} candidate lists")
@@ -47,7 +48,7 @@ def rerank_many(scorer: PMIScorer | PMIReward, contexts: Sequence[Any],
     scores = reward(flat_ctx, flat)
     out, at = [], 0
     for cands in candidates:
-        mine = scores[at:at + len(cands)]
+        mine = scores[at : at + len(cands)]
         out.append([(cands[i], mine[i]) for i in ranking(mine)])
         at += len(cands)
     return out

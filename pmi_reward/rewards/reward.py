@@ -39,14 +39,21 @@ class PMIReward(RewardPath):
         return RemotePMIReward(url, options, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, scorer_dir: str | Path, device: str | None = None, options: RewardOptions | None = None,
-                        **kwargs: Any) -> PMIReward:
+    def from_pretrained(
+        cls, scorer_dir: str | Path, device: str | None = None, options: RewardOptions | None = None, **kwargs: Any
+    ) -> PMIReward:
         """Load a saved scorer as a reward (options as ``RewardOptions`` or as keywords)."""
         return cls(PMIScorer.from_pretrained(scorer_dir, device=device), options, **kwargs)
 
     # -- the TRL contract ---------------------------------------------------------------------------
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
-                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
         start = time.perf_counter()
         out = self.run(prompts, completions, self._score, log_metric).rewards
         elapsed = time.perf_counter() - start
@@ -58,15 +65,21 @@ class PMIReward(RewardPath):
     def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """Raw PMI of the readable pairs, ``batch_size`` pairs per scorer call."""
         size = self.options.batch_size
-        parts = [score_robustly(self.scorer, contexts[s:s + size], replies[s:s + size])
-                 for s in range(0, len(replies), size)]
+        parts = [
+            score_robustly(self.scorer, contexts[s : s + size], replies[s : s + size])
+            for s in range(0, len(replies), size)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     # -- pickling (TRL may copy reward functions across processes) -------------------------------
     def __getstate__(self) -> dict:
         head = {k: v.detach().cpu().numpy() for k, v in self.scorer.head.state_dict().items()}
-        return {"options": asdict(self.options), "scorer_config": self.scorer.config(), "head": head,
-                "metadata": self.scorer.metadata}
+        return {
+            "options": asdict(self.options),
+            "scorer_config": self.scorer.config(),
+            "head": head,
+            "metadata": self.scorer.metadata,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.scorer = PMIScorer.from_config(state["scorer_config"], state["head"], metadata=state.get("metadata"))

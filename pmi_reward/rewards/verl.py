@@ -58,8 +58,9 @@ def context_of(extra_info: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _reward(url: str | None, scorer: str | None, device: str | None,
-            options: tuple[tuple[str, Any], ...]) -> PMIReward | RemotePMIReward:
+def _reward(
+    url: str | None, scorer: str | None, device: str | None, options: tuple[tuple[str, Any], ...]
+) -> PMIReward | RemotePMIReward:
     opts = RewardOptions(**dict(options))
     if url:
         return RemotePMIReward(url, opts, on_failure="raise")
@@ -70,17 +71,24 @@ def _settings(kwargs: dict) -> tuple:
     url = kwargs.get("url") or os.environ.get("PMI_REWARD_URL")
     scorer = kwargs.get("scorer") or os.environ.get("PMI_REWARD_SCORER")
     if bool(url) == bool(scorer):
-        raise ValueError("pmi_reward verl: give exactly one of url (a `pmi-reward serve` server) or scorer (a saved "
-                         "scorer directory), in custom_reward_function.reward_kwargs or as $PMI_REWARD_URL / "
-                         "$PMI_REWARD_SCORER")
+        raise ValueError(
+            "pmi_reward verl: give exactly one of url (a `pmi-reward serve` server) or scorer (a saved "
+            "scorer directory), in custom_reward_function.reward_kwargs or as $PMI_REWARD_URL / "
+            "$PMI_REWARD_SCORER"
+        )
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
     return url, scorer, kwargs.get("device"), tuple(sorted(options.items()))
 
 
-def compute_score_batch(data_sources: Sequence[Any], solution_strs: Sequence[str], ground_truths: Sequence[Any],
-                        extra_infos: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+def compute_score_batch(
+    data_sources: Sequence[Any],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     """PMI rewards of a batch of responses (verl's ``batch`` reward manager); contexts from ``extra_infos``."""
     reward = _reward(*_settings(kwargs))
     responses = [clean_reply(s) if isinstance(s, str) else s for s in solution_strs]
@@ -95,7 +103,8 @@ def compute_score_batch(data_sources: Sequence[Any], solution_strs: Sequence[str
     return [float(x) for x in out]
 
 
-def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                  **kwargs: Any) -> float:
+def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> float:
     """PMI reward of one response (verl's default ``naive`` reward manager)."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]

@@ -37,7 +37,7 @@ class EmbeddingCache:
     def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
         found: dict[bytes, np.ndarray] = {}
         for i in range(0, len(keys), _CHUNK):
-            chunk = keys[i:i + _CHUNK]
+            chunk = keys[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
             for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
                 found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)

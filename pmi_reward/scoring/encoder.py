@@ -77,8 +77,14 @@ class _Stats:
 class TextEncoder:
     """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out."""
 
-    def __init__(self, spec: EncoderSpec, cache: EmbeddingCache | None = None, device: str | None = None,
-                 model=None, tokenizer=None) -> None:
+    def __init__(
+        self,
+        spec: EncoderSpec,
+        cache: EmbeddingCache | None = None,
+        device: str | None = None,
+        model=None,
+        tokenizer=None,
+    ) -> None:
         self.spec = spec
         self.pooling = spec.pooling or default_pooling(spec.model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
@@ -103,8 +109,9 @@ class TextEncoder:
             self.spec = replace(self.spec, encode_batch_size=encode_batch_size)
 
     # -- public API -------------------------------------------------------------------------------
-    def encode(self, texts: Sequence[str], template: str = "{text}", keep: str = "start",
-               progress: bool | str = False) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], template: str = "{text}", keep: str = "start", progress: bool | str = False
+    ) -> np.ndarray:
         """(n, dim) embeddings of ``texts`` written into ``template`` (a format with ``{context}`` or
         ``{response}`` or ``{text}``); over-long texts keep their ``start`` or their ``end``."""
         self._slot(template)
@@ -114,20 +121,26 @@ class TextEncoder:
     def embed_with_grad(self, texts: Sequence[str], template: str = "{text}", keep: str = "start") -> torch.Tensor:
         """(n, dim) float32 embeddings as ``encode`` makes them, but as a tensor that carries gradients back
         into the model and bypasses the cache: for fine-tuning the encoder (e.g. LoRA) under a head's loss."""
-        ids = self.tokenizer(self._written(list(texts), template, keep), add_special_tokens=True, truncation=True,
-                             max_length=self.spec.max_length)["input_ids"]
+        ids = self.tokenizer(
+            self._written(list(texts), template, keep),
+            add_special_tokens=True,
+            truncation=True,
+            max_length=self.spec.max_length,
+        )["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")
         parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
         for s in range(0, len(order), self.spec.encode_batch_size):
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in order[s:s + self.spec.encode_batch_size]]},
-                                       return_tensors="pt")
+            batch = self.tokenizer.pad(
+                {"input_ids": [ids[i] for i in order[s : s + self.spec.encode_batch_size]]}, return_tensors="pt"
+            )
             parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}))
         if not parts:
             return torch.zeros(0, self.dim)
         return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
 
-    def encode_pairs(self, contexts: Sequence[str], responses: Sequence[str], template: str,
-                     progress: bool | str = False) -> np.ndarray:
+    def encode_pairs(
+        self, contexts: Sequence[str], responses: Sequence[str], template: str, progress: bool | str = False
+    ) -> np.ndarray:
         """(n, dim) embeddings of single pair prompts (the paper's input), with budgeted truncation."""
         if len(contexts) != len(responses):
             raise ValueError("contexts and responses must have the same length")
@@ -187,9 +200,9 @@ class TextEncoder:
             elif budget <= 0:
                 out.append("")
             elif keep_end:
-                out.append(text[offsets[len(offsets) - budget][0]:])
+                out.append(text[offsets[len(offsets) - budget][0] :])
             else:
-                out.append(text[:offsets[budget - 1][1]])
+                out.append(text[: offsets[budget - 1][1]])
         return out
 
     def _cached(self, keys: list[bytes], make, progress: bool | str) -> np.ndarray:
@@ -225,9 +238,8 @@ class TextEncoder:
         bs = self.spec.encode_batch_size
         starts = range(0, len(order), bs)
         desc = progress if isinstance(progress, str) else "encoding"
-        for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch",
-                      leave=False):
-            idx = order[s:s + bs]
+        for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch", leave=False):
+            idx = order[s : s + bs]
             batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
             out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
         self.stats.texts += len(texts)

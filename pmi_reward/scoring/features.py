@@ -20,18 +20,25 @@ from .templates import PromptTemplate
 __all__ = ["embed_contexts", "embed_responses", "embed_prompts", "PairFeatures", "TensorFeatures"]
 
 
-def embed_contexts(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
-                   progress: bool | str = False) -> np.ndarray:
+def embed_contexts(
+    encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str], progress: bool | str = False
+) -> np.ndarray:
     return encoder.encode(texts, template.context_template, keep="end", progress=progress)
 
 
-def embed_responses(encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str],
-                    progress: bool | str = False) -> np.ndarray:
+def embed_responses(
+    encoder: TextEncoder, template: PromptTemplate, texts: Sequence[str], progress: bool | str = False
+) -> np.ndarray:
     return encoder.encode(texts, template.response_template, keep="start", progress=progress)
 
 
-def embed_prompts(encoder: TextEncoder, template: PromptTemplate, contexts: Sequence[str],
-                  responses: Sequence[str], progress: bool | str = False) -> np.ndarray:
+def embed_prompts(
+    encoder: TextEncoder,
+    template: PromptTemplate,
+    contexts: Sequence[str],
+    responses: Sequence[str],
+    progress: bool | str = False,
+) -> np.ndarray:
     return encoder.encode_pairs(contexts, responses, template.pair_template, progress=progress)
 
 
@@ -53,8 +60,9 @@ class TensorFeatures:
 class PairFeatures:
     """Embeddings of a PairSet's texts, computed lazily the first time an index pair is asked for."""
 
-    def __init__(self, encoder: TextEncoder, template: PromptTemplate, pairs: PairSet, input_mode: str,
-                 progress: bool = True) -> None:
+    def __init__(
+        self, encoder: TextEncoder, template: PromptTemplate, pairs: PairSet, input_mode: str, progress: bool = True
+    ) -> None:
         self.encoder, self.template, self.pairs = encoder, template, pairs
         self.input_mode, self.progress = input_mode, progress
         d = encoder.dim
@@ -76,14 +84,16 @@ class PairFeatures:
             need = np.unique(ctx[~self.have_u[ctx]])
             if len(need):
                 texts = [self.pairs.contexts[i] for i in need]
-                self.u[need] = torch.from_numpy(embed_contexts(self.encoder, self.template, texts,
-                                                               self.progress and "contexts"))
+                self.u[need] = torch.from_numpy(
+                    embed_contexts(self.encoder, self.template, texts, self.progress and "contexts")
+                )
                 self.have_u[need] = True
             need = np.unique(resp[~self.have_v[resp]])
             if len(need):
                 texts = [self.pairs.responses[i] for i in need]
-                self.v[need] = torch.from_numpy(embed_responses(self.encoder, self.template, texts,
-                                                                self.progress and "responses"))
+                self.v[need] = torch.from_numpy(
+                    embed_responses(self.encoder, self.template, texts, self.progress and "responses")
+                )
                 self.have_v[need] = True
             return
         keys = np.unique(self._key(ctx, resp))

@@ -28,8 +28,10 @@ class HeadConfig:
     scorer is trained (``with_dim``)."""
 
     dim: int | None = field(default=None, metadata={"help": "embedding width (default: the encoder's)"})
-    input_mode: str = field(default="pair", metadata={"help": "pair: [u, v, u*v] of separate embeddings; "
-                                                               "prompt: one pair-prompt embedding (the paper's)"})
+    input_mode: str = field(
+        default="pair",
+        metadata={"help": "pair: [u, v, u*v] of separate embeddings; prompt: one pair-prompt embedding (the paper's)"},
+    )
     hidden: list[int] = field(default_factory=lambda: [256, 128], metadata={"help": "head hidden widths"})
     cap: float = field(default=20.0, metadata={"help": "softcap bound of the score"})
     pair_product: bool = field(default=True, metadata={"help": "add u*v to the pair features"})

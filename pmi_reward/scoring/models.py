@@ -16,8 +16,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ShippedModel", "SHIPPED", "cache_root", "resolve_model", "is_decoder", "load_tokenizer",
-           "load_backbone", "load_causal_lm", "default_pooling"]
+__all__ = [
+    "ShippedModel",
+    "SHIPPED",
+    "cache_root",
+    "resolve_model",
+    "is_decoder",
+    "load_tokenizer",
+    "load_backbone",
+    "load_causal_lm",
+    "default_pooling",
+]
 
 
 @dataclass(frozen=True)

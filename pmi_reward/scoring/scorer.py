@@ -52,8 +52,14 @@ class PMIScorer:
     reply being judged. Generic replies score near 0, on-topic ones above, mismatched ones below.
     """
 
-    def __init__(self, encoder: TextEncoder, template: PromptTemplate, head: PMIHead,
-                 metadata: dict | None = None, context_turns: int | None = None) -> None:
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        template: PromptTemplate,
+        head: PMIHead,
+        metadata: dict | None = None,
+        context_turns: int | None = None,
+    ) -> None:
         if head.config.dim != encoder.dim:
             raise ValueError(f"head expects {head.config.dim}-d embeddings, encoder gives {encoder.dim}")
         if context_turns is not None and context_turns < 1:
@@ -92,9 +98,14 @@ class PMIScorer:
     # -- persistence ------------------------------------------------------------------------------
     def config(self) -> dict:
         """What ``config.json`` holds: everything inference needs, nothing else."""
-        return {"format": FORMAT, "version": VERSION, "encoder": self.encoder.spec.to_dict(),
-                "template": self.template.to_dict(), "head": self.head.config.to_dict(),
-                "context_turns": self.context_turns}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "encoder": self.encoder.spec.to_dict(),
+            "template": self.template.to_dict(),
+            "head": self.head.config.to_dict(),
+            "context_turns": self.context_turns,
+        }
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json``, ``metadata.json`` and ``head.safetensors`` into ``directory`` (each atomically)."""
@@ -140,8 +151,13 @@ class PMIScorer:
         return cls.read_config(directory).get("metadata") or {}
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str | None = None,
-                        cache_dir: str | Path | None = None, encoder: TextEncoder | None = None) -> PMIScorer:
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: str | None = None,
+        cache_dir: str | Path | None = None,
+        encoder: TextEncoder | None = None,
+    ) -> PMIScorer:
         """Load a saved scorer; pass ``encoder`` to share one already loaded (same spec)."""
         directory = Path(directory)
         config = cls.read_config(directory)
@@ -152,13 +168,21 @@ class PMIScorer:
             state = load_file(weights)
         except Exception as err:  # safetensors raises its own error types for truncated files
             raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
-        return cls.from_config(config, state, device, cache_dir, encoder, source=str(directory),
-                               metadata=cls.read_metadata(directory))
+        return cls.from_config(
+            config, state, device, cache_dir, encoder, source=str(directory), metadata=cls.read_metadata(directory)
+        )
 
     @classmethod
-    def from_config(cls, config: dict, head_state: dict, device: str | None = None,
-                    cache_dir: str | Path | None = None, encoder: TextEncoder | None = None,
-                    source: str = "<config>", metadata: dict | None = None) -> PMIScorer:
+    def from_config(
+        cls,
+        config: dict,
+        head_state: dict,
+        device: str | None = None,
+        cache_dir: str | Path | None = None,
+        encoder: TextEncoder | None = None,
+        source: str = "<config>",
+        metadata: dict | None = None,
+    ) -> PMIScorer:
         """Build a scorer from a config dict (as in config.json) and the head's tensors."""
         try:
             spec = EncoderSpec.from_dict(config["encoder"])

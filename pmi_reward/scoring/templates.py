@@ -37,16 +37,20 @@ class PromptTemplate:
     """How pairs and single sides are written before encoding; saved with a scorer (the full texts, so that a
     saved scorer never changes with the built-ins)."""
 
-    pair_template: str = field(default="en", metadata={
-        "help": "the pair prompt: en | zh | plain, or custom text with {context} and {response}"})
+    pair_template: str = field(
+        default="en",
+        metadata={"help": "the pair prompt: en | zh | plain, or custom text with {context} and {response}"},
+    )
     context_template: str = field(default="{context}", metadata={"help": "wrapper for contexts (pair input mode)"})
     response_template: str = field(default="{response}", metadata={"help": "wrapper for responses (pair input mode)"})
 
     def __post_init__(self) -> None:
         pair = BUILTIN_PAIR_TEMPLATES.get(self.pair_template, self.pair_template)
         if pair == self.pair_template and "{context}" not in pair and "{response}" not in pair:
-            raise ValueError(f"unknown template {self.pair_template!r}; built-ins: {sorted(BUILTIN_PAIR_TEMPLATES)}, "
-                             "or pass text with {context} and {response}")
+            raise ValueError(
+                f"unknown template {self.pair_template!r}; built-ins: {sorted(BUILTIN_PAIR_TEMPLATES)}, "
+                "or pass text with {context} and {response}"
+            )
         object.__setattr__(self, "pair_template", pair)
         for name, text, needed in (
             ("pair_template", self.pair_template, ("{context}", "{response}")),
@@ -69,8 +73,11 @@ class PromptTemplate:
     def from_dict(cls, data: dict) -> PromptTemplate:
         """From ``to_dict`` (or a version-1 scorer's ``{"name", "pair", "context", "response"}``)."""
         if "pair" in data:
-            data = {"pair_template": data["pair"], "context_template": data.get("context", "{context}"),
-                    "response_template": data.get("response", "{response}")}
+            data = {
+                "pair_template": data["pair"],
+                "context_template": data.get("context", "{context}"),
+                "response_template": data.get("response", "{response}"),
+            }
         return cls(**data)
 
 

@@ -49,9 +49,13 @@ class BatcherStats:
     busy_seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        return {"requests": self.requests, "pairs": self.pairs, "batches": self.batches,
-                "mean_batch_pairs": round(self.pairs / self.batches, 2) if self.batches else 0.0,
-                "busy_seconds": round(self.busy_seconds, 3)}
+        return {
+            "requests": self.requests,
+            "pairs": self.pairs,
+            "batches": self.batches,
+            "mean_batch_pairs": round(self.pairs / self.batches, 2) if self.batches else 0.0,
+            "busy_seconds": round(self.busy_seconds, 3),
+        }
 
 
 class MicroBatcher:
@@ -143,13 +147,14 @@ class MicroBatcher:
         try:
             scores = self.scorer.score(contexts, responses).astype(np.float64)
         except Exception as err:  # noqa: BLE001 - one bad request must not fail the others merged with it
-            logger.warning("pmi-batcher: merged batch of %d requests failed (%s); scoring them one by one",
-                           len(jobs), err)
+            logger.warning(
+                "pmi-batcher: merged batch of %d requests failed (%s); scoring them one by one", len(jobs), err
+            )
             scores = np.concatenate([score_robustly(self.scorer, j.contexts, j.responses) for j in jobs])
         self.stats.requests += len(jobs)
         self.stats.pairs += len(contexts)
         self.stats.batches += 1
         at = 0
         for job in jobs:
-            job.future.set_result(scores[at:at + len(job.contexts)])
+            job.future.set_result(scores[at : at + len(job.contexts)])
             at += len(job.contexts)

@@ -87,7 +87,9 @@ class Endpoints:
         contexts, responses = [], []
         for i, pair in enumerate(pairs):
             if not isinstance(pair, dict):
-                raise ApiError(422, f"pairs[{i}] must be an object with 'context' and 'response', got {type_name(pair)}")
+                raise ApiError(
+                    422, f"pairs[{i}] must be an object with 'context' and 'response', got {type_name(pair)}"
+                )
             contexts.append(cut_context(_text(pair.get("context"), f"pairs[{i}].context"), self.options.max_chars))
             responses.append(cut_reply(_text(pair.get("response"), f"pairs[{i}].response"), self.options.max_chars))
         return {"scores": [_number(s) for s in self._score(contexts, responses)]}
@@ -133,6 +135,8 @@ class Endpoints:
         raw = result.raw
         scored = np.isfinite(raw)
         sigmoid = np.where(scored, 1 / (1 + np.exp(-np.nan_to_num(raw))), 0.0)
-        return {"rewards": result.rewards, "scores": sigmoid.tolist(),
-                "extra_logs": {"pmi_raw": np.where(scored, raw, 0.0).tolist(),
-                               "pmi_scored": scored.astype(float).tolist()}}
+        return {
+            "rewards": result.rewards,
+            "scores": sigmoid.tolist(),
+            "extra_logs": {"pmi_raw": np.where(scored, raw, 0.0).tolist(), "pmi_scored": scored.astype(float).tolist()},
+        }

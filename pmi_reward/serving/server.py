@@ -37,15 +37,18 @@ logger = logging.getLogger(__name__)
 class RewardServer:
     """A PMIScorer behind HTTP. ``start()`` serves from a background thread; ``close()`` shuts down gracefully."""
 
-    def __init__(self, scorer: PMIScorer, config: ServerConfig | None = None,
-                 options: RewardOptions | None = None) -> None:
+    def __init__(
+        self, scorer: PMIScorer, config: ServerConfig | None = None, options: RewardOptions | None = None
+    ) -> None:
         self.scorer, self.config = scorer, config or ServerConfig()
         options = (options or RewardOptions()).resolved(scorer.context_turns)
         self.batcher = MicroBatcher(scorer, self.config.max_batch_pairs, self.config.max_wait_ms)
         self.api = Endpoints(self.batcher, self.config, options)
         self.routes: dict[str, tuple[str, Callable[[dict], dict]]] = {
-            "/get_reward": ("POST", self.api.get_reward), "/score": ("POST", self.api.score_pairs),
-            "/rerank": ("POST", self.api.rerank), "/health": ("GET", lambda body: self.health()),
+            "/get_reward": ("POST", self.api.get_reward),
+            "/score": ("POST", self.api.score_pairs),
+            "/rerank": ("POST", self.api.rerank),
+            "/health": ("GET", lambda body: self.health()),
         }
         self.responses: Counter = Counter()
         self.closing = False
@@ -92,8 +95,11 @@ class RewardServer:
                 pass
         with self._lock:
             if not self._lock.wait_for(lambda: self._inflight == 0, timeout=self.config.drain_timeout):
-                logger.warning("pmi-reward serve: %d requests still running after %.0f s; closing anyway",
-                               self._inflight, self.config.drain_timeout)
+                logger.warning(
+                    "pmi-reward serve: %d requests still running after %.0f s; closing anyway",
+                    self._inflight,
+                    self.config.drain_timeout,
+                )
         self.batcher.close(timeout=self.config.drain_timeout)
         self.httpd.server_close()
         if self._thread is not None:
@@ -127,12 +133,21 @@ class RewardServer:
         with self._lock:
             inflight, responses = self._inflight, dict(self.responses)
         spec = self.scorer.encoder.spec
-        return {"status": "draining" if self.closing else "ok",
-                "scorer": {"encoder": spec.model, "input_mode": self.scorer.input_mode, "cap": self.scorer.cap,
-                           "trained_context_turns": self.scorer.context_turns},
-                "reward_options": asdict(self.api.options), "batcher": self.batcher.stats.to_dict(),
-                "queued": self.batcher.queued, "inflight": inflight, "responses": responses,
-                "uptime_s": round(time.time() - self._started, 1)}
+        return {
+            "status": "draining" if self.closing else "ok",
+            "scorer": {
+                "encoder": spec.model,
+                "input_mode": self.scorer.input_mode,
+                "cap": self.scorer.cap,
+                "trained_context_turns": self.scorer.context_turns,
+            },
+            "reward_options": asdict(self.api.options),
+            "batcher": self.batcher.stats.to_dict(),
+            "queued": self.batcher.queued,
+            "inflight": inflight,
+            "responses": responses,
+            "uptime_s": round(time.time() - self._started, 1),
+        }
 
 
 def serve(scorer: PMIScorer, config: ServerConfig, options: RewardOptions | None = None) -> None:

@@ -46,9 +46,16 @@ def _optimizer_tensors(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Te
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def save_round(directory: str | Path, fingerprint: str, epoch: int, head: torch.nn.Module,
-               optim: torch.optim.Optimizer, best: tuple[float, int, dict], history: list[dict],
-               rng: np.random.Generator) -> Path:
+def save_round(
+    directory: str | Path,
+    fingerprint: str,
+    epoch: int,
+    head: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    best: tuple[float, int, dict],
+    history: list[dict],
+    rng: np.random.Generator,
+) -> Path:
     """Write the state after round ``epoch`` (atomically) and return the file's path."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -57,15 +64,27 @@ def save_round(directory: str | Path, fingerprint: str, epoch: int, head: torch.
     optim_tensors, optim_meta = _optimizer_tensors(optim)
     tensors.update(optim_tensors)
     tensors["torch_rng"] = torch.get_rng_state()
-    meta = {"fingerprint": fingerprint, "epoch": epoch, "best_auc": best[0], "best_epoch": best[1],
-            "history": history, "numpy_rng": rng.bit_generator.state, "optimizer": optim_meta}
+    meta = {
+        "fingerprint": fingerprint,
+        "epoch": epoch,
+        "best_auc": best[0],
+        "best_epoch": best[1],
+        "history": history,
+        "numpy_rng": rng.bit_generator.state,
+        "optimizer": optim_meta,
+    }
     path = directory / CHECKPOINT_NAME
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"state": json.dumps(meta)}))
     return path
 
 
-def load_round(directory: str | Path, fingerprint: str, head: torch.nn.Module,
-               optim: torch.optim.Optimizer, rng: np.random.Generator) -> RoundState | None:
+def load_round(
+    directory: str | Path,
+    fingerprint: str,
+    head: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    rng: np.random.Generator,
+) -> RoundState | None:
     """Restore head, optimizer, torch and numpy RNGs from ``directory``'s checkpoint; return the rest (epoch,
     best, history), or None when there is no checkpoint. A checkpoint of a different run is refused."""
     path = Path(directory) / CHECKPOINT_NAME
@@ -78,8 +97,9 @@ def load_round(directory: str | Path, fingerprint: str, head: torch.nn.Module,
     except (SafetensorError, OSError, KeyError, ValueError) as err:
         raise ValueError(f"{path}: corrupted training checkpoint ({err}); delete it to start over") from None
     if meta.get("fingerprint") != fingerprint:
-        raise ValueError(f"{path}: written by a run with other data or settings; delete it or choose another "
-                         "checkpoint_dir")
+        raise ValueError(
+            f"{path}: written by a run with other data or settings; delete it or choose another checkpoint_dir"
+        )
     head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
     best_state = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
     optim_state: dict[str, Any] = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}

@@ -44,15 +44,31 @@ def fit_scorer(
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
     train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress)
     val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress)
-    result = train_head(head_config, train_features, train, val_features, val, config, progress,
-                        train_negatives, val_negatives, negatives=negatives)
-    meta = {**(metadata or {}), "training": {**asdict(config), **asdict(negatives)}, **result.summary(),
-            "train_pairs": len(train), "val_pairs": len(val)}
+    result = train_head(
+        head_config,
+        train_features,
+        train,
+        val_features,
+        val,
+        config,
+        progress,
+        train_negatives,
+        val_negatives,
+        negatives=negatives,
+    )
+    meta = {
+        **(metadata or {}),
+        "training": {**asdict(config), **asdict(negatives)},
+        **result.summary(),
+        "train_pairs": len(train),
+        "val_pairs": len(val),
+    }
     return PMIScorer(encoder, template, result.head, meta, context_turns=train.context_turns), result
 
 
-def score_with_negatives(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec | None, seed: int = 0,
-                         progress: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def score_with_negatives(
+    scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec | None, seed: int = 0, progress: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Scores of the positives (n,) and of seeded negatives of the given mix (n, K; None without a mix).
 
     The negative columns come in ``sample_negatives`` order: random, in-dialogue, in-context.
@@ -65,8 +81,7 @@ def score_with_negatives(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec |
     return pos, score_index_pairs(scorer.head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
 
 
-def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0,
-                 progress: bool = False) -> float:
+def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0, progress: bool = False) -> float:
     """ROC-AUC of positives against seeded negatives of the given mix, scored end to end."""
     pos, neg = score_with_negatives(scorer, pairs, spec, seed, progress)
     return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(neg.size)], np.r_[pos, neg.ravel()]))

@@ -32,19 +32,25 @@ class TrainData:
     """Where pairs come from (pair files, or dialogues split by dialogue) and where the scorer is saved."""
 
     output_dir: str = field(default="outputs/scorer", metadata={"help": "where the scorer is saved"})
-    dialogues: str | None = field(default=None, metadata={"help": "chitchat | dialogue file (.jsonl/.json/.csv) "
-                                                                    "| datasets folder"})
+    dialogues: str | None = field(
+        default=None, metadata={"help": "chitchat | dialogue file (.jsonl/.json/.csv) | datasets folder"}
+    )
     train_file: str | None = field(default=None, metadata={"help": "pair file with context,response[,dialog_key]"})
     val_file: str | None = field(default=None, metadata={"help": "pair file for model selection"})
     test_file: str | None = field(default=None, metadata={"help": "pair file for a held-out AUC"})
     context_column: str = "context"
     response_column: str = "response"
     key_column: str = "dialog_key"
-    skip_dialogues: int = field(default=0, metadata={"help": "skip the first N dialogues (e.g. to train a second "
-                                                               "scorer on dialogues disjoint from the first's)"})
+    skip_dialogues: int = field(
+        default=0,
+        metadata={
+            "help": "skip the first N dialogues (e.g. to train a second scorer on dialogues disjoint from the first's)"
+        },
+    )
     max_dialogues: int | None = field(default=None, metadata={"help": "use the first N dialogues (after skipping)"})
-    max_context_turns: int = field(default=3, metadata={"help": "turns of context before each response (the "
-                                                                 "scorer reads contexts the same way)"})
+    max_context_turns: int = field(
+        default=3, metadata={"help": "turns of context before each response (the scorer reads contexts the same way)"}
+    )
     max_pairs_per_dialogue: int | None = field(default=None, metadata={"help": "sample at most N pairs per dialogue"})
     val_fraction: float = 0.1
     test_fraction: float = 0.1
@@ -62,17 +68,27 @@ def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict
     if args.dialogues and args.train_file:
         raise SystemExit("give either --dialogues or --train_file, not both")
     if args.dialogues:
-        dialogues = load_dialogues(args.dialogues)[args.skip_dialogues:]
-        dialogues = dialogues[:args.max_dialogues] if args.max_dialogues else dialogues
+        dialogues = load_dialogues(args.dialogues)[args.skip_dialogues :]
+        dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues
         if not dialogues:
             raise SystemExit(f"--skip_dialogues {args.skip_dialogues} leaves no dialogues in {args.dialogues}")
         splits = split_dialogues(dialogues, args.val_fraction, args.test_fraction, args.split_seed)
-        made = [PairSet.from_dialogues(s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue,
-                                       seed=args.split_seed) if s else None for s in splits]
+        made = [
+            PairSet.from_dialogues(
+                s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue, seed=args.split_seed
+            )
+            if s
+            else None
+            for s in splits
+        ]
         if made[0] is None or made[1] is None:
             raise SystemExit(f"{args.dialogues}: too few dialogues for a training and a validation split")
-        source = {"dialogues": args.dialogues, "skip_dialogues": args.skip_dialogues,
-                  "n_dialogues": [len(s) for s in splits], "max_context_turns": args.max_context_turns}
+        source = {
+            "dialogues": args.dialogues,
+            "skip_dialogues": args.skip_dialogues,
+            "n_dialogues": [len(s) for s in splits],
+            "max_context_turns": args.max_context_turns,
+        }
         return made[0], made[1], made[2], source
     if not args.train_file:
         raise SystemExit("give --dialogues (e.g. chitchat) or --train_file")
@@ -81,19 +97,35 @@ def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict
     columns = (args.context_column, args.response_column, args.key_column)
     train, val = load_pairs(args.train_file, *columns), load_pairs(args.val_file, *columns)
     test = load_pairs(args.test_file, *columns) if args.test_file else None
-    return train, val, test, {"train_file": args.train_file, "val_file": args.val_file, "test_file": args.test_file,
-                              "columns": list(columns)}
+    return (
+        train,
+        val,
+        test,
+        {
+            "train_file": args.train_file,
+            "val_file": args.val_file,
+            "test_file": args.test_file,
+            "columns": list(columns),
+        },
+    )
 
 
-def train_scorer(data: TrainData, encoder_spec: EncoderSpec, template: PromptTemplate, head: HeadConfig,
-                 negatives: NegativeSpec, config: TrainConfig) -> dict:
+def train_scorer(
+    data: TrainData,
+    encoder_spec: EncoderSpec,
+    template: PromptTemplate,
+    head: HeadConfig,
+    negatives: NegativeSpec,
+    config: TrainConfig,
+) -> dict:
     """Build pairs, train, report a held-out AUC, save the scorer and its history; the run's summary."""
     start = time.perf_counter()
     train, val, test, source = build_pairs(data)
     cache = None if data.no_cache else EmbeddingCache(data.cache_dir or cache_root() / "embeddings")
     encoder = TextEncoder(encoder_spec, cache=cache)
-    scorer, result = fit_scorer(train, val, encoder, template, config, head, negatives,
-                                metadata={"data": source}, progress=data.progress)
+    scorer, result = fit_scorer(
+        train, val, encoder, template, config, head, negatives, metadata={"data": source}, progress=data.progress
+    )
     summary = {"train_pairs": len(train), "val_pairs": len(val), **result.summary()}
     if test is not None:
         summary["test_auc"] = evaluate_auc(scorer, test, negatives, seed=config.seed + 2)
@@ -105,4 +137,3 @@ def train_scorer(data: TrainData, encoder_spec: EncoderSpec, template: PromptTem
     out = scorer.save_pretrained(data.output_dir)
     (Path(out) / "train_history.json").write_text(json.dumps(result.history, indent=1))
     return {"saved": str(out), **summary}
-

@@ -46,10 +46,12 @@ class TrainConfig:
     epochs: int = field(default=40, metadata={"help": "rounds, each with freshly drawn negatives"})
     patience: int = field(default=6, metadata={"help": "stop after this many rounds without a better val AUC"})
     seed: int = field(default=0, metadata={"help": "seeds the head's initialisation and the negatives' draws"})
-    checkpoint_dir: str | None = field(default=None, metadata={
-        "help": "save state after every round there; resume from it when present"})
-    encoder_lr: float = field(default=1e-4, metadata={
-        "help": "learning rate of trainable features (e.g. LoRA adapters on the encoder)"})
+    checkpoint_dir: str | None = field(
+        default=None, metadata={"help": "save state after every round there; resume from it when present"}
+    )
+    encoder_lr: float = field(
+        default=1e-4, metadata={"help": "learning rate of trainable features (e.g. LoRA adapters on the encoder)"}
+    )
 
 
 @dataclass
@@ -61,8 +63,12 @@ class TrainResult:
     seconds: float = 0.0
 
     def summary(self) -> dict:
-        return {"best_epoch": self.best_epoch, "best_val_auc": self.best_val_auc,
-                "epochs_run": len(self.history), "seconds": round(self.seconds, 2)}
+        return {
+            "best_epoch": self.best_epoch,
+            "best_val_auc": self.best_val_auc,
+            "epochs_run": len(self.history),
+            "seconds": round(self.seconds, 2),
+        }
 
 
 def default_lr(dim: int) -> float:
@@ -75,7 +81,7 @@ def score_index_pairs(head: PMIHead, features, ctx: np.ndarray, resp: np.ndarray
     """Head scores for index pairs of any shape (encodes what is missing first)."""
     features.prepare(ctx.ravel(), resp.ravel())
     flat_c, flat_r = ctx.ravel(), resp.ravel()
-    out = [head(*features(flat_c[s:s + chunk], flat_r[s:s + chunk])) for s in range(0, len(flat_c), chunk)]
+    out = [head(*features(flat_c[s : s + chunk], flat_r[s : s + chunk])) for s in range(0, len(flat_c), chunk)]
     return torch.cat(out).numpy().reshape(ctx.shape) if out else np.zeros(ctx.shape, dtype=np.float32)
 
 
@@ -86,8 +92,14 @@ def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
 
 
-def _fingerprint(head_config: HeadConfig, config: TrainConfig, negatives: NegativeSpec, train: PairSet,
-                 val: PairSet, *fixed: np.ndarray | None) -> str:
+def _fingerprint(
+    head_config: HeadConfig,
+    config: TrainConfig,
+    negatives: NegativeSpec,
+    train: PairSet,
+    val: PairSet,
+    *fixed: np.ndarray | None,
+) -> str:
     """Identifies a run's data and every setting that changes its rounds, so that a checkpoint is only resumed
     by the run that wrote it (or by one that only stops later: ``epochs`` and ``patience`` may change)."""
     everything = {**asdict(config), **asdict(negatives)}
@@ -119,8 +131,9 @@ class _Run:
         self.head = PMIHead(head_config)
         lr = config.lr if config.lr is not None else default_lr(head_config.dim or 1)
         self.encoder = getattr(train_features, "module", None)
-        self.tuned = [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] \
-            if self.encoder is not None else []
+        self.tuned = (
+            [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] if self.encoder is not None else []
+        )
         groups: list[dict] = [{"params": list(self.head.parameters())}]
         if self.tuned:
             groups.append({"params": [p for _, p in self.tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
@@ -148,8 +161,15 @@ class _Run:
         self.best = (auc, epoch, (state, {}))
         return sys.maxsize if resumed.epoch - epoch >= patience else resumed.epoch + 1
 
-    def epoch(self, objective: Callable, features: Any, pairs: PairSet, negs: np.ndarray, batch_size: int,
-              rng: np.random.Generator) -> float:
+    def epoch(
+        self,
+        objective: Callable,
+        features: Any,
+        pairs: PairSet,
+        negs: np.ndarray,
+        batch_size: int,
+        rng: np.random.Generator,
+    ) -> float:
         """One pass over the positives in shuffled batches, each with its K negatives; the mean loss."""
         k = negs.shape[1]
         features.prepare(np.r_[pairs.ctx, np.repeat(pairs.ctx, k)], np.r_[pairs.resp, negs.ravel()])
@@ -157,11 +177,11 @@ class _Run:
         losses = []
         self.set_training(True)
         for s in range(0, len(order), batch_size):
-            b = order[s:s + batch_size]
+            b = order[s : s + batch_size]
             c = pairs.ctx[b]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
             scores = self.head(*features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()]))
-            loss = objective(scores[:len(b)], scores[len(b):].view(len(b), k))
+            loss = objective(scores[: len(b)], scores[len(b) :].view(len(b), k))
             self.optim.zero_grad(set_to_none=True)
             loss.backward()
             self.optim.step()
@@ -177,10 +197,18 @@ class _Run:
         self.set_training(False)
 
 
-def train_head(head_config: HeadConfig, train_features: Any, train_pairs: PairSet, val_features: Any,
-               val_pairs: PairSet, config: TrainConfig, progress: bool = True,
-               train_negatives: np.ndarray | None = None, val_negatives: np.ndarray | None = None,
-               negatives: NegativeSpec | None = None) -> TrainResult:
+def train_head(
+    head_config: HeadConfig,
+    train_features: Any,
+    train_pairs: PairSet,
+    val_features: Any,
+    val_pairs: PairSet,
+    config: TrainConfig,
+    progress: bool = True,
+    train_negatives: np.ndarray | None = None,
+    val_negatives: np.ndarray | None = None,
+    negatives: NegativeSpec | None = None,
+) -> TrainResult:
     """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
 
     Each round draws ``negatives`` (default ``NegativeSpec()``) for every training positive. Fixed
@@ -197,15 +225,25 @@ def train_head(head_config: HeadConfig, train_features: Any, train_pairs: PairSe
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
     run = _Run(head_config, train_features, config)
-    val_negs = val_negatives if val_negatives is not None else \
-        sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
+    val_negs = (
+        val_negatives
+        if val_negatives is not None
+        else sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
+    )
     first, fingerprint = 1, ""
     if config.checkpoint_dir:
-        fingerprint = _fingerprint(head_config, config, negatives, train_pairs, val_pairs, train_negatives,
-                                   val_negatives)
+        fingerprint = _fingerprint(
+            head_config, config, negatives, train_pairs, val_pairs, train_negatives, val_negatives
+        )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
-    bar = tqdm(range(first, config.epochs + 1), desc=f"train {config.objective}", disable=not progress,
-               unit="round", initial=min(first, config.epochs + 1) - 1, total=config.epochs)
+    bar = tqdm(
+        range(first, config.epochs + 1),
+        desc=f"train {config.objective}",
+        disable=not progress,
+        unit="round",
+        initial=min(first, config.epochs + 1) - 1,
+        total=config.epochs,
+    )
     for epoch in bar:
         negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
         loss = run.epoch(objective, train_features, train_pairs, negs, config.batch_size, rng)

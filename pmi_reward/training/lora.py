@@ -38,8 +38,9 @@ def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
     """Wrap the encoder's model with fresh LoRA adapters (only they are trainable); returns the wrapper."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
-                        target_modules=list(spec.target_modules))
+    config = LoraConfig(
+        r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=list(spec.target_modules)
+    )
     encoder.model = get_peft_model(encoder.model, config)
     return encoder.model
 
@@ -63,8 +64,12 @@ class EncoderFeatures:
     def _embed(self, texts: list[str], template: str, keep: str) -> torch.Tensor:
         if torch.is_grad_enabled():
             return self.encoder.embed_with_grad(texts, template, keep)
-        return torch.cat([self.encoder.embed_with_grad(texts[s:s + self.chunk], template, keep)
-                          for s in range(0, len(texts), self.chunk)])
+        return torch.cat(
+            [
+                self.encoder.embed_with_grad(texts[s : s + self.chunk], template, keep)
+                for s in range(0, len(texts), self.chunk)
+            ]
+        )
 
     def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         ctx, resp = np.asarray(ctx), np.asarray(resp)
@@ -83,4 +88,3 @@ def merge_and_save(encoder: TextEncoder, directory: str | Path) -> EncoderSpec:
     encoder.tokenizer.save_pretrained(directory)
     encoder.model = merged.eval()
     return replace(encoder.spec, model=str(directory), pooling=encoder.pooling)
-

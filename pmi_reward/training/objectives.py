@@ -31,6 +31,7 @@ def register(name: str) -> Callable[[Objective], Objective]:
     def wrap(fn: Objective) -> Objective:
         OBJECTIVES[name] = fn
         return fn
+
     return wrap
 
 

@@ -53,8 +53,9 @@ def _pairs(path: Path, limit: int | None) -> PairSet:
     if limit is None:
         return load_pairs(path)
     rows = read_records(path)[:limit]
-    return PairSet.from_pairs([r["context"] for r in rows], [r["response"] for r in rows],
-                              [r["dialog_key"] for r in rows])
+    return PairSet.from_pairs(
+        [r["context"] for r in rows], [r["response"] for r in rows], [r["dialog_key"] for r in rows]
+    )
 
 
 def metrics(runs, data: EmpiricalData, human: PairSet, targets: list[str], n_boot: int) -> list[dict]:
@@ -62,13 +63,20 @@ def metrics(runs, data: EmpiricalData, human: PairSet, targets: list[str], n_boo
     out = []
     k = data.test_k_random
     for (encoder, method, mode, averaged), group in group_runs(runs).items():
-        row = {"encoder": encoder, "method": method, "input_mode": mode, "averaged": averaged,
-               "rounds": len(group) if not averaged else group[0].info.get("rounds")}
-        row["auc_random"] = cell(lambda p, n: roc_auc(p, n[:, :k]), [(g.pos["test"], g.neg["test"]) for g in group],
-                                 n_boot)
+        row = {
+            "encoder": encoder,
+            "method": method,
+            "input_mode": mode,
+            "averaged": averaged,
+            "rounds": len(group) if not averaged else group[0].info.get("rounds"),
+        }
+        row["auc_random"] = cell(
+            lambda p, n: roc_auc(p, n[:, :k]), [(g.pos["test"], g.neg["test"]) for g in group], n_boot
+        )
         if data.test_k_in_dialogue:
-            row["auc_in_dialogue"] = cell(lambda p, n: roc_auc(p, n[:, k:]),
-                                          [(g.pos["test"], g.neg["test"]) for g in group], n_boot)
+            row["auc_in_dialogue"] = cell(
+                lambda p, n: roc_auc(p, n[:, k:]), [(g.pos["test"], g.neg["test"]) for g in group], n_boot
+            )
         for t in targets:
             y = np.asarray(human.extras[t], dtype=np.float64)
             for name, fn in (("spearman", spearman), ("pearson", pearson)):
@@ -92,29 +100,47 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
     for r in sorted(rows, key=lambda r: (r["encoder"], r["input_mode"], r["averaged"], r["method"])):
         name = paper_method(r["method"], r["input_mode"]) + (" (avg of rounds)" if r["averaged"] else "")
         table.append([r["encoder"], name] + [cell_text(r[c]) if c in r else "–" for c in cols])
-    paper = [p for p in read_paper_table(Path(data.data_dir) / "paper_tables" / "table_empirical.csv")
-             if p["Dataset"] == data.lang and p["Model"] in PAPER_MODELS]
-    paper_cols = {"auc_random": "AUC", "spearman_relevant": "Spearman_Relevant", "pearson_relevant": "Pearson_Relevant",
-                  "spearman_engaging": "Spearman_Engaging", "pearson_engaging": "Pearson_Engaging"}
+    paper = [
+        p
+        for p in read_paper_table(Path(data.data_dir) / "paper_tables" / "table_empirical.csv")
+        if p["Dataset"] == data.lang and p["Model"] in PAPER_MODELS
+    ]
+    paper_cols = {
+        "auc_random": "AUC",
+        "spearman_relevant": "Spearman_Relevant",
+        "pearson_relevant": "Pearson_Relevant",
+        "spearman_engaging": "Spearman_Engaging",
+        "pearson_engaging": "Pearson_Engaging",
+    }
     for p in paper:
         table.append([f"paper: {p['Model']}", p["Method"]] + [_paper_cell(p.get(paper_cols.get(c, ""))) for c in cols])
     main_rows = [r for r in rows if not r["averaged"] and f"spearman_{TARGETS[targets[0]]}" in r]
     key = f"spearman_{TARGETS[targets[0]]}"
     labels = [f"{r['encoder']} {paper_method(r['method'], r['input_mode'])}" for r in main_rows]
-    for metric, title in ((key, f"{data.lang} human Spearman ({TARGETS[targets[0]]})"), ("auc_random", f"{data.lang} test AUC")):
+    for metric, title in (
+        (key, f"{data.lang} human Spearman ({TARGETS[targets[0]]})"),
+        ("auc_random", f"{data.lang} test AUC"),
+    ):
         values = [np.mean(r[metric]["rounds"]) for r in main_rows]
         errors = [np.std(r[metric]["rounds"], ddof=1) if len(r[metric]["rounds"]) > 1 else 0 for r in main_rows]
-        ref = {f"paper {p['Model']} {p['Method']}": float(p[paper_cols[metric]].split()[0])
-               for p in paper if p["Method"] == "PMI_Prompt" and p[paper_cols[metric]] not in ("-", "")}
+        ref = {
+            f"paper {p['Model']} {p['Method']}": float(p[paper_cols[metric]].split()[0])
+            for p in paper
+            if p["Method"] == "PMI_Prompt" and p[paper_cols[metric]] not in ("-", "")
+        }
         bar_plot(out / f"{metric}.png", labels, values, errors, title, metric, ref)
-    return "\n\n".join([
-        f"# Empirical study: {data.lang}", provenance(),
-        "Cells: mean ± std over rounds [95% bootstrap CI of the mean over evaluation rows]. AUC random: test "
-        f"positives vs {data.test_k_random} random negatives each (the paper's protocol); AUC in dialogue: vs "
-        f"{data.test_k_in_dialogue} other turn(s) of the same dialogue. Human correlations on all {n_human} "
-        "rows of the human set; the paper's rows used a per-round subset (~92 of 375 en rows) and its _Pair is "
-        "[u, v] without u*v. MEEP (Direct_MEEP) is scored once, on the first `meep_test_pairs` test positives.",
-        markdown_table(heads, table)])
+    return "\n\n".join(
+        [
+            f"# Empirical study: {data.lang}",
+            provenance(),
+            "Cells: mean ± std over rounds [95% bootstrap CI of the mean over evaluation rows]. AUC random: test "
+            f"positives vs {data.test_k_random} random negatives each (the paper's protocol); AUC in dialogue: vs "
+            f"{data.test_k_in_dialogue} other turn(s) of the same dialogue. Human correlations on all {n_human} "
+            "rows of the human set; the paper's rows used a per-round subset (~92 of 375 en rows) and its _Pair is "
+            "[u, v] without u*v. MEEP (Direct_MEEP) is scored once, on the first `meep_test_pairs` test positives.",
+            markdown_table(heads, table),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,13 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         test = _pairs(root / "test.csv", data.max_test_pairs)
         test_spec = NegativeSpec(data.test_k_random, data.test_k_in_dialogue, 0)
         test_rng = np.random.default_rng(10_000 + setup.training.seed)
-        evals = [EvalSet("test", test, sample_negatives(test, test_spec, test_rng)),
-                 EvalSet("human", human)]
+        evals = [EvalSet("test", test, sample_negatives(test, test_spec, test_rng)), EvalSet("human", human)]
         limit = {"test": data.meep_test_pairs, "human": data.meep_human_rows or len(human)}
         runs = run_study(study, setup, TEMPLATES[data.lang], train, val, evals, limit)
         save_scores(out / "scores.npz", runs)
-        (out / "args.json").write_text(json.dumps({"argv": sys.argv, "data": asdict(data), "study": asdict(study),
-                                                   "setup": asdict(setup)}, indent=1, default=str))
+        (out / "args.json").write_text(
+            json.dumps(
+                {"argv": sys.argv, "data": asdict(data), "study": asdict(study), "setup": asdict(setup)},
+                indent=1,
+                default=str,
+            )
+        )
     runs = [r for d in [out, *map(Path, data.merge)] for r in load_scores(d / "scores.npz")]
     rows = metrics(runs, data, human, targets, study.n_boot)
     (out / "results.json").write_text(json.dumps(rows, indent=1, default=float))

@@ -108,8 +108,9 @@ def _last_turns(pairs: PairSet, n: int) -> PairSet:
     return cut
 
 
-def run_variant(name: str, args: QualityArguments, base: NegativeSpec, cache: EmbeddingCache, train, val,
-                val_negs) -> dict:
+def run_variant(
+    name: str, args: QualityArguments, base: NegativeSpec, cache: EmbeddingCache, train, val, val_negs
+) -> dict:
     t = replace(Try(), **VARIANTS[name])
     if t.context_turns:
         train, val = _last_turns(train, t.context_turns), _last_turns(val, t.context_turns)
@@ -124,12 +125,18 @@ def run_variant(name: str, args: QualityArguments, base: NegativeSpec, cache: Em
     for seed in range(1 if t.kde else args.seeds):
         rng = np.random.default_rng(seed)
         train_negs = None if t.resample else sample_negatives(train, mix, rng)
-        config = TrainConfig(epochs=args.epochs, patience=args.patience, weight_decay=t.weight_decay, seed=seed,
-                             lr=1e-3 * 1024 / bank.encoder.dim * t.lr_scale)
+        config = TrainConfig(
+            epochs=args.epochs,
+            patience=args.patience,
+            weight_decay=t.weight_decay,
+            seed=seed,
+            lr=1e-3 * 1024 / bank.encoder.dim * t.lr_scale,
+        )
         fit_val = EvalSet("val", val, sample_negatives(val, mix, np.random.default_rng(1000 + seed)))
         if t.kde:
-            score, _ = fit_method("kde", head, EvalSet("train", train, train_negs), fit_val, bank, config,
-                                  KDEConfig(**t.kde))
+            score, _ = fit_method(
+                "kde", head, EvalSet("train", train, train_negs), fit_val, bank, config, KDEConfig(**t.kde)
+            )
             seeds.append((score(fv, val.ctx, val.resp), score(fv, val_set.negative_contexts(), val_negs), 0))
             continue
         ft = bank(EvalSet("train", train), t.input_mode)
@@ -137,15 +144,25 @@ def run_variant(name: str, args: QualityArguments, base: NegativeSpec, cache: Em
             tuned = TextEncoder(replace(spec, encode_batch_size=args.lora_batch_size), cache=None)
             add_lora(tuned, LoraSpec())
             ft, fv = EncoderFeatures(tuned, bank.template, train), EncoderFeatures(tuned, bank.template, val)
-            config = replace(config, epochs=args.lora_epochs, patience=args.lora_epochs,
-                             batch_size=args.lora_batch_size)
+            config = replace(
+                config, epochs=args.lora_epochs, patience=args.lora_epochs, batch_size=args.lora_batch_size
+            )
         result = train_head(head, ft, train, fv, val, config, False, train_negs, fit_val.negatives, negatives=mix)
-        seeds.append((score_index_pairs(result.head, fv, val.ctx, val.resp),
-                       score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs), result.best_epoch))
+        seeds.append(
+            (
+                score_index_pairs(result.head, fv, val.ctx, val.resp),
+                score_index_pairs(result.head, fv, val_set.negative_contexts(), val_negs),
+                result.best_epoch,
+            )
+        )
     k = args.val_k_random
     aucs = {"random": lambda p, n: roc_auc(p, n[:, :k]), "in_dialogue": lambda p, n: roc_auc(p, n[:, k:])}
-    row = {"variant": name, "changes": VARIANTS[name], "seconds": round(time.perf_counter() - start),
-           "best_epochs": [s[2] for s in seeds]}
+    row = {
+        "variant": name,
+        "changes": VARIANTS[name],
+        "seconds": round(time.perf_counter() - start),
+        "best_epochs": [s[2] for s in seeds],
+    }
     for key, fn in aucs.items():
         row[f"val_auc_{key}"] = [fn(p, n) for p, n, _ in seeds]
         row[f"val_auc_{key}_avg_heads"] = fn(np.mean([s[0] for s in seeds], 0), np.mean([s[1] for s in seeds], 0))
@@ -158,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
     if args.max_train_pairs:
         keep = list(range(min(args.max_train_pairs, len(train))))
-        train = PairSet.from_pairs([train.context_texts[i] for i in keep], [train.response_texts[i] for i in keep],
-                                   [str(train.group[i]) for i in keep])
+        train = PairSet.from_pairs(
+            [train.context_texts[i] for i in keep],
+            [train.response_texts[i] for i in keep],
+            [str(train.group[i]) for i in keep],
+        )
     val_spec = NegativeSpec(args.val_k_random, args.val_k_in_dialogue, 0)
     val_negs = sample_negatives(val, val_spec, np.random.default_rng(20_000))
     out = Path(args.output_dir)
@@ -171,12 +191,38 @@ def main(argv: list[str] | None = None) -> int:
         with (out / "tries.jsonl").open("a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
         print(json.dumps(rows[-1]), flush=True)
-    table = [[r["variant"], json.dumps(r["changes"]), format_mean_std(r["val_auc_random"]),
-              f"{r['val_auc_random_avg_heads']:.3f}", format_mean_std(r["val_auc_in_dialogue"]),
-              f"{r['val_auc_in_dialogue_avg_heads']:.3f}", str(r["best_epochs"]), str(r["seconds"])] for r in rows]
-    text = "\n\n".join([f"# Quality push ({args.lang}, {args.model}): validation only", provenance(), markdown_table(
-        ["variant", "change vs base", "val AUC random", "avg heads", "val AUC in-dialogue", "avg heads",
-         "best epochs", "s"], table)])
+    table = [
+        [
+            r["variant"],
+            json.dumps(r["changes"]),
+            format_mean_std(r["val_auc_random"]),
+            f"{r['val_auc_random_avg_heads']:.3f}",
+            format_mean_std(r["val_auc_in_dialogue"]),
+            f"{r['val_auc_in_dialogue_avg_heads']:.3f}",
+            str(r["best_epochs"]),
+            str(r["seconds"]),
+        ]
+        for r in rows
+    ]
+    text = "\n\n".join(
+        [
+            f"# Quality push ({args.lang}, {args.model}): validation only",
+            provenance(),
+            markdown_table(
+                [
+                    "variant",
+                    "change vs base",
+                    "val AUC random",
+                    "avg heads",
+                    "val AUC in-dialogue",
+                    "avg heads",
+                    "best epochs",
+                    "s",
+                ],
+                table,
+            ),
+        ]
+    )
     (out / "results.md").write_text(text + "\n")
     print(text)
     return 0

@@ -46,34 +46,69 @@ def tiny_policy(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     return LlamaForCausalLM(config)
 
 
-def train_grpo(url: str, policy, tokenizer, prompts: list[list[dict]], steps: int, num_generations: int,
-               max_completion_length: int, output_dir: str) -> list[dict]:
+def train_grpo(
+    url: str,
+    policy,
+    tokenizer,
+    prompts: list[list[dict]],
+    steps: int,
+    num_generations: int,
+    max_completion_length: int,
+    output_dir: str,
+) -> list[dict]:
     """GRPO for ``steps`` steps with the remote PMI reward; TRL's log history."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    config = GRPOConfig(output_dir=output_dir, use_cpu=True, bf16=False, max_steps=steps, learning_rate=1e-5,
-                        per_device_train_batch_size=num_generations, num_generations=num_generations,
-                        max_completion_length=max_completion_length, logging_steps=1, report_to="none",
-                        save_strategy="no", seed=0, dataloader_num_workers=0)
+    config = GRPOConfig(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        max_steps=steps,
+        learning_rate=1e-5,
+        per_device_train_batch_size=num_generations,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        dataloader_num_workers=0,
+    )
     reward = RemotePMIReward(url, name="pmi_remote", timeout=30.0, retries=2)
-    trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=config, processing_class=tokenizer,
-                          train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=[reward],
+        args=config,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+    )
     trainer.train()
     return trainer.state.log_history
 
 
 def start_server(scorer: str) -> tuple[subprocess.Popen, str]:
     """``pmi-reward serve`` on a free loopback port; returns once it listens."""
-    process = subprocess.Popen([sys.executable, "-m", "pmi_reward.cli.main", "serve", "--scorer", scorer,
-                                "--port", "0", "--device", "cpu"], stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pmi_reward.cli.main", "serve", "--scorer", scorer, "--port", "0", "--device", "cpu"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     for line in process.stderr:
         sys.stderr.write(line)
@@ -104,17 +139,46 @@ def main() -> int:
         policy = tiny_policy(tokenizer) if args.policy == "tiny" else load_causal_lm(args.policy)
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
-            history = train_grpo(url, policy, tokenizer, chat_prompts(args.prompts), args.steps,
-                                 args.num_generations, args.max_completion_length, out)
+            history = train_grpo(
+                url,
+                policy,
+                tokenizer,
+                chat_prompts(args.prompts),
+                args.steps,
+                args.num_generations,
+                args.max_completion_length,
+                out,
+            )
         seconds = time.perf_counter() - start
         steps = [h for h in history if "rewards/pmi_remote/mean" in h]
         for h in steps:
-            print(json.dumps({k: round(h[k], 4) for k in ("step", "rewards/pmi_remote/mean", "rewards/pmi_remote/std",
-                                                          "pmi_remote/raw_pmi_mean", "pmi_remote/empty_frac")
-                              if k in h}))
+            print(
+                json.dumps(
+                    {
+                        k: round(h[k], 4)
+                        for k in (
+                            "step",
+                            "rewards/pmi_remote/mean",
+                            "rewards/pmi_remote/std",
+                            "pmi_remote/raw_pmi_mean",
+                            "pmi_remote/empty_frac",
+                        )
+                        if k in h
+                    }
+                )
+            )
         health = request_json(url + "/health")
-        print(json.dumps({"grpo_steps": len(steps), "train_seconds": round(seconds, 1), "server": url,
-                          "server_batcher": health["batcher"], "server_responses": health["responses"]}))
+        print(
+            json.dumps(
+                {
+                    "grpo_steps": len(steps),
+                    "train_seconds": round(seconds, 1),
+                    "server": url,
+                    "server_batcher": health["batcher"],
+                    "server_responses": health["responses"],
+                }
+            )
+        )
         ok = len(steps) == args.steps and health["batcher"]["requests"] > 0
     finally:
         if server is not None:

@@ -64,8 +64,13 @@ def _load(path: Path, text: str):
 def metrics(runs, truth: np.ndarray, n_boot: int) -> list[dict]:
     rows = []
     for (encoder, method, mode, averaged), group in group_runs(runs).items():
-        row = {"encoder": encoder, "method": method, "input_mode": mode, "averaged": averaged,
-               "auc": cell(roc_auc, [(g.pos["test"], g.neg["test"]) for g in group], n_boot)}
+        row = {
+            "encoder": encoder,
+            "method": method,
+            "input_mode": mode,
+            "averaged": averaged,
+            "auc": cell(roc_auc, [(g.pos["test"], g.neg["test"]) for g in group], n_boot),
+        }
         for name, fn in (("spearman", spearman), ("pearson", pearson), ("mse", mse)):
             row[name] = cell(fn, [(g.pos["test"], truth) for g in group], n_boot)
         rows.append(row)
@@ -88,10 +93,13 @@ def main(argv: list[str] | None = None) -> int:
             train, val = _load(folder / "train.csv", data.text), _load(folder / "val.csv", data.text)
             negs = sample_negatives(test, NegativeSpec(data.test_k_random, 0, 0), np.random.default_rng(10_000))
             args = replace(study, output_dir=str(out))
-            runs = run_study(args, setup, TEMPLATES["en"], train, val, [EvalSet("test", test, negs)],
-                             {"test": data.meep_test_pairs})
+            runs = run_study(
+                args, setup, TEMPLATES["en"], train, val, [EvalSet("test", test, negs)], {"test": data.meep_test_pairs}
+            )
             save_scores(out / "scores.npz", runs)
-        merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()]  # may cover fewer sets
+        merged = [
+            Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()
+        ]  # may cover fewer sets
         runs = [r for d in [out, *merged] for r in load_scores(d / "scores.npz")]
         rows = results[kind] = metrics(runs, truth, study.n_boot)
         for run in runs:
@@ -99,23 +107,35 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"{run.encoder}_{paper_method(run.method, run.input_mode)}"
                 keep = np.isfinite(run.pos["test"])
                 scatter_plot(out / f"scatter_{name}.png", truth[keep], run.pos["test"][keep], f"{kind}: {name}")
-        table = [[r["encoder"], paper_method(r["method"], r["input_mode"]) + (" (avg of rounds)" if r["averaged"] else "")]
-                 + [cell_text(r[c]) for c in ("auc", "spearman", "pearson", "mse")]
-                 for r in sorted(rows, key=lambda r: (r["encoder"], r["input_mode"], r["averaged"], r["method"]))]
-        table += [[f"paper: {p['Model']}", p["Method"]] + [p[c].replace(" (", " ± ").rstrip(")") for c in
-                                                          ("AUC", "Spearman_PMI", "Pearson_PMI", "MSE_PMI")]
-                  for p in paper if p["Dataset"] == kind and p["Model"] in PAPER_MODELS]
-        sections.append(f"## {kind}\n\nTrue PMI of the {len(test)} test positives: mean {truth.mean():.3f}, "
-                        f"std {truth.std():.3f}.\n\n" + markdown_table(
-                            ["encoder", "method", "AUC", "Spearman", "Pearson", "MSE"], table))
+        table = [
+            [r["encoder"], paper_method(r["method"], r["input_mode"]) + (" (avg of rounds)" if r["averaged"] else "")]
+            + [cell_text(r[c]) for c in ("auc", "spearman", "pearson", "mse")]
+            for r in sorted(rows, key=lambda r: (r["encoder"], r["input_mode"], r["averaged"], r["method"]))
+        ]
+        table += [
+            [f"paper: {p['Model']}", p["Method"]]
+            + [p[c].replace(" (", " ± ").rstrip(")") for c in ("AUC", "Spearman_PMI", "Pearson_PMI", "MSE_PMI")]
+            for p in paper
+            if p["Dataset"] == kind and p["Model"] in PAPER_MODELS
+        ]
+        sections.append(
+            f"## {kind}\n\nTrue PMI of the {len(test)} test positives: mean {truth.mean():.3f}, "
+            f"std {truth.std():.3f}.\n\n"
+            + markdown_table(["encoder", "method", "AUC", "Spearman", "Pearson", "MSE"], table)
+        )
     (base_out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    text = "\n\n".join([
-        "# Synthetic study: PMI recovery", provenance(),
-        f"Source: {data.source} sets, {data.text} text. Negatives: random only ({setup.negatives.k_random} per training "
-        f"positive, drawn once per round; {data.test_k_random} per test positive, fixed). Cells: mean ± std over "
-        f"rounds [95% bootstrap CI of the mean over test rows]; Spearman/Pearson/MSE of test-positive scores "
-        "against the analytic PMI. MSE is only meaningful for calibrated objectives (nwj, js, chi2, hellinger); "
-        "MINE, InfoNCE and KDE are defined up to a constant, MEEP is on a 0-100 scale.", *sections])
+    text = "\n\n".join(
+        [
+            "# Synthetic study: PMI recovery",
+            provenance(),
+            f"Source: {data.source} sets, {data.text} text. Negatives: random only ({setup.negatives.k_random} per training "
+            f"positive, drawn once per round; {data.test_k_random} per test positive, fixed). Cells: mean ± std over "
+            f"rounds [95% bootstrap CI of the mean over test rows]; Spearman/Pearson/MSE of test-positive scores "
+            "against the analytic PMI. MSE is only meaningful for calibrated objectives (nwj, js, chi2, hellinger); "
+            "MINE, InfoNCE and KDE are defined up to a constant, MEEP is on a 0-100 scale.",
+            *sections,
+        ]
+    )
     (base_out / "results.md").write_text(text + "\n")
     print(text)
     return 0

@@ -33,7 +33,9 @@ MEEP_PROMPT = (
 )
 
 _NUMBER = re.compile(r"(?<![\w./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?")
-_SCALE = re.compile(r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])")  # "0-100", "1 to 10": the scale, not a score
+_SCALE = re.compile(
+    r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])"
+)  # "0-100", "1 to 10": the scale, not a score
 
 
 def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | None:
@@ -77,8 +79,9 @@ class MEEPConfig:
 class MEEPScorer:
     """Scores (context, response) pairs with the mean parsed MEEP answer; optional on-disk answer cache."""
 
-    def __init__(self, config: MEEPConfig | None = None, model=None, tokenizer=None,
-                 cache_file: str | Path | None = None) -> None:
+    def __init__(
+        self, config: MEEPConfig | None = None, model=None, tokenizer=None, cache_file: str | Path | None = None
+    ) -> None:
         self.config = config or MEEPConfig()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
         self.tokenizer.padding_side = "left"
@@ -96,10 +99,11 @@ class MEEPScorer:
         """The chat-formatted prompts, one per pair."""
         out = []
         for context, response in zip(contexts, responses):
-            context = context[-self.config.max_context_chars:] if context else "(no context)"
+            context = context[-self.config.max_context_chars :] if context else "(no context)"
             text = self.config.prompt.replace("{context}", context).replace("{response}", response)
-            chat = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=False)
+            chat = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
             out.append(chat + self.config.answer_prefix)
         return out
 
@@ -115,7 +119,7 @@ class MEEPScorer:
         todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch
         bs = self.config.batch_size
         for s in tqdm(range(0, len(todo), bs), desc="MEEP", disable=not progress, unit="batch"):
-            batch = todo[s:s + bs]
+            batch = todo[s : s + bs]
             generator = torch.Generator().manual_seed(self.config.seed + s)
             texts = self._sample([p for _, p in batch], generator)
             new = {k: t for (k, _), t in zip(batch, texts)}
@@ -142,8 +146,12 @@ class MEEPScorer:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         mask = enc["attention_mask"]
         device = next(self.model.parameters()).device
-        out = self.model(input_ids=enc["input_ids"].to(device), attention_mask=mask.to(device),
-                         position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), use_cache=True)
+        out = self.model(
+            input_ids=enc["input_ids"].to(device),
+            attention_mask=mask.to(device),
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
+            use_cache=True,
+        )
         cache = out.past_key_values
         cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].float().repeat_interleave(n, 0).cpu()
@@ -163,12 +171,16 @@ class MEEPScorer:
             if done.all():
                 break
             mask = torch.cat([mask, torch.ones(len(mask), 1, dtype=mask.dtype)], dim=1)
-            out = self.model(input_ids=step[:, None].to(device), attention_mask=mask.to(device),
-                             position_ids=(mask.sum(-1, keepdim=True) - 1).to(device), past_key_values=cache,
-                             use_cache=True)
+            out = self.model(
+                input_ids=step[:, None].to(device),
+                attention_mask=mask.to(device),
+                position_ids=(mask.sum(-1, keepdim=True) - 1).to(device),
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
         texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
-        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def describe(self) -> dict:
         return {**asdict(self.config), "parse_rate": self.parse_rate}

@@ -4,5 +4,18 @@ their reports (``report``)."""
 from .methods import EvalSet, FeatureBank, MethodScores, fit_method, run_round, score_texts
 from .runner import ARGUMENTS, StudyArguments, StudySetup, average_rounds, load_scores, run_study, save_scores
 
-__all__ = ["ARGUMENTS", "EvalSet", "FeatureBank", "MethodScores", "StudyArguments", "StudySetup", "average_rounds",
-           "fit_method", "load_scores", "run_round", "run_study", "save_scores", "score_texts"]
+__all__ = [
+    "ARGUMENTS",
+    "EvalSet",
+    "FeatureBank",
+    "MethodScores",
+    "StudyArguments",
+    "StudySetup",
+    "average_rounds",
+    "fit_method",
+    "load_scores",
+    "run_round",
+    "run_study",
+    "save_scores",
+    "score_texts",
+]

@@ -78,14 +78,31 @@ def _head_rows(config: HeadConfig, features: PairFeatures, ctx: np.ndarray, resp
         return head_input(config, *features(ctx.ravel(), resp.ravel())).numpy()
 
 
-def fit_method(method: str, head_config: HeadConfig, train: EvalSet, val: EvalSet, bank: FeatureBank,
-               config: TrainConfig, kde: KDEConfig | None = None, progress: bool = False) -> tuple[IndexScorer, dict]:
+def fit_method(
+    method: str,
+    head_config: HeadConfig,
+    train: EvalSet,
+    val: EvalSet,
+    bank: FeatureBank,
+    config: TrainConfig,
+    kde: KDEConfig | None = None,
+    progress: bool = False,
+) -> tuple[IndexScorer, dict]:
     """Fit ``method`` (an objective name or ``kde``) on the shared negatives; return a scorer of index pairs."""
     mode = head_config.input_mode
     ft, fv = bank(train, mode), bank(val, mode)
     if method in OBJECTIVES:
-        result = train_head(head_config, ft, train.pairs, fv, val.pairs, replace(config, objective=method),
-                            progress, train_negatives=train.negatives, val_negatives=val.negatives)
+        result = train_head(
+            head_config,
+            ft,
+            train.pairs,
+            fv,
+            val.pairs,
+            replace(config, objective=method),
+            progress,
+            train_negatives=train.negatives,
+            val_negatives=val.negatives,
+        )
         return (lambda f, c, r: score_index_pairs(result.head, f, c, r)), result.summary()
     if method == "kde":
         pos = _head_rows(head_config, ft, train.pairs.ctx, train.pairs.resp)
@@ -100,9 +117,19 @@ def fit_method(method: str, head_config: HeadConfig, train: EvalSet, val: EvalSe
     raise ValueError(f"unknown method {method!r}: use an objective ({sorted(OBJECTIVES)}) or 'kde'")
 
 
-def run_round(methods: Sequence[str], input_modes: Sequence[str], round_index: int, train: EvalSet, val: EvalSet,
-              evals: Sequence[EvalSet], bank: FeatureBank, config: TrainConfig, head: HeadConfig | None = None,
-              kde: KDEConfig | None = None, progress: bool = False) -> list[MethodScores]:
+def run_round(
+    methods: Sequence[str],
+    input_modes: Sequence[str],
+    round_index: int,
+    train: EvalSet,
+    val: EvalSet,
+    evals: Sequence[EvalSet],
+    bank: FeatureBank,
+    config: TrainConfig,
+    head: HeadConfig | None = None,
+    kde: KDEConfig | None = None,
+    progress: bool = False,
+) -> list[MethodScores]:
     """Fit every (method, input mode) on this round's negatives and score every evaluation set.
 
     ``head`` is the head's shape (its input mode is each of ``input_modes`` in turn); ``config.seed`` should
@@ -123,8 +150,13 @@ def run_round(methods: Sequence[str], input_modes: Sequence[str], round_index: i
     return out
 
 
-def score_texts(model: str, method: str, fn: Callable[[list[str], list[str]], np.ndarray], evals: Sequence[EvalSet],
-                limit: dict[str, int] | None = None) -> MethodScores:
+def score_texts(
+    model: str,
+    method: str,
+    fn: Callable[[list[str], list[str]], np.ndarray],
+    evals: Sequence[EvalSet],
+    limit: dict[str, int] | None = None,
+) -> MethodScores:
     """Scores of a text-level method (e.g. MEEP with ``model``) on the evaluation sets; with ``limit[set] = n``
     only the first n positives (and their negatives) are scored and the rest are NaN."""
     result = MethodScores(model, method, "text", 0)

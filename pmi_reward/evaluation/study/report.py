@@ -19,8 +19,17 @@ from .methods import MethodScores
 __all__ = ["METHOD_NAMES", "paper_method", "cell", "cell_text", "read_paper_table", "group_runs", "run_label"]
 
 # our method names -> the paper's (its tables add _Pair / _Prompt)
-METHOD_NAMES = {"nwj": "PMI", "mine": "MINE", "infonce": "InfoNCE", "kde": "KDE", "meep": "Direct_MEEP",
-                "js": "JS", "chi2": "Chi2", "hellinger": "Hellinger", "tv": "TV"}
+METHOD_NAMES = {
+    "nwj": "PMI",
+    "mine": "MINE",
+    "infonce": "InfoNCE",
+    "kde": "KDE",
+    "meep": "Direct_MEEP",
+    "js": "JS",
+    "chi2": "Chi2",
+    "hellinger": "Hellinger",
+    "tv": "TV",
+}
 
 
 def paper_method(method: str, input_mode: str) -> str:
@@ -42,8 +51,9 @@ def group_runs(runs: Sequence[MethodScores]) -> dict[tuple[str, str, str, bool],
     return groups
 
 
-def cell(statistic: Callable[..., float], per_round: Sequence[Sequence[np.ndarray]], n_boot: int = 1000,
-         seed: int = 0) -> dict:
+def cell(
+    statistic: Callable[..., float], per_round: Sequence[Sequence[np.ndarray]], n_boot: int = 1000, seed: int = 0
+) -> dict:
     """A metric over rounds: per-round values, ``mean ± std``, and the bootstrap CI of the mean.
 
     ``per_round[r]`` are the arrays ``statistic`` takes for round r (rows on axis 0, same rows in every

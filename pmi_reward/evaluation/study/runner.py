@@ -46,8 +46,9 @@ class StudyArguments:
     models: list[str] = field(default_factory=lambda: ["minilm"], metadata={"help": "encoders (short names or HF ids)"})
     dtypes: list[str] = field(default_factory=lambda: ["float32"], metadata={"help": "dtype per model (one: all)"})
     input_modes: list[str] = field(default_factory=lambda: ["pair", "prompt"])
-    methods: list[str] = field(default_factory=lambda: list(ALL_METHODS),
-                               metadata={"help": "objectives of the registry and/or kde"})
+    methods: list[str] = field(
+        default_factory=lambda: list(ALL_METHODS), metadata={"help": "objectives of the registry and/or kde"}
+    )
     rounds: int = field(default=5, metadata={"help": "rounds (seeds): fresh negatives and head init each"})
     kde_components: int = 128
     kde_bandwidth: str = field(default="scott", metadata={"help": "a number, scott or silverman"})
@@ -93,8 +94,15 @@ def _log(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def run_study(args: StudyArguments, setup: StudySetup, template: PromptTemplate, train: PairSet, val: PairSet,
-              evals: Sequence[EvalSet], meep_limit: dict[str, int] | None = None) -> list[MethodScores]:
+def run_study(
+    args: StudyArguments,
+    setup: StudySetup,
+    template: PromptTemplate,
+    train: PairSet,
+    val: PairSet,
+    evals: Sequence[EvalSet],
+    meep_limit: dict[str, int] | None = None,
+) -> list[MethodScores]:
     """All (encoder, round, input mode, method) scores on ``evals``, MEEP's, and the round averages."""
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -110,19 +118,40 @@ def run_study(args: StudyArguments, setup: StudySetup, template: PromptTemplate,
             train_set = EvalSet("train", train, sample_negatives(train, setup.negatives, rng))
             val_set = EvalSet("val", val, sample_negatives(val, setup.negatives, rng))
             start = time.perf_counter()
-            done = run_round(args.methods, args.input_modes, r, train_set, val_set, evals, bank,
-                             replace(setup.training, seed=seed), setup.head, args.kde_config(), progress=False)
+            done = run_round(
+                args.methods,
+                args.input_modes,
+                r,
+                train_set,
+                val_set,
+                evals,
+                bank,
+                replace(setup.training, seed=seed),
+                setup.head,
+                args.kde_config(),
+                progress=False,
+            )
             for d in done:
-                _log(log, {"encoder": d.encoder, "input_mode": d.input_mode, "method": d.method, "round": r,
-                           **d.info})
-            print(f"[study] {enc_spec.model} round {r + 1}/{args.rounds}: {len(done)} fits in "
-                  f"{time.perf_counter() - start:.0f}s", flush=True)
+                _log(log, {"encoder": d.encoder, "input_mode": d.input_mode, "method": d.method, "round": r, **d.info})
+            print(
+                f"[study] {enc_spec.model} round {r + 1}/{args.rounds}: {len(done)} fits in "
+                f"{time.perf_counter() - start:.0f}s",
+                flush=True,
+            )
             runs += done
     runs += average_rounds(runs)
     if args.meep:
-        meep = MEEPScorer(MEEPConfig(args.meep_model, args.meep_dtype, args.meep_samples,
-                                     max_new_tokens=args.meep_max_new_tokens, batch_size=args.meep_batch_size,
-                                     seed=setup.training.seed), cache_file=out_dir / "meep_answers.jsonl")
+        meep = MEEPScorer(
+            MEEPConfig(
+                args.meep_model,
+                args.meep_dtype,
+                args.meep_samples,
+                max_new_tokens=args.meep_max_new_tokens,
+                batch_size=args.meep_batch_size,
+                seed=setup.training.seed,
+            ),
+            cache_file=out_dir / "meep_answers.jsonl",
+        )
         result = score_texts(args.meep_model, "meep", lambda c, r: meep.score(c, r, args.progress), evals, meep_limit)
         result.info = meep.describe()
         runs.append(result)
