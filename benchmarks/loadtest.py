@@ -48,7 +48,7 @@ class LoadResult:
 
 def score_bodies(contexts: Sequence[str], responses: Sequence[str], per_request: int) -> list[dict]:
     """``/score`` bodies of ``per_request`` consecutive pairs each."""
-    pairs = [{"context": c, "response": r} for c, r in zip(contexts, responses)]
+    pairs = [{"context": c, "response": r} for c, r in zip(contexts, responses, strict=True)]
     return [{"pairs": pairs[s : s + per_request]} for s in range(0, len(pairs), per_request)]
 
 

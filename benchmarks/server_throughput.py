@@ -29,6 +29,7 @@ from loadtest import run_load, score_bodies
 
 from pmi_reward.data.dialogues import load_dialogues
 from pmi_reward.data.pairs import PairSet
+from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.rewards.remote import request_json
 from pmi_reward.scoring.scorer import PMIScorer
 
@@ -70,7 +71,7 @@ def start_server(scorer: str, max_batch_pairs: int, encode_batch: int | None) ->
     raise RuntimeError("pmi-reward serve did not start")
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer", required=True, help="a scorer directory (pmi-reward train)")
     parser.add_argument("--pairs", type=int, default=512)
@@ -87,7 +88,26 @@ def main() -> int:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads on both sides (default: torch's choice, one per core)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def print_table(modes: list[str], runs: dict[str, list[dict]]) -> None:
+    """Medians over the repeats, one line per mode, with the load average of each repeat."""
+    rows = []
+    for mode in modes:
+        med = {
+            k: round(statistics.median(r[k] for r in runs[mode]), 3 if k == "ratio" else 1)
+            for k in ("pairs_per_s", "p50_ms", "p99_ms", "ratio")
+            if k in runs[mode][0]
+        }
+        loads = [r["load1"] for r in runs[mode]]
+        rows.append([mode, med["pairs_per_s"], med.get("p50_ms", ""), med.get("p99_ms", ""), med["ratio"], loads])
+    headers = ["mode", "pairs/s", "p50 ms", "p99 ms", "ratio to one in-process call", "load (1 min)"]
+    print(markdown_table(headers, rows))
+
+
+def main() -> int:
+    args = _arguments()
     if args.threads:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
@@ -122,7 +142,7 @@ def main() -> int:
                 if result.errors:
                     raise RuntimeError(f"{len(result.errors)} errors, e.g. {result.errors[0]}")
                 measured.append(result.summary())
-            for mode, m in zip(modes, measured):
+            for mode, m in zip(modes, measured, strict=True):
                 runs[mode].append({**m, "ratio": m["pairs_per_s"] / reference["pairs_per_s"], "load1": load()})
                 print(json.dumps({"repeat": repeat, "mode": mode, **runs[mode][-1]}), flush=True)
         batcher = request_json(url + "/health")["batcher"]
@@ -136,18 +156,7 @@ def main() -> int:
         f"{threads} torch threads, encoder {spec.model} in batches of {spec.encode_batch_size}, "
         f"median of {args.repeats}; server batches: {batcher}"
     )
-    print("| mode | pairs/s | p50 ms | p99 ms | ratio to one in-process call | load (1 min) |")
-    print("|---|---|---|---|---|---|")
-    for mode in modes:
-        med = {
-            k: round(statistics.median(r[k] for r in runs[mode]), 3 if k == "ratio" else 1)
-            for k in ("pairs_per_s", "p50_ms", "p99_ms", "ratio")
-            if k in runs[mode][0]
-        }
-        print(
-            f"| {mode} | {med['pairs_per_s']} | {med.get('p50_ms', '')} | {med.get('p99_ms', '')} | "
-            f"{med['ratio']} | {[r['load1'] for r in runs[mode]]} |"
-        )
+    print_table(modes, runs)
     return 0
 
 

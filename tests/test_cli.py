@@ -32,7 +32,7 @@ def _pair_file(path: Path, n_dialogues: int, seed: int) -> Path:
 
 
 @pytest.mark.integration
-def test_train_then_score_on_minilm(tmp_path, capsys):
+def test_train_then_score_on_minilm(tmp_path, capsys):  # the whole CLI path end to end, one step after another
     train, val = _pair_file(tmp_path / "train.csv", 40, 0), _pair_file(tmp_path / "val.csv", 12, 1)
     out = tmp_path / "scorer"
     code = main(
@@ -117,9 +117,9 @@ def test_score_reports_bad_input_file(tmp_path):
 
 
 def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, monkeypatch, capsys):
+    from pmi_reward.data.negatives import NegativeSpec
     from pmi_reward.data.pairs import load_pairs
     from pmi_reward.scoring.templates import TEMPLATES
-    from pmi_reward.data.negatives import NegativeSpec
     from pmi_reward.training.fit import fit_scorer
     from pmi_reward.training.loop import TrainConfig
 
@@ -131,12 +131,13 @@ def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, 
     )
     monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(lambda cls, *a, **k: scorer))
     path = tmp_path / "rated.csv"
-    rows = list(csv.DictReader(open(_pair_file(tmp_path / "eval.csv", 12, 2), newline="")))
+    with open(_pair_file(tmp_path / "eval.csv", 12, 2), newline="") as f:
+        rows = list(csv.DictReader(f))
     scores = scorer.score([r["context"] for r in rows], [r["response"] for r in rows])
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, ["dialog_key", "context", "response", "rating", "p_xy", "p_x", "p_y"])
         w.writeheader()
-        for r, s in zip(rows, scores):  # a rating that follows the score; p's whose PMI is the score + 1
+        for r, s in zip(rows, scores, strict=True):  # a rating that follows the score; p's whose PMI is the score + 1
             w.writerow({**r, "rating": float(s), "p_xy": float(np.exp(s + 1)) * 0.01, "p_x": 0.1, "p_y": 0.1})
     assert (
         main(

@@ -16,7 +16,8 @@ def test_split_is_by_dialogue(topic_dialogues):
     sets = [PairSet.from_dialogues(s) for s in (train, val, test)]
     contexts = [set(s.context_texts) for s in sets]
     # a dialogue's pairs all land in its split
-    assert all(len(s) == sum(len(d.turns) - 1 for d in split) for s, split in zip(sets, (train, val, test)))
+    splits = (train, val, test)
+    assert all(len(s) == sum(len(d.turns) - 1 for d in split) for s, split in zip(sets, splits, strict=True))
     assert contexts[0] and contexts[1] and contexts[2]
 
 

@@ -18,7 +18,7 @@ def test_negatives_never_equal_gold_and_kinds_are_right(pairs):
     assert not np.any(texts[negs] == texts[pairs.resp][:, None])
     # random columns come from other dialogues' responses; in-dialogue columns from the same dialogue
     owner = {}
-    for g, r in zip(pairs.group, pairs.resp):
+    for g, r in zip(pairs.group, pairs.resp, strict=True):
         owner.setdefault(r, set()).add(g)
     for i in range(len(pairs)):
         g = pairs.group[i]

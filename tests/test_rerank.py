@@ -35,7 +35,7 @@ def test_rerank_many_matches_one_by_one(tiny_scorer):
     contexts = [CONTEXT, "Did you watch the match?", "我喜欢音乐"]
     cands = [CANDIDATES[:3], ["Yes, what a goal!", "No."], ["我也是", "🎵"]]
     many = rerank_many(tiny_scorer, contexts, cands)
-    for ctx, c, ranked in zip(contexts, cands, many):
+    for ctx, c, ranked in zip(contexts, cands, many, strict=True):
         assert ranked == rerank(tiny_scorer, ctx, c)
     assert rerank(tiny_scorer, CONTEXT, []) == []
     with pytest.raises(ValueError):

@@ -47,7 +47,7 @@ def test_score_matches_the_scorer(reward_server, tiny_scorer):
         reward_server.url,
         "POST",
         "/score",
-        {"pairs": [{"context": c, "response": r} for c, r in zip(contexts, responses)]},
+        {"pairs": [{"context": c, "response": r} for c, r in zip(contexts, responses, strict=True)]},
     )
     assert status == 200
     assert answer["scores"] == tiny_scorer.score(contexts, responses).tolist()
@@ -164,7 +164,7 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_scores(tiny_scorer
         result = run_load(server.url, bodies, clients=16)
         stats = server.batcher.stats
     assert not result.errors and stats.requests == 16 and stats.batches < 16
-    for body, scores in zip(bodies, result.scores):
+    for body, scores in zip(bodies, result.scores, strict=True):
         contexts, responses = [p["context"] for p in body["pairs"]], [p["response"] for p in body["pairs"]]
         np.testing.assert_allclose(scores, tiny_scorer.score(contexts, responses), atol=1e-4)
 

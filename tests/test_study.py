@@ -73,8 +73,8 @@ def test_report_cell_bootstraps_the_mean_over_rounds():
     rng = np.random.default_rng(0)
     pos = [rng.normal(1.0, 1.0, 300) for _ in range(3)]
     neg = [rng.normal(0.0, 1.0, (300, 2)) for _ in range(3)]
-    c = cell(roc_auc, list(zip(pos, neg)), n_boot=200)
+    c = cell(roc_auc, list(zip(pos, neg, strict=True)), n_boot=200)
     assert len(c["rounds"]) == 3 and c["rows"] == 300
     assert c["ci95"][0] < np.mean(c["rounds"]) < c["ci95"][1]
     pos[0][:10] = np.nan  # rows a method did not score are left out
-    assert cell(roc_auc, list(zip(pos, neg)), n_boot=50)["rows"] == 290
+    assert cell(roc_auc, list(zip(pos, neg, strict=True)), n_boot=50)["rows"] == 290

@@ -38,7 +38,7 @@ def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer
         trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer, rewards=[reward]
     )
     assert summary["steps"] == 2 and summary["prompts"] == 12
-    assert 0 < summary["reward_seconds"] and 0 < summary["reward_share"] < 1
+    assert summary["reward_seconds"] > 0 and 0 < summary["reward_share"] < 1
     saved = json.loads((tmp_path / "out" / "run_summary.json").read_text())
     assert saved["trainer"] == trainer_cls.__name__
     assert (tmp_path / "out" / "model.safetensors").is_file()
@@ -96,4 +96,4 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2
     assert all(len(c) == 4 and all(math.isfinite(x) for x in c) for c in calls)  # 2 prompts x 2 completions
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

@@ -63,7 +63,7 @@ def test_training_is_deterministic(split):
         for _ in range(2)
     ]
     assert runs[0].history == runs[1].history
-    for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values()):
+    for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -131,7 +131,7 @@ class _CountingFeatures(TensorFeatures):
         self.asked: set[tuple[int, int]] = set()
 
     def __call__(self, ctx, resp):
-        self.asked.update(zip(np.ravel(ctx).tolist(), np.ravel(resp).tolist()))
+        self.asked.update(zip(np.ravel(ctx).tolist(), np.ravel(resp).tolist(), strict=True))
         return super().__call__(ctx, resp)
 
 
@@ -155,8 +155,8 @@ def test_fixed_negatives_are_the_only_negatives_seen(split):
         train_negatives=train_negs,
         val_negatives=val_negs,
     )
-    allowed = set(zip(train.ctx.tolist(), train.resp.tolist()))
-    allowed |= set(zip(np.repeat(train.ctx, 2).tolist(), train_negs.ravel().tolist()))
+    allowed = set(zip(train.ctx.tolist(), train.resp.tolist(), strict=True))
+    allowed |= set(zip(np.repeat(train.ctx, 2).tolist(), train_negs.ravel().tolist(), strict=True))
     assert ft.asked and ft.asked <= allowed  # no fresh draws, whatever the config's counts say
     # the validation AUC is the one of the given negatives
     fv = _topic_features(val, 1)

@@ -67,7 +67,8 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
         c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
         for c in (r[args.context_column] for r in missing)
     ]
-    for row, replies in zip(missing, sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")):
+    sampled = sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")
+    for row, replies in zip(missing, sampled, strict=True):
         row[args.candidates_column] = replies
 
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     _sample_missing(args, settings, rows)
     scorer = PMIScorer.from_pretrained(args.scorer)
     ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
-    for row, ranking in zip(rows, ranked):
+    for row, ranking in zip(rows, ranked, strict=True):
         row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]
         row["best"] = ranking[0][0] if ranking else None
     if args.output:

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = PMIScorer.from_pretrained(args.scorer)
     scorer.encoder.set_batch_size(args.encode_batch_size)
     scores = scorer.score(contexts, responses, progress=args.progress)
-    for record, value in zip(records, scores.tolist()):
+    for record, value in zip(records, scores.tolist(), strict=True):
         record[args.score_column] = round(value, 6)
     write_records(args.output, records)
     print(json.dumps({"rows": len(records), "output": args.output, "mean_pmi": float(scores.mean())}))

@@ -38,7 +38,7 @@ def config_path(name_or_path: str | Path) -> str:
     )
 
 
-def parse_args(types: Sequence[type], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
+def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
     """Instances of ``types`` from ``--config`` YAML (a path or a shipped name) and flags, flags winning."""
     from trl import TrlParser
 

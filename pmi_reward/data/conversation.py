@@ -40,8 +40,8 @@ def message_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
-        parts = [p for p in parts if isinstance(p, str)]
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        parts = [t for t in texts if isinstance(t, str)]
         return " ".join(parts) if parts else None
     return None
 
@@ -76,8 +76,8 @@ def completion_to_text(completion: Any) -> str | None:
             for m in completion
             if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
         ]
-        texts = [t for t in texts if t is not None]
-        return " ".join(texts) if texts else None
+        readable = [t for t in texts if t is not None]
+        return " ".join(readable) if readable else None
     return None
 
 

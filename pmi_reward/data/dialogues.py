@@ -81,7 +81,8 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
 
 
 def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -> list[Dialogue]:
-    """Dialogues from dict records: JSON layouts (``turns``/``messages``) or one turn per row (``dialog_id``, ``text``)."""
+    """Dialogues from dict records: JSON layouts (``turns``/``messages``) or one turn per row (``dialog_id``,
+    ``text``)."""
     if not records:
         raise DataError(f"{source}: no dialogues")
     first = records[0]

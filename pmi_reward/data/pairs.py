@@ -87,10 +87,10 @@ class PairSet:
             ctx.append(contexts(context))
             resp.append(responses(response))
             group.append(g)
-            pool = members.setdefault(g, {})
-            pool[resp[-1]] = None
+            candidates = members.setdefault(g, {})
+            candidates[resp[-1]] = None
             for turn in turns:
-                pool[responses(turn)] = None
+                candidates[responses(turn)] = None
         context_table = contexts.table()
         context_lines = [[responses(line.strip()) for line in c.split("\n") if line.strip()] for c in context_table]
         ptr, pool = _csr([list(members[g]) for g in range(len(groups.index))])
@@ -152,7 +152,7 @@ class PairSet:
         keys = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
         items = [
             (c, r, k, [line.strip() for line in c.split("\n") if line.strip()])
-            for c, r, k in zip(contexts, responses, keys)
+            for c, r, k in zip(contexts, responses, keys, strict=True)
         ]
         return cls._build(items, extras)
 

@@ -100,7 +100,7 @@ _DISHES = [
 ]
 _TOPICS = {  # block structure: 4 topics x 5 contexts, and 5 responses that fit any context of the topic
     "travel": (
-        ["I am flying to {}.".format(c) for c in ["Rome", "Seoul", "Mexico City", "Vienna", "Cape Town"]],
+        [f"I am flying to {c}." for c in ["Rome", "Seoul", "Mexico City", "Vienna", "Cape Town"]],
         [
             "Have a safe flight!",
             "Don't forget your passport.",
@@ -110,7 +110,7 @@ _TOPICS = {  # block structure: 4 topics x 5 contexts, and 5 responses that fit 
         ],
     ),
     "study": (
-        ["I have an exam in {}.".format(s) for s in ["algebra", "geology", "economics", "French", "anatomy"]],
+        [f"I have an exam in {s}." for s in ["algebra", "geology", "economics", "French", "anatomy"]],
         [
             "Good luck with your revision!",
             "Flashcards always helped me study.",
@@ -120,7 +120,7 @@ _TOPICS = {  # block structure: 4 topics x 5 contexts, and 5 responses that fit 
         ],
     ),
     "sport": (
-        ["I started training for {}.".format(s) for s in ["a marathon", "rowing", "boxing", "climbing", "a triathlon"]],
+        [f"I started training for {s}." for s in ["a marathon", "rowing", "boxing", "climbing", "a triathlon"]],
         [
             "Remember to stretch before practice.",
             "Staying active keeps you healthy.",
@@ -130,7 +130,7 @@ _TOPICS = {  # block structure: 4 topics x 5 contexts, and 5 responses that fit 
         ],
     ),
     "weather": (
-        ["It is {} outside today.".format(w) for w in ["stormy", "foggy", "freezing", "scorching", "humid"]],
+        [f"It is {w} outside today." for w in ["stormy", "foggy", "freezing", "scorching", "humid"]],
         [
             "Dress for the weather before you go out.",
             "Maybe stay in with a good book.",
@@ -184,6 +184,7 @@ def make_joint(
         raise ValueError("the block structure needs a size divisible by 4")
     rng = np.random.default_rng(seed)
     px, py = rng.dirichlet([alpha] * size), rng.dirichlet([alpha] * size)
+    base: np.ndarray
     if kind == "diagonal":
         base = np.diag(np.ones(size) if exact else rng.random(size))
     elif kind == "block":
@@ -235,7 +236,7 @@ def make_records(
     rng = np.random.default_rng(seed)
     xs, ys = sample_pairs(joint, n, rng)
     rows = []
-    for x, y in zip(xs.tolist(), ys.tolist()):
+    for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
         context, response = _prototype(joint.kind, 0, x), _prototype(joint.kind, 1, y)
         rows.append(
             {

@@ -135,7 +135,7 @@ class Estimate:
     high: float
 
     @classmethod
-    def of(cls, statistic: Callable[..., float], *arrays: np.ndarray, n_boot: int = 1000, seed: int = 0) -> "Estimate":
+    def of(cls, statistic: Callable[..., float], *arrays: np.ndarray, n_boot: int = 1000, seed: int = 0) -> Estimate:
         return cls(statistic(*arrays), *bootstrap_ci(statistic, *arrays, n_boot=n_boot, seed=seed))
 
     def to_dict(self) -> dict:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,7 +66,7 @@ class PolicyWithValue(torch.nn.Module):
     """A causal LM and a scalar value head reading its last hidden state (the frozen reference uses the same
     wrapper and ignores its values)."""
 
-    def __init__(self, lm: torch.nn.Module) -> None:
+    def __init__(self, lm: Any) -> None:
         super().__init__()
         self.lm = lm
         self.value_head = torch.nn.Linear(lm.config.hidden_size, 1)
@@ -173,6 +174,45 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
 
 
+def _policies(model: Any, model_args: ModelConfig, top_layers: int | None, accelerator: Accelerator):
+    """(policy with a value head, frozen reference or None): with LoRA, the reference is the policy with its
+    adapter disabled; without, a frozen copy."""
+    peft = lora_config(model_args, model, top_layers)
+    ref_model = None
+    if peft is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft)
+    else:
+        ref_model = PolicyWithValue(copy.deepcopy(model)).requires_grad_(False).eval().to(accelerator.device)
+    return PolicyWithValue(model).eval(), ref_model  # eval: no dropout, so old and new log-probs agree at step 0
+
+
+def ppo_step(
+    policy, ref_model, optimizer, tokenizer, prompts: list, reward: Callable, cfg: PPOConfig, accelerator: Accelerator
+) -> dict:
+    """One rollout and update on ``prompts``; the step's statistics, pooled over processes."""
+    batch = rollout(policy, ref_model, tokenizer, prompts, reward, cfg, accelerator)
+    rewards, kl = shaped_rewards(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"], cfg.kl_coef)
+    advantages, batch["returns"] = gae(rewards, batch["values"], batch["mask"], cfg.gamma, cfg.lam)
+    if cfg.whiten_advantages:
+        advantages = whiten(advantages, batch["loss_mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
+    batch["advantages"] = advantages
+    stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
+    scored = batch["scored"].float()
+    per_process = [(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(), batch["mask"].sum(1).mean()]
+    pooled = accelerator.gather(torch.stack(per_process)[None])
+    totals, means = pooled.sum(0), pooled.mean(0)
+    return {
+        "score": (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan"),  # over the scorable replies
+        "kl": means[2].item(),
+        "response_tokens": means[3].item(),
+        "unscorable": 1.0 - totals[1].item() / len(pooled) / len(prompts),
+        **stats,
+        "example": batch["replies"][0],
+    }
+
+
 def train_ppo(
     cfg: PPOConfig,
     script_args: ScriptArguments,
@@ -189,19 +229,11 @@ def train_ppo(
     if model is None:
         model, tokenizer = policy_from(model_args)
     reward = reward or build_rewards(script_args, reward_options)[0]
-    peft = lora_config(model_args, model, script_args.lora_top_layers)
-    ref_model = None
-    if peft is not None:
-        from peft import get_peft_model
-
-        model = get_peft_model(model, peft)
-    else:
-        ref_model = PolicyWithValue(copy.deepcopy(model)).requires_grad_(False).eval().to(accelerator.device)
-    policy = PolicyWithValue(model).eval()  # eval: no dropout, so old and new log-probs agree at step 0
+    policy, ref_model = _policies(model, model_args, script_args.lora_top_layers, accelerator)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate)
     policy, optimizer = accelerator.prepare(policy, optimizer)
     order = np.random.default_rng(cfg.seed).permutation(len(prompts))
-    per_step = cfg.rollout_batch_size * accelerator.num_processes
+    per_step, size = cfg.rollout_batch_size * accelerator.num_processes, cfg.rollout_batch_size
     log_path = Path(cfg.output_dir) / "ppo_log.jsonl"
     if accelerator.is_main_process:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,38 +242,11 @@ def train_ppo(
     reward_seconds = getattr(reward, "seconds", 0.0)
     bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
     for step in bar:
-        take = [
-            order[(step * per_step + accelerator.process_index * cfg.rollout_batch_size + j) % len(prompts)]
-            for j in range(cfg.rollout_batch_size)
-        ]
+        first = step * per_step + accelerator.process_index * size
+        take = [prompts[order[(first + j) % len(prompts)]] for j in range(size)]
         t0 = time.perf_counter()
-        batch = rollout(policy, ref_model, tokenizer, [prompts[i] for i in take], reward, cfg, accelerator)
-        rewards, kl = shaped_rewards(
-            batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["mask"], cfg.kl_coef
-        )
-        advantages, batch["returns"] = gae(rewards, batch["values"], batch["mask"], cfg.gamma, cfg.lam)
-        if cfg.whiten_advantages:
-            advantages = whiten(advantages, batch["loss_mask"], all_reduce=lambda t: accelerator.reduce(t, "sum"))
-        batch["advantages"] = advantages
-        stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
-        scored = batch["scored"].float()
-        pooled = accelerator.gather(
-            torch.stack(
-                [(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(), batch["mask"].sum(1).mean()]
-            )[None]
-        )
-        totals, means = pooled.sum(0), pooled.mean(0)
-        score = (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan")  # over the scorable replies
-        row = {
-            "step": step + 1,
-            "score": score,
-            "kl": means[2].item(),
-            "response_tokens": means[3].item(),
-            "unscorable": 1.0 - totals[1].item() / (per_step or 1),
-            **stats,
-            "seconds": time.perf_counter() - t0,
-            "example": batch["replies"][0],
-        }
+        row = {"step": step + 1, **ppo_step(policy, ref_model, optimizer, tokenizer, take, reward, cfg, accelerator)}
+        row["seconds"] = time.perf_counter() - t0
         history.append(row)
         if accelerator.is_main_process:
             with log_path.open("a") as f:

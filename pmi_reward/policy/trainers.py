@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peft import LoraConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
 from trl import ModelConfig, get_peft_config
 
@@ -64,7 +65,7 @@ def policy_from(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTok
 def lora_config(model_args: ModelConfig, model: PreTrainedModel, top_layers: int | None = None):
     """TRL's LoRA config from the model arguments (None without ``--use_peft``), optionally on the top layers."""
     config = get_peft_config(model_args)
-    if config is not None and top_layers:
+    if isinstance(config, LoraConfig) and top_layers:
         n = model.config.num_hidden_layers
         config.layers_to_transform = list(range(max(0, n - top_layers), n))
     return config
@@ -92,7 +93,7 @@ def cpu_seconds() -> float:
 class RewardTimer(TrainerCallback):
     """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share)."""
 
-    def __init__(self, reward: PMIReward) -> None:
+    def __init__(self, reward: Any) -> None:  # a reward that counts its own ``seconds`` (PMIReward does)
         self.reward, self.start, self.seconds, self.cpu = reward, 0.0, 0.0, 0.0
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:

@@ -3,8 +3,8 @@
 The GRPO/RLOO process keeps its accelerator for the policy; the scorer lives on another device or host.
 It runs the one reward path (``path``) as ``PMIReward`` does: prompts and completions become scorer text
 here, only the raw PMI of the readable pairs crosses the wire (``POST /score``), and the answer is shaped
-here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is a coroutine: TRL
-detects it and gathers it with the other async reward functions. Requests retry on connection errors,
+here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is
+a coroutine: TRL detects it and gathers it with the other async reward functions. Requests retry on connection errors,
 timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
 sample and logs a warning, or raises with ``on_failure="raise"``.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -54,7 +53,7 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0) -
         except (ValueError, AttributeError):
             message = err.reason
         raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code) from None
-    except (urllib.error.URLError, OSError, socket.timeout, ValueError) as err:
+    except (TimeoutError, urllib.error.URLError, OSError, ValueError) as err:
         raise RemoteRewardError(f"{url}: {getattr(err, 'reason', err)}") from None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def _reward(
     opts = RewardOptions(**dict(options))
     if url:
         return RemotePMIReward(url, opts, on_failure="raise")
-    return PMIReward.from_pretrained(scorer, device=device, **dict(options))
+    return PMIReward.from_pretrained(scorer or "", device=device, options=opts)
 
 
 def _settings(kwargs: dict) -> tuple:
@@ -96,11 +96,8 @@ def compute_score_batch(
     if len(infos) != len(responses):
         raise ValueError(f"pmi_reward verl: {len(responses)} responses but {len(infos)} extra_infos")
     contexts = [context_of(info) for info in infos]
-    if isinstance(reward, RemotePMIReward):
-        out = reward.score_sync(contexts, responses)
-    else:
-        out = reward(contexts, responses)
-    return [float(x) for x in out]
+    out = reward.score_sync(contexts, responses) if isinstance(reward, RemotePMIReward) else reward(contexts, responses)
+    return [float(cast(float, x)) for x in out]  # empty_score is a number (see _settings): no reward is None
 
 
 def compute_score(

@@ -44,7 +44,7 @@ class EmbeddingCache:
         return found
 
     def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
-        rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors)]
+        rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
         with self._db:
             self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
 

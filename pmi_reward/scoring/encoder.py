@@ -144,7 +144,7 @@ class TextEncoder:
         """(n, dim) embeddings of single pair prompts (the paper's input), with budgeted truncation."""
         if len(contexts) != len(responses):
             raise ValueError("contexts and responses must have the same length")
-        keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses)]
+        keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses, strict=True)]
 
         def make(idx: list[int]) -> list[str]:
             budget = self.spec.max_length - self._overhead(fill(template, context="", response="")) - _MARGIN
@@ -155,7 +155,7 @@ class TextEncoder:
             c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
             cs = self._cut(cs, c_keep.tolist(), keep_end=True)
             rs = self._cut(rs, r_keep.tolist(), keep_end=False)
-            return [fill(template, context=c, response=r) for c, r in zip(cs, rs)]
+            return [fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)]
 
         return self._cached(keys, make, progress)
 
@@ -194,7 +194,7 @@ class TextEncoder:
             return []
         enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         out = []
-        for text, offsets, budget in zip(texts, enc["offset_mapping"], budgets):
+        for text, offsets, budget in zip(texts, enc["offset_mapping"], budgets, strict=True):
             if len(offsets) <= budget:
                 out.append(text)
             elif budget <= 0:

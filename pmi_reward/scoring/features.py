@@ -53,8 +53,8 @@ class TensorFeatures:
         return None
 
     def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ctx, resp = torch.as_tensor(ctx), torch.as_tensor(resp)
-        return (self.u[ctx], None) if self.v is None else (self.u[ctx], self.v[resp])
+        c, r = torch.as_tensor(ctx), torch.as_tensor(resp)
+        return (self.u[c], None) if self.v is None else (self.u[c], self.v[r])
 
 
 class PairFeatures:

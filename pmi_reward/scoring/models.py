@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ShippedModel",
@@ -75,9 +76,9 @@ def _convert_gguf(spec: ShippedModel, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = _package_dir(spec)
-    if not (source / spec.gguf_file).is_file():
-        raise FileNotFoundError(f"{source / spec.gguf_file} is missing; reinstall {spec.package}")
+    source, gguf_file = _package_dir(spec), spec.gguf_file or ""
+    if not (source / gguf_file).is_file():
+        raise FileNotFoundError(f"{source / gguf_file} is missing; reinstall {spec.package}")
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -85,8 +86,8 @@ def _convert_gguf(spec: ShippedModel, target: Path) -> None:
             return
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=spec.gguf_file)
-            model = AutoModelForCausalLM.from_pretrained(source, gguf_file=spec.gguf_file, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+            model: Any = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32)
             model.hf_quantizer = None
             if hasattr(model.config, "quantization_config"):
                 del model.config.quantization_config

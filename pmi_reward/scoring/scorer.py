@@ -112,8 +112,7 @@ class PMIScorer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for name, content in ((CONFIG_NAME, self.config()), (METADATA_NAME, self.metadata)):
-            text = json.dumps(content, indent=2, ensure_ascii=False, default=str)
-            atomic_write(directory / name, lambda p, text=text: Path(p).write_text(text, encoding="utf-8"))
+            _write_json(directory / name, content)
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
         return directory
@@ -211,3 +210,8 @@ def _context_turns(config: dict) -> int | None:
     else:
         turns = ((config.get("metadata") or {}).get("data") or {}).get("max_context_turns")
     return int(turns) if turns else None
+
+
+def _write_json(path: Path, content: dict) -> None:
+    text = json.dumps(content, indent=2, ensure_ascii=False, default=str)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -39,10 +39,12 @@ def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _list(body: dict, key: str, limit: int, required: bool = True) -> list | None:
+def _optional_list(body: dict, key: str, limit: int) -> list | None:
+    return None if body.get(key) is None else _list(body, key, limit)
+
+
+def _list(body: dict, key: str, limit: int) -> list:
     value = body.get(key)
-    if value is None and not required:
-        return None
     if not isinstance(value, list):
         raise ApiError(422, f"{key!r} must be a list, got {type_name(value)}")
     if len(value) > limit:
@@ -50,9 +52,11 @@ def _list(body: dict, key: str, limit: int, required: bool = True) -> list | Non
     return value
 
 
-def _text(value: Any, where: str, allow_none: bool = False) -> str | None:
-    if value is None and allow_none:
-        return None
+def _optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise ApiError(422, f"{where} must be a string, got {type_name(value)}")
     if not readable(value):
@@ -118,8 +122,8 @@ class Endpoints:
         are sigmoid(PMI), the probability that the pair is a real one rather than a random match; ``labels``
         are not needed and ignored."""
         queries = _list(body, "query", self.config.max_pairs)
-        prompts = _list(body, "prompts", self.config.max_pairs, required=False)
-        labels = _list(body, "labels", self.config.max_pairs, required=False)
+        prompts = _optional_list(body, "prompts", self.config.max_pairs)
+        labels = _optional_list(body, "labels", self.config.max_pairs)
         for key, other in (("prompts", prompts), ("labels", labels)):
             if other is not None and len(other) != len(queries):
                 raise ApiError(422, f"'query' holds {len(queries)} items but {key!r} holds {len(other)}")
@@ -127,7 +131,7 @@ class Endpoints:
         replies: list[Any] = []
         for i, query in enumerate(queries):
             query = _text(query, f"query[{i}]")
-            prompt = _text(prompts[i], f"prompts[{i}]", allow_none=True) if prompts is not None else None
+            prompt = _optional_text(prompts[i], f"prompts[{i}]") if prompts is not None else None
             split = split_query(query, prompt)
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)

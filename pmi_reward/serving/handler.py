@@ -98,7 +98,11 @@ class Handler(BaseHTTPRequestHandler):
             if method != allowed:
                 self._skip_body()
                 raise ApiError(405, f"{path} takes {allowed}, not {method}")
-            body = self._read_json() if method == "POST" else self._skip_body() or {}
+            if method == "POST":
+                body = self._read_json()
+            else:
+                self._skip_body()
+                body = {}
             return 200, endpoint(body)
         except ApiError as err:
             return err.status, {"error": err.message, "status": err.status}

@@ -12,6 +12,7 @@ framework would add dependencies without adding throughput.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
@@ -64,7 +65,7 @@ class RewardServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     # -- life cycle ---------------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -72,7 +73,7 @@ class RewardServer:
         self._serving.set()
         self.httpd.serve_forever(poll_interval=0.1)
 
-    def start(self) -> "RewardServer":
+    def start(self) -> RewardServer:
         """Serve from a background thread; returns once the server accepts connections."""
         self._thread = threading.Thread(target=self.serve_forever, name="pmi-server", daemon=True)
         self._thread.start()
@@ -89,10 +90,8 @@ class RewardServer:
         if self._serving.is_set():
             self.httpd.shutdown()
         for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         with self._lock:
             if not self._lock.wait_for(lambda: self._inflight == 0, timeout=self.config.drain_timeout):
                 logger.warning(
@@ -105,7 +104,7 @@ class RewardServer:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "RewardServer":
+    def __enter__(self) -> RewardServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

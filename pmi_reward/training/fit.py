@@ -84,4 +84,5 @@ def score_with_negatives(
 def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0, progress: bool = False) -> float:
     """ROC-AUC of positives against seeded negatives of the given mix, scored end to end."""
     pos, neg = score_with_negatives(scorer, pairs, spec, seed, progress)
+    assert neg is not None  # a mix was given
     return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(neg.size)], np.r_[pos, neg.ravel()]))

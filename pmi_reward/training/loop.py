@@ -108,8 +108,8 @@ def _fingerprint(
     for pairs in (train, val):
         for array in (pairs.ctx, pairs.resp):
             h.update(np.ascontiguousarray(array).tobytes())
-    for array in fixed:
-        h.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())
+    for negatives_given in fixed:
+        h.update(b"-" if negatives_given is None else np.ascontiguousarray(negatives_given).tobytes())
     return h.hexdigest()
 
 
@@ -225,24 +225,17 @@ def train_head(
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
     run = _Run(head_config, train_features, config)
-    val_negs = (
-        val_negatives
-        if val_negatives is not None
-        else sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
-    )
+    val_negs = val_negatives
+    if val_negs is None:
+        val_negs = sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
     first, fingerprint = 1, ""
     if config.checkpoint_dir:
-        fingerprint = _fingerprint(
-            head_config, config, negatives, train_pairs, val_pairs, train_negatives, val_negatives
-        )
+        fixed = (train_negatives, val_negatives)
+        fingerprint = _fingerprint(head_config, config, negatives, train_pairs, val_pairs, *fixed)
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
+    rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
     bar = tqdm(
-        range(first, config.epochs + 1),
-        desc=f"train {config.objective}",
-        disable=not progress,
-        unit="round",
-        initial=min(first, config.epochs + 1) - 1,
-        total=config.epochs,
+        rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
     )
     for epoch in bar:
         negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)

@@ -34,7 +34,7 @@ def chat_prompts(n: int, turns: int = 3) -> list[list[dict]]:
         if len(history) % 2 == 0:
             history = history[1:]
         roles = ["user", "assistant"] * turns
-        prompts.append([{"role": r, "content": t} for r, t in zip(roles, history)])
+        prompts.append([{"role": r, "content": t} for r, t in zip(roles, history, strict=False)])
         if len(prompts) == n:
             break
     return prompts
@@ -121,7 +121,7 @@ def start_server(scorer: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("pmi-reward serve did not start")
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer", help="scorer directory to serve (or give --url)")
     parser.add_argument("--url", help="a running pmi-reward serve server")
@@ -133,6 +133,11 @@ def main() -> int:
     args = parser.parse_args()
     if bool(args.scorer) == bool(args.url):
         parser.error("give --scorer or --url")
+    return args
+
+
+def main() -> int:
+    args = _arguments()
     server, url = start_server(args.scorer) if args.scorer else (None, args.url)
     try:
         tokenizer = load_tokenizer("smollm2" if args.policy == "tiny" else args.policy)

@@ -77,7 +77,7 @@ def metrics(runs, truth: np.ndarray, n_boot: int) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, score, plot, tabulate), then the report
     data, study, *concepts = parse_args((SyntheticData, *ARGUMENTS), argv, prog="recipes/synthetic/run.py")
     setup = StudySetup(*concepts)
     base_out = Path(study.output_dir)
@@ -128,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# Synthetic study: PMI recovery",
             provenance(),
-            f"Source: {data.source} sets, {data.text} text. Negatives: random only ({setup.negatives.k_random} per training "
-            f"positive, drawn once per round; {data.test_k_random} per test positive, fixed). Cells: mean ± std over "
+            f"Source: {data.source} sets, {data.text} text. Negatives: random only "
+            f"({setup.negatives.k_random} per training positive, drawn once per round; "
+            f"{data.test_k_random} per test positive, fixed). Cells: mean ± std over "
             f"rounds [95% bootstrap CI of the mean over test rows]; Spearman/Pearson/MSE of test-positive scores "
             "against the analytic PMI. MSE is only meaningful for calibrated objectives (nwj, js, chi2, hellinger); "
             "MINE, InfoNCE and KDE are defined up to a constant, MEEP is on a 0-100 scale.",

@@ -34,7 +34,7 @@ class KDEScorer:
         self.config = config or KDEConfig()
         self.seed = seed
 
-    def fit(self, pos: np.ndarray, neg: np.ndarray) -> "KDEScorer":
+    def fit(self, pos: np.ndarray, neg: np.ndarray) -> KDEScorer:
         pos, neg = np.asarray(pos, dtype=np.float64), np.asarray(neg, dtype=np.float64)
         if pos.ndim != 2 or neg.ndim != 2 or pos.shape[1] != neg.shape[1] or len(pos) < 2 or len(neg) < 2:
             raise ValueError("need two (n, d) arrays of the same width with at least 2 rows each")

@@ -98,7 +98,7 @@ class MEEPScorer:
     def prompts(self, contexts: Sequence[str], responses: Sequence[str]) -> list[str]:
         """The chat-formatted prompts, one per pair."""
         out = []
-        for context, response in zip(contexts, responses):
+        for context, response in zip(contexts, responses, strict=True):
             context = context[-self.config.max_context_chars :] if context else "(no context)"
             text = self.config.prompt.replace("{context}", context).replace("{response}", response)
             chat = self.tokenizer.apply_chat_template(
@@ -115,14 +115,14 @@ class MEEPScorer:
     def answers(self, prompts: Sequence[str], progress: bool = False) -> list[list[str]]:
         """``n_samples`` generated answers per prompt (cached by prompt and setting)."""
         keys = [self._key(p) for p in prompts]
-        missing = {k: p for k, p in zip(keys, prompts) if k not in self._answers}
+        missing = {k: p for k, p in zip(keys, prompts, strict=True) if k not in self._answers}
         todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch
         bs = self.config.batch_size
         for s in tqdm(range(0, len(todo), bs), desc="MEEP", disable=not progress, unit="batch"):
             batch = todo[s : s + bs]
             generator = torch.Generator().manual_seed(self.config.seed + s)
             texts = self._sample([p for _, p in batch], generator)
-            new = {k: t for (k, _), t in zip(batch, texts)}
+            new = {k: t for (k, _), t in zip(batch, texts, strict=True)}
             self._answers.update(new)
             if self.cache_file:
                 self.cache_file.parent.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,14 @@ class EvalSet:
     pairs: PairSet
     negatives: np.ndarray | None = None
 
+    def fixed_negatives(self) -> np.ndarray:
+        """The fixed negatives (an error for a set without them)."""
+        if self.negatives is None:
+            raise ValueError(f"evaluation set {self.name!r} has no fixed negatives")
+        return self.negatives
+
     def negative_contexts(self) -> np.ndarray:
-        return np.repeat(self.pairs.ctx[:, None], self.negatives.shape[1], axis=1)
+        return np.repeat(self.pairs.ctx[:, None], self.fixed_negatives().shape[1], axis=1)
 
 
 @dataclass
@@ -106,13 +112,14 @@ def fit_method(
         return (lambda f, c, r: score_index_pairs(result.head, f, c, r)), result.summary()
     if method == "kde":
         pos = _head_rows(head_config, ft, train.pairs.ctx, train.pairs.resp)
-        neg = _head_rows(head_config, ft, train.negative_contexts(), train.negatives)
+        neg = _head_rows(head_config, ft, train.negative_contexts(), train.fixed_negatives())
         model = KDEScorer(kde, seed=config.seed).fit(pos, neg)
 
         def score(f: PairFeatures, c: np.ndarray, r: np.ndarray) -> np.ndarray:
             return model.score(_head_rows(head_config, f, c, r)).reshape(np.shape(c))
 
-        val_auc = roc_auc(score(fv, val.pairs.ctx, val.pairs.resp), score(fv, val.negative_contexts(), val.negatives))
+        val_neg = score(fv, val.negative_contexts(), val.fixed_negatives())
+        val_auc = roc_auc(score(fv, val.pairs.ctx, val.pairs.resp), val_neg)
         return score, {"best_val_auc": val_auc}
     raise ValueError(f"unknown method {method!r}: use an objective ({sorted(OBJECTIVES)}) or 'kde'")
 
@@ -167,7 +174,7 @@ def score_texts(
         responses = [p.responses[i] for i in p.resp[:n]]
         k = 0 if data.negatives is None else data.negatives.shape[1]
         contexts += [c for c in contexts for _ in range(k)]
-        responses += [p.responses[j] for j in (data.negatives[:n].ravel() if k else [])]
+        responses += [p.responses[j] for j in (data.fixed_negatives()[:n].ravel() if k else [])]
         scores = np.asarray(fn(contexts, responses), dtype=np.float32)
         result.pos[data.name] = np.full(len(p), np.nan, dtype=np.float32)
         result.pos[data.name][:n] = scores[:n]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -141,21 +142,26 @@ def run_study(
             runs += done
     runs += average_rounds(runs)
     if args.meep:
-        meep = MEEPScorer(
-            MEEPConfig(
-                args.meep_model,
-                args.meep_dtype,
-                args.meep_samples,
-                max_new_tokens=args.meep_max_new_tokens,
-                batch_size=args.meep_batch_size,
-                seed=setup.training.seed,
-            ),
-            cache_file=out_dir / "meep_answers.jsonl",
-        )
-        result = score_texts(args.meep_model, "meep", lambda c, r: meep.score(c, r, args.progress), evals, meep_limit)
-        result.info = meep.describe()
-        runs.append(result)
+        runs.append(_meep(args, setup.training.seed, evals, meep_limit, out_dir / "meep_answers.jsonl"))
     return runs
+
+
+def _meep(
+    args: StudyArguments, seed: int, evals: Sequence[EvalSet], limit: dict[str, int] | None, cache_file: Path
+) -> MethodScores:
+    """MEEP's scores (a chat LM's 0-100 rating of each text pair; it reads texts, so it runs once)."""
+    config = MEEPConfig(
+        args.meep_model,
+        args.meep_dtype,
+        args.meep_samples,
+        max_new_tokens=args.meep_max_new_tokens,
+        batch_size=args.meep_batch_size,
+        seed=seed,
+    )
+    meep = MEEPScorer(config, cache_file=cache_file)
+    result = score_texts(args.meep_model, "meep", lambda c, r: meep.score(c, r, args.progress), evals, limit)
+    result.info = meep.describe()
+    return result
 
 
 def average_rounds(runs: Sequence[MethodScores]) -> list[MethodScores]:
@@ -179,7 +185,8 @@ def average_rounds(runs: Sequence[MethodScores]) -> list[MethodScores]:
 
 def save_scores(path: str | Path, runs: Sequence[MethodScores]) -> None:
     """All scores in one ``.npz`` plus a JSON index of the runs (method, mode, round, info)."""
-    arrays, index = {}, []
+    arrays: dict[str, Any] = {}
+    index = []
     for i, run in enumerate(runs):
         for name, value in run.pos.items():
             arrays[f"{i}/pos/{name}"] = value
