@@ -13,8 +13,6 @@ from conftest import TOPICS
 from pmi_reward.cli.main import main
 from pmi_reward.scoring.scorer import PMIScorer
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _pair_file(path: Path, n_dialogues: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
@@ -39,7 +37,7 @@ def test_train_then_score_on_minilm(tmp_path, capsys):  # the whole CLI path end
         [
             "train",
             "--config",
-            str(ROOT / "configs/scorer/minilm.yaml"),
+            "scorer/minilm",  # a shipped config, by name
             "--train_file",
             str(train),
             "--val_file",

@@ -65,6 +65,7 @@ def test_serve_answers_then_drains_on_sigterm(tmp_path):
         assert "SIGTERM received, draining" in (log := server.stderr.read()) and "stopped" in log
     finally:
         server.kill()
+        server.stderr.close()
 
 
 @pytest.mark.integration

@@ -20,7 +20,7 @@ COMMON = dict(
     report_to=[],
     save_strategy="no",
     learning_rate=1e-3,
-    gradient_checkpointing=False,
+    activation_checkpointing=False,
 )
 
 
@@ -83,6 +83,7 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
         report_to=[],
         save_strategy="no",
         learning_rate=1e-3,
+        activation_checkpointing=True,  # TRL's default, by transformers 5's name
     )
     model = tiny_policy()
     before = [p.detach().clone() for p in model.parameters()]

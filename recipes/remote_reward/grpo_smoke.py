@@ -89,6 +89,7 @@ def train_grpo(
         save_strategy="no",
         seed=0,
         dataloader_num_workers=0,
+        activation_checkpointing=True,  # TRL's GRPO default, by transformers 5's name
     )
     reward = RemotePMIReward(url, name="pmi_remote", timeout=30.0, retries=2)
     trainer = GRPOTrainer(
