@@ -11,6 +11,7 @@ from trl import ModelConfig
 from pmi_reward.policy.ppo import (
     PolicyWithValue,
     PPOConfig,
+    ppo_step,
     ppo_update,
     response_mask,
     response_stats,
@@ -97,6 +98,39 @@ def test_one_update_raises_the_probability_of_high_advantage_tokens(tiny_policy,
     gain = ((after - before) * mask).sum(1) / mask.sum(1)
     assert gain[0] > 0 > gain[1], gain
     assert stats["clip_frac"] == 0.0  # a single pass starts on-policy: ratios are exactly 1
+
+
+def test_an_unscorable_reply_carries_no_learning_signal(tiny_policy, smol_tokenizer):
+    """None from the reward (unscorable) is not a reward of 0: as in TRL's GRPO/RLOO the reply is left out."""
+    import copy
+
+    torch.manual_seed(0)
+    policy = PolicyWithValue(tiny_policy()).eval()
+    prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "Who is your favourite?"}]]
+    cfg, acc = PPOConfig(max_new_tokens=6, temperature=1.0, ppo_epochs=1, mini_batch_size=2), Accelerator(cpu=True)
+    batch = rollout(policy, policy, smol_tokenizer, prompts, lambda p, c, **k: [None, 1.0], cfg, acc)
+    assert batch["scored"].tolist() == [False, True]
+    assert batch["loss_mask"][0].sum() == 0 and torch.equal(batch["loss_mask"][1], batch["mask"][1])
+    batch["returns"] = torch.zeros_like(batch["mask"])
+    updated = []
+    for junk in (0.0, 100.0):  # whatever the unscored reply's advantage, the update is the same
+        copy_ = copy.deepcopy(policy)
+        batch["advantages"] = torch.stack([batch["mask"][0] * junk, batch["mask"][1]])
+        torch.manual_seed(1)
+        ppo_update(copy_, torch.optim.SGD(copy_.parameters(), lr=0.1), acc, batch, cfg)
+        updated.append(copy_.state_dict())
+    assert all(torch.equal(updated[0][k], updated[1][k]) for k in updated[0])
+    stats = ppo_step(
+        copy.deepcopy(policy),
+        policy,
+        torch.optim.SGD(policy.parameters(), lr=0.0),
+        smol_tokenizer,
+        prompts,
+        lambda p, c, **k: [None, 1.5],
+        cfg,
+        acc,
+    )
+    assert stats["score"] == 1.5 and stats["unscorable"] == 0.5  # the mean is over scorable replies
 
 
 def test_kl_is_zero_at_step_zero_with_lora(tiny_policy, smol_tokenizer):

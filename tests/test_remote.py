@@ -74,6 +74,10 @@ def test_trl_contract(reward_server, tiny_scorer):
     )
     assert len(got) == 2 and logged["pmi_remote/empty_frac"] == 0.0
     assert clone.options.max_context_turns == 3  # resolved from the server: as the scorer was trained
+    options = RewardOptions()
+    remote = RemotePMIReward(reward_server.url, options)
+    remote.score_sync(["a"], ["x"])
+    assert remote.options.max_context_turns == 3 and options.max_context_turns is None  # the caller's are untouched
     with pytest.raises(ValueError, match="got 2 prompts but 1 completions"):  # a caller bug, before any request
         RemotePMIReward(reward_server.url).score_sync(["a", "b"], ["x"])
 

@@ -123,6 +123,21 @@ def test_mismatched_lengths_and_bad_options(scorer):
         RewardOptions(empty_score=float("nan"))
 
 
+def test_constructors_never_write_the_callers_options(scorer):
+    """max_context_turns=None means "as the scorer was trained": each reward resolves it into its own copy."""
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    options = RewardOptions(center="group")
+    reward = PMIReward(scorer, options)
+    assert options.max_context_turns is None and reward.options.max_context_turns == scorer.context_turns == 3
+    server = RewardServer(scorer, ServerConfig(port=0), options)
+    try:
+        assert options.max_context_turns is None and server.api.options.max_context_turns == 3
+    finally:
+        server.close()
+    assert PMIReward(scorer, RewardOptions(max_context_turns=1)).options.max_context_turns == 1  # an explicit count
+
+
 def test_a_failing_batch_is_rescored_pair_by_pair(scorer, monkeypatch):
     reward = PMIReward(scorer)
     real = scorer.score

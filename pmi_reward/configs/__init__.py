@@ -46,4 +46,8 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
     if "--config" in args and args.index("--config") + 1 < len(args):
         at = args.index("--config") + 1
         args[at] = config_path(args[at])
-    return tuple(TrlParser(tuple(types), prog=prog).parse_args_and_config(args))
+    epilog = (
+        f"--config FILE.yaml, or the name of a shipped config ({', '.join(shipped_configs())}), sets any of "
+        "these options; flags override it."
+    )
+    return tuple(TrlParser(tuple(types), prog=prog, epilog=epilog).parse_args_and_config(args))

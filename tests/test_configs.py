@@ -1,0 +1,129 @@
+"""Options: one dataclass per concept, YAML configs that parse into the commands' dataclasses, shipped configs."""
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import pmi_reward
+from pmi_reward.cli.main import COMMANDS, main
+from pmi_reward.configs import config_path, parse_args, shipped_configs
+from pmi_reward.data.negatives import NegativeSpec
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.scoring.encoder import EncoderSpec
+from pmi_reward.scoring.head import HeadConfig
+from pmi_reward.scoring.templates import PromptTemplate
+from pmi_reward.training.loop import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _package_dataclasses() -> list[type]:
+    found = {}
+    for info in pkgutil.walk_packages(pmi_reward.__path__, "pmi_reward."):
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, dataclasses.is_dataclass):
+            if inspect.isclass(obj) and obj.__module__.startswith("pmi_reward"):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return list(found.values())
+
+
+@pytest.mark.parametrize(
+    ("concept", "fields"),
+    [
+        (NegativeSpec, {"k_random", "k_in_dialogue", "k_context"}),
+        (HeadConfig, {"hidden", "cap", "pair_product"}),
+        (EncoderSpec, {"normalize", "max_length", "layer"}),  # (score and serve may override a saved batch size)
+        (RewardOptions, {"center", "scale", "clip", "empty_score", "include_system", "max_chars"}),
+        (TrainConfig, {"objective", "lr", "weight_decay", "epochs", "patience", "checkpoint_dir"}),
+        (PromptTemplate, {"pair_template", "context_template", "response_template"}),
+    ],
+)
+def test_each_concept_is_declared_in_one_dataclass(concept, fields):
+    """A newcomer changes a default (e.g. the number of random negatives) in exactly one place."""
+    declaring = [cls for cls in _package_dataclasses() if fields & set(cls.__dataclass_fields__)]
+    assert declaring == [concept], [f"{c.__module__}.{c.__qualname__}" for c in declaring]
+
+
+def test_saved_artefacts_are_frozen():
+    for cls in (EncoderSpec, HeadConfig, PromptTemplate, NegativeSpec, RewardOptions):
+        assert cls.__dataclass_params__.frozen, cls
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_subcommand_builds_its_parser(command, capsys):
+    """Each command's dataclasses have unique field names (argparse refuses two options of one name)."""
+    if command == "prepare-models":
+        return  # takes model names, no options
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0 and "--config" in capsys.readouterr().out
+
+
+def test_shipped_configs_resolve_by_name_or_path(tmp_path):
+    assert {"scorer/minilm", "scorer/smollm2", "evaluate/paper", "demo/grpo", "demo/evaluate"} <= set(shipped_configs())
+    assert config_path("scorer/minilm") == config_path("scorer/minilm.yaml")
+    assert Path(config_path("scorer/minilm")).parent.parent == Path(pmi_reward.__file__).parent / "configs"
+    own = tmp_path / "mine.yaml"
+    own.write_text("k_random: 2\n")
+    assert config_path(str(own)) == str(own)
+    with pytest.raises(FileNotFoundError, match="no shipped config of that name .*scorer/minilm"):
+        config_path("scorer/nope")
+
+
+def _recipe(path: str):
+    name = path.replace("/", "_").removesuffix(".py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def _arguments(name: str):
+    """(dataclasses, extra required flags) of each config's command."""
+    from trl import GRPOConfig, ModelConfig, RLOOConfig
+
+    from pmi_reward.evaluation.scorer_report import EvaluateArguments
+    from pmi_reward.evaluation.study import ARGUMENTS as STUDY
+    from pmi_reward.policy import evaluate, ppo, trainers
+    from pmi_reward.training.job import ARGUMENTS as TRAIN
+
+    trl = (trainers.ScriptArguments, RewardOptions)
+    return {
+        "scorer/minilm": (TRAIN, []),
+        "scorer/smollm2": (TRAIN, []),
+        "evaluate/paper": ((EvaluateArguments, NegativeSpec), ["--scorer", "s", "--input", "i.csv"]),
+        "demo/grpo": ((*trl, GRPOConfig, ModelConfig), []),
+        "demo/evaluate": (evaluate.ARGUMENTS, []),
+        "recipes/smollm2-135m/grpo/config_cpu.yaml": ((*trl, GRPOConfig, ModelConfig), []),
+        "recipes/smollm2-135m/rloo/config_cpu.yaml": ((*trl, RLOOConfig, ModelConfig), []),
+        "recipes/smollm2-135m/ppo/config_cpu.yaml": (ppo.ARGUMENTS, []),
+        "recipes/smollm2-135m/evaluate.yaml": (evaluate.ARGUMENTS, []),
+        "recipes/synthetic/config.yaml": ((_recipe("recipes/synthetic/run.py").SyntheticData, *STUDY), []),
+        "recipes/empirical/en.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
+        "recipes/empirical/zh.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
+        "recipes/quality/en.yaml": ((_recipe("recipes/quality/run.py").QualityArguments, NegativeSpec), []),
+    }[name]
+
+
+CONFIGS = [*shipped_configs()] + [
+    str(p.relative_to(ROOT)) for p in sorted((ROOT / "recipes").rglob("*.yaml")) if "accelerate" not in str(p)
+]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_config_parses_into_its_commands_dataclasses(name, monkeypatch):
+    """YAML keys follow the dataclasses' field names (a renamed field would leave a key unknown)."""
+    monkeypatch.chdir(ROOT)
+    types, extra = _arguments(name)
+    parsed = parse_args(types, ["--config", name, *extra])
+    assert len(parsed) == len(types)
+    negatives = [p for p in parsed if isinstance(p, NegativeSpec)]
+    if name.startswith("recipes/") and name.endswith(("config.yaml", "en.yaml", "zh.yaml")):
+        assert negatives == [NegativeSpec(3, 0, 0)]  # the paper's study protocol, set in the recipe's YAML
