@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-import torch
 
 from pmi_reward.evaluation.baselines.kde import KDEConfig, KDEScorer
 from pmi_reward.evaluation.baselines.meep import MEEPConfig, MEEPScorer, parse_score
@@ -52,31 +51,8 @@ def test_parse_score_gives_none_without_a_usable_number(text):
     assert parse_score(text) is None
 
 
-def _tiny_chat_lm(tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(cfg).eval()
-
-
-@pytest.fixture(scope="module")
-def chat_tokenizer():
-    from pmi_reward.scoring.models import load_tokenizer
-
-    return load_tokenizer("smollm2-135m-instruct")
-
-
-def test_meep_samples_from_a_shared_prefill_and_falls_back(chat_tokenizer, tmp_path):
-    model = _tiny_chat_lm(chat_tokenizer)
+def test_meep_samples_from_a_shared_prefill_and_falls_back(tiny_policy, smol_tokenizer, tmp_path):
+    model, chat_tokenizer = tiny_policy(0).eval(), smol_tokenizer
     config = MEEPConfig(n_samples=3, max_new_tokens=4, batch_size=2, fallback=50.0)
     cache = tmp_path / "meep.jsonl"
     meep = MEEPScorer(config, model=model, tokenizer=chat_tokenizer, cache_file=cache)

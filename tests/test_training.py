@@ -46,22 +46,23 @@ def test_training_learns_topic_match_and_keeps_best_state(split):
     assert np.median(pos) > 0.5 and np.median(neg) < -1.0
 
 
+def _train_topics(train, val, config: TrainConfig, negatives: NegativeSpec):
+    return train_head(
+        HeadConfig(dim=8),
+        _topic_features(train, 0),
+        train,
+        _topic_features(val, 1),
+        val,
+        config,
+        progress=False,
+        negatives=negatives,
+    )
+
+
 def test_training_is_deterministic(split):
     train, val = split
     config = TrainConfig(batch_size=16, epochs=4, patience=10, seed=7, lr=3e-3)
-    runs = [
-        train_head(
-            HeadConfig(dim=8),
-            _topic_features(train, 0),
-            train,
-            _topic_features(val, 1),
-            val,
-            config,
-            progress=False,
-            negatives=NegativeSpec(2, 1, 1),
-        )
-        for _ in range(2)
-    ]
+    runs = [_train_topics(train, val, config, NegativeSpec(2, 1, 1)) for _ in range(2)]
     assert runs[0].history == runs[1].history
     for a, b in zip(runs[0].head.state_dict().values(), runs[1].head.state_dict().values(), strict=True):
         assert torch.equal(a, b)
@@ -70,16 +71,7 @@ def test_training_is_deterministic(split):
 def test_early_stopping_stops(split):
     train, val = split
     config = TrainConfig(epochs=50, patience=2, lr=0.0)  # lr 0: never improves
-    result = train_head(
-        HeadConfig(dim=8),
-        _topic_features(train, 0),
-        train,
-        _topic_features(val, 1),
-        val,
-        config,
-        progress=False,
-        negatives=NegativeSpec(1, 0, 0),
-    )
+    result = _train_topics(train, val, config, NegativeSpec(1, 0, 0))
     assert len(result.history) == 3 and result.best_epoch == 1
 
 
