@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .batching import BatcherClosed, ScoreTimeout
+from .config import ServerConfig
 from .endpoints import ApiError, type_name
 
-if TYPE_CHECKING:
-    from .server import RewardServer
-
-__all__ = ["HTTPServer", "Handler"]
+__all__ = ["HTTPServer", "Handler", "App"]
 
 logger = logging.getLogger("pmi_reward.serving.server")
+
+
+class App(Protocol):
+    """What a handler needs from its server (``RewardServer``): the routes, the limits, and the bookkeeping of
+    open connections and in-flight requests that a graceful shutdown waits for."""
+
+    routes: dict[str, tuple[str, Callable[[dict], dict]]]
+    config: ServerConfig
+    closing: bool
+
+    def _connect(self, conn: Any, open_: bool) -> None: ...
+
+    def _busy(self, conn: Any, busy: bool, status: int | None = None) -> None: ...
 
 
 class HTTPServer(ThreadingHTTPServer):
@@ -33,7 +45,7 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "pmi-reward"
-    app: RewardServer
+    app: App
 
     def setup(self) -> None:
         super().setup()
