@@ -127,3 +127,12 @@ def test_every_config_parses_into_its_commands_dataclasses(name, monkeypatch):
     negatives = [p for p in parsed if isinstance(p, NegativeSpec)]
     if name.startswith("recipes/") and name.endswith(("config.yaml", "en.yaml", "zh.yaml")):
         assert negatives == [NegativeSpec(3, 0, 0)]  # the paper's study protocol, set in the recipe's YAML
+
+
+def test_the_default_mix_is_not_restated_in_configs():
+    """Changing NegativeSpec's default changes every command that does not ask for another mix on purpose."""
+    import yaml
+
+    for name in shipped_configs():
+        keys = set(yaml.safe_load(Path(config_path(name)).read_text()))
+        assert not keys & {"k_random", "k_in_dialogue", "k_context"} or name == "evaluate/paper", name
