@@ -9,10 +9,11 @@ from pmi_reward.scoring.scorer import PMIScorer, ScorerLoadError
 from pmi_reward.scoring.templates import TEMPLATES
 
 
-@pytest.fixture(params=["pair", "prompt"])
+@pytest.fixture(params=["pair", "prompt", "pair-lines"])
 def scorer(request, tiny_encoder):
     torch.manual_seed(0)
-    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, input_mode=request.param, cap=3.0))
+    mode, _, lines = request.param.partition("-")
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, input_mode=mode, cap=3.0, line_turns=2 if lines else 0))
     return PMIScorer(tiny_encoder, TEMPLATES["en"], head, {"note": "test"})
 
 

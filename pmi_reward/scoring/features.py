@@ -3,7 +3,8 @@
 The same three functions embed contexts, responses and pair prompts for training and for scoring, so
 a trained head always sees inputs made the same way. ``PairFeatures`` serves a ``PairSet`` to the
 training loop: in ``pair`` mode each distinct context and response is encoded once, ever (negatives
-cost nothing); in ``prompt`` mode each new (context, response) combination is one more encoder call.
+cost nothing); in ``prompt`` mode each new (context, response) combination is one more encoder call. With
+``line_turns`` the context side also carries its newest lines, embedded as replies (``stack_lines``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,27 @@ from ..data.pairs import PairSet
 from .encoder import TextEncoder
 from .templates import PromptTemplate
 
-__all__ = ["embed_contexts", "embed_responses", "embed_prompts", "PairFeatures", "TensorFeatures"]
+__all__ = [
+    "embed_contexts",
+    "embed_responses",
+    "embed_prompts",
+    "newest_lines",
+    "stack_lines",
+    "PairFeatures",
+    "TensorFeatures",
+]
+
+
+def newest_lines(context: str, n: int) -> list[str]:
+    """The context's last ``n`` non-empty lines (its turns), newest first, as ``PairSet`` interns them."""
+    lines = [line.strip() for line in context.split("\n") if line.strip()]
+    return lines[::-1][:n]
+
+
+def stack_lines(u: torch.Tensor, lines: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """(..., 1 + N, d): the context embeddings ``u`` (..., d) above their line embeddings (..., N, d), with the
+    rows of missing lines (``present`` False) zeroed."""
+    return torch.cat([u.unsqueeze(-2), lines * present.unsqueeze(-1).to(lines.dtype)], dim=-2)
 
 
 def embed_contexts(
@@ -61,19 +82,35 @@ class PairFeatures:
     """Embeddings of a PairSet's texts, computed lazily the first time an index pair is asked for."""
 
     def __init__(
-        self, encoder: TextEncoder, template: PromptTemplate, pairs: PairSet, input_mode: str, progress: bool = True
+        self,
+        encoder: TextEncoder,
+        template: PromptTemplate,
+        pairs: PairSet,
+        input_mode: str,
+        progress: bool = True,
+        line_turns: int = 0,
     ) -> None:
         self.encoder, self.template, self.pairs = encoder, template, pairs
-        self.input_mode, self.progress = input_mode, progress
+        self.input_mode, self.progress, self.line_turns = input_mode, progress, line_turns
         d = encoder.dim
         if input_mode == "pair":
             self.u = torch.zeros(len(pairs.contexts), d)
             self.v = torch.zeros(len(pairs.responses), d)
             self.have_u = np.zeros(len(pairs.contexts), dtype=bool)
             self.have_v = np.zeros(len(pairs.responses), dtype=bool)
+            self.line_idx = self._line_table(pairs, line_turns)
         else:
             self.rows: dict[int, int] = {}
             self.table = torch.zeros(0, d)
+
+    @staticmethod
+    def _line_table(pairs: PairSet, n: int) -> np.ndarray:
+        """(contexts, n) response-table indices of each context's newest lines, newest first; -1 where none."""
+        table = np.full((len(pairs.contexts), n), -1, dtype=np.int64)
+        for c in range(len(pairs.contexts)) if n else ():
+            own = pairs.lines[pairs.line_ptr[c] : pairs.line_ptr[c + 1]][::-1][:n]
+            table[c, : len(own)] = own
+        return table
 
     def _key(self, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
         return np.asarray(ctx, dtype=np.int64) * len(self.pairs.responses) + np.asarray(resp, dtype=np.int64)
@@ -88,6 +125,9 @@ class PairFeatures:
                     embed_contexts(self.encoder, self.template, texts, self.progress and "contexts")
                 )
                 self.have_u[need] = True
+            if self.line_turns:
+                lines = self.line_idx[np.unique(ctx)].ravel()
+                resp = np.r_[resp, lines[lines >= 0]]
             need = np.unique(resp[~self.have_v[resp]])
             if len(need):
                 texts = [self.pairs.responses[i] for i in need]
@@ -110,6 +150,11 @@ class PairFeatures:
 
     def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.input_mode == "pair":
-            return self.u[torch.as_tensor(ctx)], self.v[torch.as_tensor(resp)]
+            c = torch.as_tensor(ctx)
+            u, v = self.u[c], self.v[torch.as_tensor(resp)]
+            if self.line_turns:
+                idx = torch.as_tensor(self.line_idx)[c]
+                u = stack_lines(u, self.v[idx.clamp(min=0)], idx >= 0)
+            return u, v
         rows = [self.rows[k] for k in self._key(ctx, resp).ravel().tolist()]
         return self.table[torch.as_tensor(rows)].view(*np.shape(ctx), -1), None

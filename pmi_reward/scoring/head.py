@@ -3,6 +3,12 @@
 Two input modes (the paper's names): ``prompt`` reads one embedding of the filled pair prompt; ``pair``
 reads separate context and response embeddings u, v as [u, v, u*v] (``pair_product=False`` gives the
 paper's plain concatenation [u, v]).
+
+``line_turns = N > 0`` (pair mode) also shows the head the context's N newest lines, each embedded as a reply:
+the context side is then a stack (..., 1 + N, d) of u and the lines (newest first, zero rows where the context is
+shorter), and the head reads [v * last line, cos(line_i, v) for each line, max_i cos(line_i, v), cos(u, v)] on
+top of [u, v, u*v]. A reply is an answer to the last turn, not a copy of any line: a frozen encoder's pooled
+context embedding hides both facts, these features expose them.
 """
 
 from __future__ import annotations
@@ -35,12 +41,17 @@ class HeadConfig:
     hidden: list[int] = field(default_factory=lambda: [256, 128], metadata={"help": "head hidden widths"})
     cap: float = field(default=20.0, metadata={"help": "softcap bound of the score"})
     pair_product: bool = field(default=True, metadata={"help": "add u*v to the pair features"})
+    line_turns: int = field(
+        default=0, metadata={"help": "pair mode: compare the reply with the context's N newest lines too (0: off)"}
+    )
 
     def __post_init__(self) -> None:
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES}, got {self.input_mode!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
+        if self.line_turns < 0 or (self.line_turns and self.input_mode != "pair"):
+            raise ValueError("line_turns must be >= 0, and is only used in pair mode")
         object.__setattr__(self, "hidden", [int(h) for h in self.hidden])
 
     def with_dim(self, dim: int) -> HeadConfig:
@@ -53,14 +64,29 @@ class HeadConfig:
             raise ValueError("HeadConfig.dim is unset: take it from the encoder with with_dim(encoder.dim)")
         if self.input_mode == "prompt":
             return self.dim
-        return self.dim * (3 if self.pair_product else 2)
+        width = self.dim * (3 if self.pair_product else 2)
+        return width + (self.dim + self.line_turns + 2 if self.line_turns else 0)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp(min=1e-8)
+
+
+def line_features(u: torch.Tensor, lines: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """[v * last line, cos(line_i, v) ..., max_i cos(line_i, v), cos(u, v)] for lines (..., N, d), newest first;
+    a missing line (a zero row) has cosine -1, so it never looks like the reply."""
+    present = lines.norm(dim=-1) > 0
+    cos = _cosine(lines, v.unsqueeze(-2)).masked_fill(~present, -1.0)
+    extra = [cos.max(-1, keepdim=True).values, _cosine(u, v).unsqueeze(-1)]
+    return torch.cat([lines[..., 0, :] * v, cos, *extra], dim=-1)
+
+
 def head_input(config: HeadConfig, u: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:
-    """The row a head of this config reads: ``u`` (prompt mode) or [u, v, u*v] / [u, v] (pair mode).
+    """The row a head of this config reads: ``u`` (prompt mode) or [u, v, u*v] / [u, v] (pair mode), plus the
+    line features when ``line_turns`` is set (``u`` is then the stack of the context and its lines).
 
     Public so that non-neural baselines (e.g. KDE) can be fitted on exactly the head's inputs.
     """
@@ -68,7 +94,16 @@ def head_input(config: HeadConfig, u: torch.Tensor, v: torch.Tensor | None = Non
         return u
     if v is None:
         raise ValueError("pair mode needs context and response embeddings")
+    lines = None
+    if config.line_turns:
+        if u.dim() < 2 or u.shape[-2] != config.line_turns + 1:
+            raise ValueError(
+                f"line_turns={config.line_turns} needs contexts of shape (..., {config.line_turns + 1}, d)"
+            )
+        u, lines = u[..., 0, :], u[..., 1:, :]
     parts = [u, v, u * v] if config.pair_product else [u, v]
+    if lines is not None:
+        parts.append(line_features(u, lines, v))
     return torch.cat(parts, dim=-1)
 
 

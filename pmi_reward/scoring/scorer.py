@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from ..data.records import atomic_write
 from .cache import EmbeddingCache
 from .encoder import EncoderSpec, TextEncoder
-from .features import embed_contexts, embed_prompts, embed_responses
+from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
 
@@ -80,9 +80,22 @@ class PMIScorer:
         """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode."""
         if self.input_mode == "prompt":
             return torch.from_numpy(embed_prompts(self.encoder, self.template, contexts, responses, progress)), None
-        u = embed_contexts(self.encoder, self.template, contexts, progress and "contexts")
-        v = embed_responses(self.encoder, self.template, responses, progress and "responses")
-        return torch.from_numpy(u), torch.from_numpy(v)
+        u = torch.from_numpy(embed_contexts(self.encoder, self.template, contexts, progress and "contexts"))
+        v = torch.from_numpy(embed_responses(self.encoder, self.template, responses, progress and "responses"))
+        n = self.head.config.line_turns
+        if n:
+            lines = [newest_lines(c, n) for c in contexts]
+            flat = [line for own in lines for line in own]
+            table = torch.zeros(len(contexts), n, u.shape[-1])
+            present = torch.zeros(len(contexts), n, dtype=torch.bool)
+            if flat:
+                emb = torch.from_numpy(embed_responses(self.encoder, self.template, flat, progress and "lines"))
+                at = 0
+                for i, own in enumerate(lines):
+                    table[i, : len(own)], present[i, : len(own)] = emb[at : at + len(own)], True
+                    at += len(own)
+            u = stack_lines(u, table, present)
+        return u, v
 
     @torch.no_grad()
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:

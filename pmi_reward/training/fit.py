@@ -42,8 +42,8 @@ def fit_scorer(
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
-    train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress)
-    val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress)
+    train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress, head_config.line_turns)
+    val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress, head_config.line_turns)
     result = train_head(
         head_config,
         train_features,
@@ -73,7 +73,9 @@ def score_with_negatives(
 
     The negative columns come in ``sample_negatives`` order: random, in-dialogue, in-context.
     """
-    features = PairFeatures(scorer.encoder, scorer.template, pairs, scorer.input_mode, progress)
+    features = PairFeatures(
+        scorer.encoder, scorer.template, pairs, scorer.input_mode, progress, scorer.head.config.line_turns
+    )
     pos = score_index_pairs(scorer.head, features, pairs.ctx, pairs.resp)
     if spec is None:
         return pos, None

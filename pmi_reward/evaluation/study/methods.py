@@ -69,12 +69,14 @@ class FeatureBank:
 
     def __init__(self, encoder: TextEncoder, template: PromptTemplate, progress: bool = True) -> None:
         self.encoder, self.template, self.progress = encoder, template, progress
-        self._features: dict[tuple[str, str], PairFeatures] = {}
+        self._features: dict[tuple[str, str, int], PairFeatures] = {}
 
-    def __call__(self, data: EvalSet, input_mode: str) -> PairFeatures:
-        key = (data.name, input_mode)
+    def __call__(self, data: EvalSet, input_mode: str, line_turns: int = 0) -> PairFeatures:
+        key = (data.name, input_mode, line_turns)
         if key not in self._features:
-            self._features[key] = PairFeatures(self.encoder, self.template, data.pairs, input_mode, self.progress)
+            self._features[key] = PairFeatures(
+                self.encoder, self.template, data.pairs, input_mode, self.progress, line_turns
+            )
         return self._features[key]
 
 
@@ -96,7 +98,7 @@ def fit_method(
 ) -> tuple[IndexScorer, dict]:
     """Fit ``method`` (an objective name or ``kde``) on the shared negatives; return a scorer of index pairs."""
     mode = head_config.input_mode
-    ft, fv = bank(train, mode), bank(val, mode)
+    ft, fv = bank(train, mode, head_config.line_turns), bank(val, mode, head_config.line_turns)
     if method in OBJECTIVES:
         result = train_head(
             head_config,
@@ -144,12 +146,15 @@ def run_round(
     """
     out = []
     for mode in input_modes:
-        head_config = replace(head or HeadConfig(), dim=bank.encoder.dim, input_mode=mode)
+        base = head or HeadConfig()
+        head_config = replace(
+            base, dim=bank.encoder.dim, input_mode=mode, line_turns=base.line_turns if mode == "pair" else 0
+        )
         for method in methods:
             scorer, info = fit_method(method, head_config, train, val, bank, config, kde, progress)
             result = MethodScores(bank.encoder.spec.model, method, mode, round_index, info=info)
             for data in evals:
-                f = bank(data, mode)
+                f = bank(data, mode, head_config.line_turns)
                 result.pos[data.name] = scorer(f, data.pairs.ctx, data.pairs.resp)
                 if data.negatives is not None:
                     result.neg[data.name] = scorer(f, data.negative_contexts(), data.negatives)
