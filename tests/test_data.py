@@ -135,3 +135,31 @@ def test_jsonl_records_may_hold_unicode_line_separators(tmp_path):
     path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     pairs = load_pairs(path)
     assert pairs.context_texts == ["a\x85b", "e"] and pairs.response_texts == ["c\u2028d", "f"]
+
+
+def test_pair_file_contexts_keep_their_last_turns_and_every_line_stays_a_candidate(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text('context,response,dialog_key\n"a\nb\nc\nd",e,k1\n"x\ny",z,k2\n', encoding="utf-8")
+    pairs = load_pairs(path, max_context_turns=2)
+    assert pairs.context_texts == ["c\nd", "x\ny"] and pairs.context_turns == 2
+    group = pairs.group[0]
+    pool = {pairs.responses[r] for r in pairs.pool[pairs.pool_ptr[group] : pairs.pool_ptr[group + 1]]}
+    assert {"a", "b", "c", "d", "e"} <= pool
+
+
+def test_concat_keeps_dialogues_apart_and_pools_whole(topic_dialogues, tmp_path):
+    from_dialogues = PairSet.from_dialogues(topic_dialogues[:3], max_context_turns=2)
+    path = tmp_path / "pairs.csv"
+    path.write_text('context,response,dialog_key\n"hi\nthere",hello,k1\n', encoding="utf-8")
+    both = PairSet.concat([from_dialogues, load_pairs(path, max_context_turns=2)])
+    assert len(both) == len(from_dialogues) + 1
+    assert both.context_texts == from_dialogues.context_texts + ["hi\nthere"]
+    assert both.response_texts == from_dialogues.response_texts + ["hello"]
+    assert len(set(both.group.tolist())) == len(set(from_dialogues.group.tolist())) + 1
+
+    def pool(p: PairSet, g: int) -> set[str]:
+        return {p.responses[r] for r in p.pool[p.pool_ptr[g] : p.pool_ptr[g + 1]]}
+
+    for g in range(len(set(from_dialogues.group.tolist()))):
+        assert pool(both, g) == pool(from_dialogues, g)
+    assert both.context_turns == 2

@@ -1,10 +1,14 @@
-"""Negative responses for each positive pair: random, in-dialogue and in-context.
+"""Negative responses for each positive pair: random, in-dialogue, in-context, and mined look-alikes.
 
 - random: the response of a uniformly chosen pair of another dialogue, i.e. a draw from the marginal
   p(r); with random negatives alone the NWJ optimum is exactly PMI(c; r).
 - in-dialogue: another turn of the same conversation (on topic, but not the reply to this context).
 - in-context: one of the context's own lines, which teaches the scorer that parroting the context is
   not an answer (a frozen-embedding head otherwise rates an exact copy as the most related reply).
+- lexical: a reply from another dialogue that shares the most words with the context (TF-IDF): it looks on
+  topic without answering (``pmi_reward.data.mining``).
+- nearest: a reply from another dialogue whose embedding is nearest the context's (the encoder's own
+  confusions).
 
 Hard negatives move the optimum from PMI to log p(c, r) / q(c, r) for the mixture q; they trade exact
 calibration for a reward that cannot be gamed by copying. A negative never equals the gold response.
@@ -18,7 +22,7 @@ import numpy as np
 
 from .pairs import PairSet
 
-__all__ = ["NegativeSpec", "sample_negatives"]
+__all__ = ["KINDS", "NegativeSpec", "sample_negatives"]
 
 _TRIES = 32
 
@@ -37,14 +41,29 @@ class NegativeSpec:
         default=1,
         metadata={"help": "negatives per positive: lines of its own context (so that parroting is not rewarded)"},
     )
+    k_lexical: int = field(
+        default=0,
+        metadata={"help": "negatives per positive: replies of other dialogues sharing the most words with the context"},
+    )
+    k_nearest: int = field(
+        default=0,
+        metadata={"help": "negatives per positive: replies of other dialogues nearest the context by the encoder"},
+    )
 
     @property
     def k(self) -> int:
-        return self.k_random + self.k_in_dialogue + self.k_context
+        return sum(self.counts().values())
+
+    def counts(self) -> dict[str, int]:
+        """The count of each kind, in the order of ``sample_negatives``' columns."""
+        return {kind: getattr(self, f"k_{kind}") for kind in KINDS}
 
     def __post_init__(self) -> None:
-        if min(self.k_random, self.k_in_dialogue, self.k_context) < 0:
+        if min(self.counts().values()) < 0:
             raise ValueError(f"negative counts must be >= 0, got {self}")
+
+
+KINDS = ("random", "in_dialogue", "context", "lexical", "nearest")
 
 
 def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -108,14 +127,31 @@ def _in_context(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> n
     return _from_pool(pairs, rows, rng, pairs.line_ptr, pairs.lines, pairs.ctx[rows], _in_dialogue)
 
 
+def _mined(kind: str):
+    def draw(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if kind not in pairs.mined:
+            raise ValueError(f"k_{kind} needs mined {kind} negatives: call pmi_reward.data.mining.mine_{kind} first")
+        ptr, pool = pairs.mined[kind]
+        return _from_pool(pairs, rows, rng, ptr, pool, pairs.ctx[rows], _random)
+
+    return draw
+
+
+_DRAW = {
+    "random": _random,
+    "in_dialogue": _in_dialogue,
+    "context": _in_context,
+    "lexical": _mined("lexical"),
+    "nearest": _mined("nearest"),
+}
+
+
 def sample_negatives(
     pairs: PairSet, spec: NegativeSpec, rng: np.random.Generator, rows: np.ndarray | None = None
 ) -> np.ndarray:
-    """(len(rows), k) response-table indices: the random, then in-dialogue, then in-context columns."""
+    """(len(rows), k) response-table indices, one block of columns per kind in ``KINDS`` order."""
     if spec.k < 1:
         raise ValueError(f"cannot sample an empty mix of negatives ({spec}): set at least one count")
     rows = np.arange(len(pairs)) if rows is None else np.asarray(rows)
-    cols = [_random(pairs, rows, rng) for _ in range(spec.k_random)]
-    cols += [_in_dialogue(pairs, rows, rng) for _ in range(spec.k_in_dialogue)]
-    cols += [_in_context(pairs, rows, rng) for _ in range(spec.k_context)]
+    cols = [_DRAW[kind](pairs, rows, rng) for kind, k in spec.counts().items() for _ in range(k)]
     return np.stack(cols, axis=1)

@@ -10,7 +10,7 @@ other turns of the dialogue (from dialogues), or the other responses and the con
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ class PairSet:
     ``pool[pool_ptr[g]:pool_ptr[g + 1]]`` are the response-table indices of dialogue ``g``'s turns, the
     candidates for in-dialogue negatives; ``lines[line_ptr[c]:line_ptr[c + 1]]`` are those of context
     ``c``'s own lines (parroting negatives). ``extras`` carries other per-pair columns (e.g. ratings).
+    ``mined[kind]`` is a (ptr, pool) table of mined hard negatives per context (``pmi_reward.data.mining``).
     ``context_turns`` is how many turns a context keeps at most (None when unknown, e.g. for pair files): a
     scorer trained on these pairs reads contexts the same way.
     """
@@ -59,6 +60,7 @@ class PairSet:
     lines: np.ndarray
     extras: dict[str, list] | None = None
     context_turns: int | None = None
+    mined: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ctx)
@@ -142,19 +144,46 @@ class PairSet:
         responses: Sequence[str],
         keys: Sequence[str] | None = None,
         extras: dict[str, list] | None = None,
+        max_context_turns: int | None = None,
     ) -> PairSet:
         """Ready-made pairs; context lines and same-key responses become in-dialogue candidates.
 
-        Without ``keys`` every pair is its own dialogue.
+        Without ``keys`` every pair is its own dialogue. ``max_context_turns`` keeps each context's last N lines
+        (turns), as a scorer trained on them reads contexts; every line stays an in-dialogue candidate.
         """
         if len(contexts) != len(responses) or (keys is not None and len(keys) != len(contexts)):
             raise ValueError("contexts, responses and keys must have the same length")
+        if max_context_turns is not None and max_context_turns < 1:
+            raise ValueError("max_context_turns must be >= 1 or None")
         keys = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
-        items = [
-            (c, r, k, [line.strip() for line in c.split("\n") if line.strip()])
-            for c, r, k in zip(contexts, responses, keys, strict=True)
-        ]
-        return cls._build(items, extras)
+        items = []
+        for c, r, k in zip(contexts, responses, keys, strict=True):
+            lines = [line.strip() for line in c.split("\n") if line.strip()]
+            kept = join_turns(lines[-max_context_turns:]) if max_context_turns else c
+            items.append((kept, r, k, lines))
+        return cls._build(items, extras, context_turns=max_context_turns)
+
+    @classmethod
+    def concat(cls, sets: Sequence[PairSet]) -> PairSet:
+        """One PairSet holding the pairs of ``sets`` (their dialogues kept apart; extras dropped unless shared)."""
+        if not sets:
+            raise ValueError("concat needs at least one PairSet")
+        items = []
+        for n, pairs in enumerate(sets):
+            seen: set[int] = set()
+            for i in range(len(pairs)):
+                g = int(pairs.group[i])
+                turns = (
+                    ()
+                    if g in seen
+                    else [pairs.responses[r] for r in pairs.pool[pairs.pool_ptr[g] : pairs.pool_ptr[g + 1]]]
+                )
+                seen.add(g)
+                items.append((pairs.contexts[pairs.ctx[i]], pairs.responses[pairs.resp[i]], f"{n}:{g}", turns))
+        columns = set.intersection(*(set(p.extras or {}) for p in sets))
+        extras = {c: [v for p in sets for v in (p.extras or {})[c]] for c in sorted(columns)} or None
+        kept = {p.context_turns for p in sets}
+        return cls._build(items, extras, context_turns=kept.pop() if len(kept) == 1 else None)
 
 
 def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -169,10 +198,12 @@ def load_pairs(
     response_column: str = "response",
     key_column: str | None = "dialog_key",
     extra_columns: Sequence[str] = (),
+    max_context_turns: int | None = None,
 ) -> PairSet:
     """A pair file (CSV/TSV/JSONL/JSON) with context and response columns and an optional dialogue key.
 
-    ``extra_columns`` (e.g. human ratings, analytic PMI parts) are kept as floats where they parse.
+    ``extra_columns`` (e.g. human ratings, analytic PMI parts) are kept as floats where they parse;
+    ``max_context_turns`` keeps each context's last N lines (``PairSet.from_pairs``).
     """
     records = read_records(path)
     contexts = require_text(records, path, context_column, allow_empty=True)
@@ -185,7 +216,7 @@ def load_pairs(
         if column not in records[0]:
             raise DataError(f"{path}: missing column {column!r} (columns: {sorted(records[0])})")
         extras[column] = [_maybe_float(r.get(column)) for r in records]
-    return PairSet.from_pairs(contexts, responses, keys, extras or None)
+    return PairSet.from_pairs(contexts, responses, keys, extras or None, max_context_turns)
 
 
 def _maybe_float(value):

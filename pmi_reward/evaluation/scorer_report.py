@@ -65,8 +65,7 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
     if neg is not None:
         report["auc"] = estimate(roc_auc, pos, neg)
         start = 0
-        counts = (negatives.k_random, negatives.k_in_dialogue, negatives.k_context)
-        for kind, k in zip(("random", "in_dialogue", "in_context"), counts, strict=True):
+        for kind, k in negatives.counts().items():
             if k and k < neg.shape[1]:
                 report[f"auc_{kind}"] = estimate(roc_auc, pos, neg[:, start : start + k])
             start += k

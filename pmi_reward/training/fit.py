@@ -8,6 +8,7 @@ from dataclasses import asdict
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from ..data.mining import mine_lexical, mine_nearest
 from ..data.negatives import NegativeSpec, sample_negatives
 from ..data.pairs import PairSet
 from ..scoring.encoder import TextEncoder
@@ -17,7 +18,18 @@ from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
 from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
 
-__all__ = ["fit_scorer", "evaluate_auc", "score_with_negatives"]
+__all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives"]
+
+
+def mine_negatives(pairs: PairSet, spec: NegativeSpec, features: PairFeatures) -> None:
+    """Mine the hard negatives ``spec`` asks for (lexical look-alikes, the encoder's nearest replies), once."""
+    if spec.k_lexical and "lexical" not in pairs.mined:
+        mine_lexical(pairs)
+    if spec.k_nearest and "nearest" not in pairs.mined:
+        if features.input_mode != "pair":
+            raise ValueError("k_nearest mines by the context and reply embeddings: it needs input_mode pair")
+        features.prepare(np.arange(len(pairs.contexts)), np.unique(pairs.resp))
+        mine_nearest(pairs, features.u.numpy(), features.v.numpy())
 
 
 def fit_scorer(
@@ -44,6 +56,9 @@ def fit_scorer(
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
     train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress, head_config.line_turns)
     val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress, head_config.line_turns)
+    if train_negatives is None or val_negatives is None:
+        mine_negatives(train, negatives, train_features)
+        mine_negatives(val, negatives, val_features)
     result = train_head(
         head_config,
         train_features,
@@ -71,7 +86,7 @@ def score_with_negatives(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Scores of the positives (n,) and of seeded negatives of the given mix (n, K; None without a mix).
 
-    The negative columns come in ``sample_negatives`` order: random, in-dialogue, in-context.
+    The negative columns come in ``sample_negatives`` order (``KINDS``).
     """
     features = PairFeatures(
         scorer.encoder, scorer.template, pairs, scorer.input_mode, progress, scorer.head.config.line_turns
@@ -79,6 +94,7 @@ def score_with_negatives(
     pos = score_index_pairs(scorer.head, features, pairs.ctx, pairs.resp)
     if spec is None:
         return pos, None
+    mine_negatives(pairs, spec, features)
     negs = sample_negatives(pairs, spec, np.random.default_rng(seed))
     return pos, score_index_pairs(scorer.head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
 

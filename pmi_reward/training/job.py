@@ -49,7 +49,11 @@ class TrainData:
     )
     max_dialogues: int | None = field(default=None, metadata={"help": "use the first N dialogues (after skipping)"})
     max_context_turns: int = field(
-        default=3, metadata={"help": "turns of context before each response (the scorer reads contexts the same way)"}
+        default=3,
+        metadata={
+            "help": "turns of context kept before each response, in dialogues and pair files (the scorer reads "
+            "contexts the same way)"
+        },
     )
     max_pairs_per_dialogue: int | None = field(default=None, metadata={"help": "sample at most N pairs per dialogue"})
     val_fraction: float = 0.1
@@ -63,51 +67,65 @@ class TrainData:
 ARGUMENTS = (TrainData, EncoderSpec, PromptTemplate, HeadConfig, NegativeSpec, TrainConfig)
 
 
-def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict]:
-    """(train, val, test or None, provenance) from the data arguments."""
-    if args.dialogues and args.train_file:
-        raise SystemExit("give either --dialogues or --train_file, not both")
-    if args.dialogues:
-        dialogues = load_dialogues(args.dialogues)[args.skip_dialogues :]
-        dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues
-        if not dialogues:
-            raise SystemExit(f"--skip_dialogues {args.skip_dialogues} leaves no dialogues in {args.dialogues}")
-        splits = split_dialogues(dialogues, args.val_fraction, args.test_fraction, args.split_seed)
-        made = [
-            PairSet.from_dialogues(
-                s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue, seed=args.split_seed
-            )
-            if s
-            else None
-            for s in splits
-        ]
-        if made[0] is None or made[1] is None:
-            raise SystemExit(f"{args.dialogues}: too few dialogues for a training and a validation split")
-        source = {
-            "dialogues": args.dialogues,
-            "skip_dialogues": args.skip_dialogues,
-            "n_dialogues": [len(s) for s in splits],
-            "max_context_turns": args.max_context_turns,
-        }
-        return made[0], made[1], made[2], source
-    if not args.train_file:
-        raise SystemExit("give --dialogues (e.g. chitchat) or --train_file")
+def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
+    dialogues = load_dialogues(args.dialogues)[args.skip_dialogues :]  # type: ignore[arg-type]
+    dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues
+    if not dialogues:
+        raise SystemExit(f"--skip_dialogues {args.skip_dialogues} leaves no dialogues in {args.dialogues}")
+    splits = split_dialogues(dialogues, args.val_fraction, args.test_fraction, args.split_seed)
+    made = [
+        PairSet.from_dialogues(
+            s, args.max_context_turns, max_pairs_per_dialogue=args.max_pairs_per_dialogue, seed=args.split_seed
+        )
+        if s
+        else None
+        for s in splits
+    ]
+    if made[0] is None or made[1] is None:
+        raise SystemExit(f"{args.dialogues}: too few dialogues for a training and a validation split")
+    source = {
+        "dialogues": args.dialogues,
+        "skip_dialogues": args.skip_dialogues,
+        "n_dialogues": [len(s) for s in splits],
+        "max_context_turns": args.max_context_turns,
+    }
+    return made, source
+
+
+def _file_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
     if not args.val_file:
         raise SystemExit("--train_file needs --val_file for model selection (or use --dialogues, which splits)")
     columns = (args.context_column, args.response_column, args.key_column)
-    train, val = load_pairs(args.train_file, *columns), load_pairs(args.val_file, *columns)
-    test = load_pairs(args.test_file, *columns) if args.test_file else None
-    return (
-        train,
-        val,
-        test,
-        {
-            "train_file": args.train_file,
-            "val_file": args.val_file,
-            "test_file": args.test_file,
-            "columns": list(columns),
-        },
-    )
+    load = lambda path: load_pairs(path, *columns, max_context_turns=args.max_context_turns)  # noqa: E731
+    made = [load(args.train_file), load(args.val_file), load(args.test_file) if args.test_file else None]
+    source = {
+        "train_file": args.train_file,
+        "val_file": args.val_file,
+        "test_file": args.test_file,
+        "columns": list(columns),
+        "max_context_turns": args.max_context_turns,
+    }
+    return made, source
+
+
+def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict]:
+    """(train, val, test or None, provenance) from the data arguments: dialogues split by dialogue, pair files,
+    or both (each split the union of the two sources' splits)."""
+    parts = []
+    if args.dialogues:
+        parts.append(_dialogue_pairs(args))
+    if args.train_file:
+        parts.append(_file_pairs(args))
+    if not parts:
+        raise SystemExit("give --dialogues (e.g. chitchat) and/or --train_file")
+    source = {k: v for _, s in parts for k, v in s.items()}
+    splits: list[PairSet | None] = []
+    for i in range(3):
+        present = [p for p in (made[i] for made, _ in parts) if p is not None]
+        splits.append(PairSet.concat(present) if len(present) > 1 else (present[0] if present else None))
+    train, val, test = splits
+    assert train is not None and val is not None  # each source gives both
+    return train, val, test, source
 
 
 def train_scorer(

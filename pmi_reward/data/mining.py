@@ -1,0 +1,68 @@
+"""Mined hard negatives: replies of other dialogues that look like an answer to a context without being one.
+
+``mine_lexical`` ranks the corpus' replies by the words they share with a context (TF-IDF cosine): look-alikes
+that reuse the context's words, the cheapest way to fool a relevance scorer. ``mine_nearest`` ranks them by the
+encoder's own embeddings: the replies the encoder confuses with an answer. Each keeps, per context, the top
+``m`` replies of OTHER dialogues (the gold reply and its dialogue's turns can never be drawn), in a (ptr, pool)
+table on ``PairSet.mined`` that ``sample_negatives`` draws ``k_lexical`` / ``k_nearest`` columns from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .pairs import PairSet
+
+__all__ = ["mine_lexical", "mine_nearest"]
+
+_CHUNK = 512
+
+
+def _candidates(pairs: PairSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct gold replies (response-table indices), the dialogue of each, and each context's dialogue."""
+    replies, first = np.unique(pairs.resp, return_index=True)
+    ctx_group = np.full(len(pairs.contexts), -1, dtype=np.int64)
+    ctx_group[pairs.ctx[::-1]] = pairs.group[::-1]  # the first pair of each context wins
+    return replies, pairs.group[first], ctx_group
+
+
+def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per context, the ``m`` most similar candidate replies of other dialogues, as a (ptr, pool) table."""
+    replies, reply_group, ctx_group = _candidates(pairs)
+    m = min(m, len(replies))
+    pool = np.empty((len(pairs.contexts), m), dtype=np.int64)
+    for start in range(0, len(pairs.contexts), _CHUNK):
+        ctx = np.arange(start, min(start + _CHUNK, len(pairs.contexts)))
+        sim = np.asarray(similarity(ctx), dtype=np.float64)
+        sim[reply_group[None, :] == ctx_group[ctx][:, None]] = -np.inf  # never the same dialogue
+        top = np.argpartition(-sim, m - 1, axis=1)[:, :m]
+        order = np.argsort(-np.take_along_axis(sim, top, 1), axis=1)
+        pool[ctx] = replies[np.take_along_axis(top, order, 1)]
+    return np.arange(0, pool.size + 1, m, dtype=np.int64), pool.ravel()
+
+
+def mine_lexical(pairs: PairSet, m: int = 32) -> None:
+    """Fill ``pairs.mined["lexical"]``: per context, the ``m`` replies of other dialogues with the highest TF-IDF
+    cosine to it (English stop words left out, so shared content words count)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    replies, _, _ = _candidates(pairs)
+    vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True).fit(
+        [pairs.responses[r] for r in replies] + pairs.contexts
+    )
+    reply_matrix = vectorizer.transform([pairs.responses[r] for r in replies]).T.tocsr()
+    context_matrix = vectorizer.transform(pairs.contexts)
+    pairs.mined["lexical"] = _top(pairs, lambda ctx: (context_matrix[ctx] @ reply_matrix).toarray(), m)
+
+
+def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m: int = 32) -> None:
+    """Fill ``pairs.mined["nearest"]``: per context, the ``m`` replies of other dialogues whose embedding has the
+    highest cosine with the context's. ``contexts`` (n_contexts, d) and ``responses`` (n_responses, d) are
+    embeddings of the whole text tables (only the gold replies' rows are read)."""
+    replies, _, _ = _candidates(pairs)
+    u = contexts / np.maximum(np.linalg.norm(contexts, axis=1, keepdims=True), 1e-8)
+    v = responses[replies]
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-8)
+    pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m)

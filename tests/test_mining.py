@@ -1,0 +1,59 @@
+"""Mined hard negatives: lexical look-alikes and the encoder's nearest replies, never from the same dialogue."""
+
+import numpy as np
+import pytest
+
+from pmi_reward.data.dialogues import Dialogue
+from pmi_reward.data.mining import mine_lexical, mine_nearest
+from pmi_reward.data.negatives import KINDS, NegativeSpec, sample_negatives
+from pmi_reward.data.pairs import PairSet
+
+DIALOGUES = [
+    Dialogue("jazz", ("Do you like jazz music?", "I love jazz, Coltrane is my favourite.", "Mine too!")),
+    Dialogue("dogs", ("My dog chased a squirrel today.", "Did the dog catch the squirrel?", "No, it got away.")),
+    Dialogue("music", ("What music do you play?", "Mostly jazz music on the piano.", "Cool, classical too?")),
+    Dialogue("cats", ("My cat sleeps all day.", "Cats are lazy.", "Indeed.")),
+]
+
+
+@pytest.fixture
+def pairs():
+    return PairSet.from_dialogues(DIALOGUES, max_context_turns=2)
+
+
+def test_lexical_look_alikes_share_words_and_come_from_other_dialogues(pairs):
+    mine_lexical(pairs, m=2)
+    ptr, pool = pairs.mined["lexical"]
+    ctx = pairs.contexts.index("Do you like jazz music?")
+    mined = [pairs.responses[r] for r in pool[ptr[ctx] : ptr[ctx + 1]]]
+    assert mined[0] == "Mostly jazz music on the piano."  # shares "jazz" and "music", answers nothing
+    for c, text in enumerate(pairs.contexts):
+        own = {pairs.responses[r] for i, r in enumerate(pairs.resp) if pairs.ctx[i] == c}
+        dialogue = next(d for d in DIALOGUES if text.split("\n")[0] in d.turns)
+        for r in pool[ptr[c] : ptr[c + 1]]:
+            assert pairs.responses[r] not in dialogue.turns and pairs.responses[r] not in own
+
+
+def test_nearest_replies_follow_the_embeddings(pairs):
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(len(pairs.contexts), 8))
+    v = rng.normal(size=(len(pairs.responses), 8))
+    target = pairs.resp[pairs.group != pairs.group[0]][0]  # a reply of another dialogue
+    v[target] = u[pairs.ctx[0]] * 10  # make it the nearest reply to the first context
+    mine_nearest(pairs, u, v, m=1)
+    ptr, pool = pairs.mined["nearest"]
+    assert pool[ptr[pairs.ctx[0]]] == target
+
+
+def test_mined_kinds_are_sampled_in_their_columns_and_need_mining(pairs):
+    spec = NegativeSpec(k_random=1, k_in_dialogue=0, k_context=0, k_lexical=2)
+    assert list(spec.counts()) == list(KINDS) and spec.k == 3
+    with pytest.raises(ValueError, match="mine_lexical"):
+        sample_negatives(pairs, spec, np.random.default_rng(0))
+    mine_lexical(pairs, m=3)
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0))
+    ptr, pool = pairs.mined["lexical"]
+    for i, row in enumerate(negs):
+        c = pairs.ctx[i]
+        assert set(row[1:]) <= set(pool[ptr[c] : ptr[c + 1]])
+        assert pairs.resp[i] not in row
