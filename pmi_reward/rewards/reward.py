@@ -79,9 +79,12 @@ class PMIReward(RewardPath):
             "scorer_config": self.scorer.config(),
             "head": head,
             "metadata": self.scorer.metadata,
+            "directory": str(self.scorer.directory) if self.scorer.directory is not None else None,
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.scorer = PMIScorer.from_config(state["scorer_config"], state["head"], metadata=state.get("metadata"))
+        self.scorer = PMIScorer.from_config(
+            state["scorer_config"], state["head"], metadata=state.get("metadata"), directory=state.get("directory")
+        )
         RewardPath.__init__(self, RewardOptions(**state["options"]))
         self.seconds = 0.0

@@ -35,6 +35,9 @@ class EncoderSpec:
     dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16"})
     layer: int = field(default=-1, metadata={"help": "hidden layer to pool (-1: the last)"})
     encode_batch_size: int = field(default=64, metadata={"help": "texts per encoder forward"})
+    revision: str | None = field(
+        default=None, metadata={"help": "digest of fine-tuned weights (set by training; keeps their cache apart)"}
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +56,8 @@ class EncoderSpec:
         """What identifies the embeddings in the cache: every setting but the batch size (unchanged since v1, so
         that caches stay valid)."""
         settings = {k: v for k, v in self.to_dict().items() if k != "encode_batch_size"}
+        if settings["revision"] is None:  # pretrained weights: the keys of caches written before revisions existed
+            del settings["revision"]
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
 
 
@@ -101,6 +106,11 @@ class TextEncoder:
     @property
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
+
+    def adopt(self, spec: EncoderSpec) -> None:
+        """Describe the (e.g. fine-tuned) weights this encoder now holds by ``spec``; cache keys follow it."""
+        self.spec = spec
+        self._fingerprint = spec.fingerprint(self.pooling)
 
     def set_batch_size(self, encode_batch_size: int | None) -> None:
         """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); embeddings do not

@@ -98,13 +98,13 @@ class PairFeatures:
             self.v = torch.zeros(len(pairs.responses), d)
             self.have_u = np.zeros(len(pairs.contexts), dtype=bool)
             self.have_v = np.zeros(len(pairs.responses), dtype=bool)
-            self.line_idx = self._line_table(pairs, line_turns)
+            self.line_idx = self.line_table(pairs, line_turns)
         else:
             self.rows: dict[int, int] = {}
             self.table = torch.zeros(0, d)
 
     @staticmethod
-    def _line_table(pairs: PairSet, n: int) -> np.ndarray:
+    def line_table(pairs: PairSet, n: int) -> np.ndarray:
         """(contexts, n) response-table indices of each context's newest lines, newest first; -1 where none."""
         table = np.full((len(pairs.contexts), n), -1, dtype=np.int64)
         for c in range(len(pairs.contexts)) if n else ():

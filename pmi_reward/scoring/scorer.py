@@ -23,13 +23,14 @@ from .features import embed_contexts, embed_prompts, embed_responses, newest_lin
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError"]
+__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER"]
 
 FORMAT = "pmi-reward-scorer"
 VERSION = 2
 CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
+LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) weights live in the scorer directory
 
 
 class ScorerLoadError(ValueError):
@@ -67,6 +68,7 @@ class PMIScorer:
         self.encoder, self.template, self.head = encoder, template, head.eval()
         self.context_turns = context_turns  # turns of context the training pairs kept (None: every turn)
         self.metadata = metadata or {}
+        self.directory: Path | None = None  # where it was loaded from (a fine-tuned encoder's weights live there)
 
     @property
     def input_mode(self) -> str:
@@ -128,6 +130,9 @@ class PMIScorer:
             _write_json(directory / name, content)
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
+        if self.encoder.spec.model == LOCAL_ENCODER:
+            self.encoder.model.save_pretrained(directory / LOCAL_ENCODER)
+            self.encoder.tokenizer.save_pretrained(directory / LOCAL_ENCODER)
         return directory
 
     @classmethod
@@ -180,9 +185,17 @@ class PMIScorer:
             state = load_file(weights)
         except Exception as err:  # safetensors raises its own error types for truncated files
             raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
-        return cls.from_config(
-            config, state, device, cache_dir, encoder, source=str(directory), metadata=cls.read_metadata(directory)
+        scorer = cls.from_config(
+            config,
+            state,
+            device,
+            cache_dir,
+            encoder,
+            source=str(directory),
+            metadata=cls.read_metadata(directory),
+            directory=directory,
         )
+        return scorer
 
     @classmethod
     def from_config(
@@ -194,8 +207,10 @@ class PMIScorer:
         encoder: TextEncoder | None = None,
         source: str = "<config>",
         metadata: dict | None = None,
+        directory: str | Path | None = None,
     ) -> PMIScorer:
-        """Build a scorer from a config dict (as in config.json) and the head's tensors."""
+        """Build a scorer from a config dict (as in config.json) and the head's tensors; ``directory`` is where a
+        fine-tuned encoder's weights live (the scorer's own directory)."""
         try:
             spec = EncoderSpec.from_dict(config["encoder"])
             template = PromptTemplate.from_dict(config["template"])
@@ -208,12 +223,26 @@ class PMIScorer:
             raise ScorerLoadError(f"{source}: head weights do not match config.json ({err})") from None
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
-            encoder = TextEncoder(spec, cache=cache, device=device)
+            encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(spec, directory, source))
         elif not encoder.spec.embeds_like(spec):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         if metadata is None:
             metadata = config.get("metadata")
-        return cls(encoder, template, head, metadata, _context_turns(config))
+        scorer = cls(encoder, template, head, metadata, _context_turns(config))
+        scorer.directory = Path(directory) if directory is not None else None
+        return scorer
+
+
+def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str) -> dict:
+    """The model and tokenizer of a fine-tuned encoder saved inside the scorer directory (none for a named one)."""
+    if spec.model != LOCAL_ENCODER:
+        return {}
+    path = Path(directory or "") / LOCAL_ENCODER
+    if directory is None or not (path / "config.json").is_file():
+        raise ScorerLoadError(f"{source}: its fine-tuned encoder should be in {path}, which is missing")
+    from .models import load_backbone, load_tokenizer
+
+    return {"model": load_backbone(str(path), spec.dtype), "tokenizer": load_tokenizer(str(path))}
 
 
 def _context_turns(config: dict) -> int | None:

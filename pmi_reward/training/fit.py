@@ -3,7 +3,8 @@ a trained one against seeded negatives (its test ROC-AUC)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -17,6 +18,7 @@ from ..scoring.head import HeadConfig
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
 from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
+from .trainable import TrainableFeatures, finish_tuning, make_trainable
 
 __all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives"]
 
@@ -54,23 +56,30 @@ def fit_scorer(
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
-    train_features = PairFeatures(encoder, template, train, head_config.input_mode, progress, head_config.line_turns)
-    val_features = PairFeatures(encoder, template, val, head_config.input_mode, progress, head_config.line_turns)
+    train_features: Any = PairFeatures(
+        encoder, template, train, head_config.input_mode, progress, head_config.line_turns
+    )
+    val_features: Any = PairFeatures(encoder, template, val, head_config.input_mode, progress, head_config.line_turns)
     if train_negatives is None or val_negatives is None:
         mine_negatives(train, negatives, train_features)
         mine_negatives(val, negatives, val_features)
+    fixed: dict[str, Any] = {"train_negatives": train_negatives, "val_negatives": val_negatives, "negatives": negatives}
+    start_head = None
+    if config.train_encoder != "none":
+        if head_config.input_mode != "pair":
+            raise ValueError("train_encoder fine-tunes pair-mode encoders (input_mode pair)")
+        if config.warmup_rounds:  # the head alone first, on the frozen encoder's cached embeddings: cheap
+            warm = replace(config, train_encoder="none", epochs=config.warmup_rounds, checkpoint_dir=None)
+            start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
+        make_trainable(encoder, config.train_encoder)
+        train_features, val_features = (
+            TrainableFeatures(encoder, template, pairs, head_config.line_turns) for pairs in (train, val)
+        )
     result = train_head(
-        head_config,
-        train_features,
-        train,
-        val_features,
-        val,
-        config,
-        progress,
-        train_negatives,
-        val_negatives,
-        negatives=negatives,
+        head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed
     )
+    if config.train_encoder != "none":
+        finish_tuning(encoder)
     meta = {
         **(metadata or {}),
         "training": {**asdict(config), **asdict(negatives)},

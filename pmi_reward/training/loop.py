@@ -5,8 +5,10 @@ batches of ``batch_size`` with their K negatives (studies that compare methods p
 instead, so that every method sees the very same pairs). After each round the head scores a fixed
 validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
 kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
-with trainable parameters (``pmi_reward.training.lora.EncoderFeatures``: LoRA adapters) are trained along
-with the head, at ``encoder_lr``. Seeded and deterministic on CPU.
+with trainable parameters (``pmi_reward.training.trainable.TrainableFeatures``: the whole encoder or LoRA
+adapters) are trained along with the head, at ``encoder_lr``; a round is then ``steps_per_round`` batches, so that
+validation and checkpoints come often. Checkpoints hold the head, the optimizer, the RNGs and a trainable encoder,
+so a killed run resumes to the same result. Seeded and deterministic on CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
+from torch import nn
 from tqdm.auto import tqdm
 
 from ..data.negatives import NegativeSpec, sample_negatives
@@ -49,8 +52,20 @@ class TrainConfig:
     checkpoint_dir: str | None = field(
         default=None, metadata={"help": "save state after every round there; resume from it when present"}
     )
+    train_encoder: str = field(
+        default="none", metadata={"help": "none (frozen encoder, cached embeddings) | full | lora: fine-tune it too"}
+    )
     encoder_lr: float = field(
-        default=1e-4, metadata={"help": "learning rate of trainable features (e.g. LoRA adapters on the encoder)"}
+        default=2e-5, metadata={"help": "learning rate of the encoder's trainable weights (LoRA: ~1e-4)"}
+    )
+    warmup_rounds: int = field(
+        default=0, metadata={"help": "with train_encoder: rounds of the head alone on the frozen encoder first"}
+    )
+    steps_per_round: int | None = field(
+        default=None, metadata={"help": "batches per round (None: a full pass); validation after each round"}
+    )
+    in_batch_negatives: bool = field(
+        default=False, metadata={"help": "every other reply of the batch is a negative too (free once embedded)"}
     )
 
 
@@ -113,6 +128,16 @@ def _fingerprint(
     return h.hexdigest()
 
 
+def _in_batch(head: PMIHead, u: torch.Tensor, v: torch.Tensor, resp: np.ndarray) -> torch.Tensor:
+    """(B, B - 1) scores of each context with the batch's other replies; where another reply IS the gold one (the
+    same text twice in a batch) the score is the floor -cap, a constant, so no positive is ever a negative."""
+    n = len(resp)
+    other = (np.arange(n)[:, None] + np.arange(1, n)[None, :]) % n  # row i: every j != i
+    scores = head(u.unsqueeze(1).expand(n, n - 1, *u.shape[1:]), v[torch.as_tensor(other)])
+    clash = torch.as_tensor(resp[other] == resp[:, None])
+    return scores.masked_fill(clash, -head.config.cap) if clash.any() else scores
+
+
 def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.ndarray | None:
     if negs is None:
         return None
@@ -127,8 +152,10 @@ def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.n
 class _Run:
     """The state of one ``train_head`` run: the head, trainable features, the optimizer, the best state so far."""
 
-    def __init__(self, head_config: HeadConfig, train_features: Any, config: TrainConfig) -> None:
-        self.head = PMIHead(head_config)
+    def __init__(
+        self, head_config: HeadConfig, train_features: Any, config: TrainConfig, head: PMIHead | None = None
+    ) -> None:
+        self.head = head if head is not None else PMIHead(head_config)
         lr = config.lr if config.lr is not None else default_lr(head_config.dim or 1)
         self.encoder = getattr(train_features, "module", None)
         self.tuned = (
@@ -140,6 +167,15 @@ class _Run:
         self.optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
         self.best: tuple[float, int, tuple[dict, dict]] = (-math.inf, 0, self.snapshot())
         self.history: list[dict] = []
+        # what a checkpoint saves: the head, and a fine-tuned encoder whole (its frozen weights included)
+        self.saved = nn.ModuleDict({"head": self.head})
+        if self.tuned and self.encoder is not None:
+            self.saved["encoder"] = self.encoder
+
+    def best_state(self) -> dict:
+        """The best state so far as one flat dict of ``self.saved``'s keys."""
+        head, tuned = self.best[2]
+        return {**{f"head.{k}": v for k, v in head.items()}, **{f"encoder.{n}": t for n, t in tuned.items()}}
 
     def snapshot(self) -> tuple[dict, dict]:
         return copy.deepcopy(self.head.state_dict()), {n: p.detach().clone() for n, p in self.tuned}
@@ -152,13 +188,13 @@ class _Run:
     def resume(self, directory: str, fingerprint: str, rng: np.random.Generator, patience: int) -> int | None:
         """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
         a large number: the interrupted run had already stopped early)."""
-        if self.tuned:
-            raise ValueError("checkpoint_dir resumes head-only training; it cannot restore trainable encoder features")
-        resumed = load_round(directory, fingerprint, self.head, self.optim, rng)
+        resumed = load_round(directory, fingerprint, self.saved, self.optim, rng)
         if resumed is None:
             return None
         (auc, epoch, state), self.history = resumed.best, resumed.history
-        self.best = (auc, epoch, (state, {}))
+        head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
+        tuned = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
+        self.best = (auc, epoch, (head, tuned))
         return sys.maxsize if resumed.epoch - epoch >= patience else resumed.epoch + 1
 
     def epoch(
@@ -167,25 +203,41 @@ class _Run:
         features: Any,
         pairs: PairSet,
         negs: np.ndarray,
-        batch_size: int,
+        config: TrainConfig,
         rng: np.random.Generator,
+        progress: bool,
     ) -> float:
-        """One pass over the positives in shuffled batches, each with its K negatives; the mean loss."""
+        """One round: shuffled batches of positives (all, or ``steps_per_round`` batches), each with its K
+        negatives (and, with ``in_batch_negatives``, the batch's other replies); the mean loss."""
         k = negs.shape[1]
-        features.prepare(np.r_[pairs.ctx, np.repeat(pairs.ctx, k)], np.r_[pairs.resp, negs.ravel()])
         order = rng.permutation(len(pairs))
+        if config.steps_per_round:
+            order = order[: config.steps_per_round * config.batch_size]
+        features.prepare(
+            np.r_[pairs.ctx[order], np.repeat(pairs.ctx[order], k)], np.r_[pairs.resp[order], negs[order].ravel()]
+        )
         losses = []
         self.set_training(True)
-        for s in range(0, len(order), batch_size):
-            b = order[s : s + batch_size]
+        starts = range(0, len(order), config.batch_size)
+        bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
+        for s in bar:
+            b = order[s : s + config.batch_size]
             c = pairs.ctx[b]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
-            scores = self.head(*features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()]))
-            loss = objective(scores[: len(b)], scores[len(b) :].view(len(b), k))
+            u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()])
+            scores = self.head(u, v)
+            neg = scores[len(b) :].view(len(b), k)
+            if config.in_batch_negatives and len(b) > 1:
+                neg = torch.cat([neg, _in_batch(self.head, u[: len(b)], v[: len(b)], pairs.resp[b])], dim=1)
+            loss = objective(scores[: len(b)], neg)
             self.optim.zero_grad(set_to_none=True)
             loss.backward()
             self.optim.step()
             losses.append(loss.item())
+            bar.set_postfix(
+                loss=f"{loss.item():.4f}",
+                pairs_s=f"{bar.format_dict['n'] * config.batch_size / max(bar.format_dict['elapsed'], 1e-9):.1f}",
+            )
         self.set_training(False)
         return float(np.mean(losses))
 
@@ -208,15 +260,19 @@ def train_head(
     train_negatives: np.ndarray | None = None,
     val_negatives: np.ndarray | None = None,
     negatives: NegativeSpec | None = None,
+    head: PMIHead | None = None,
 ) -> TrainResult:
     """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
 
     Each round draws ``negatives`` (default ``NegativeSpec()``) for every training positive. Fixed
     ``train_negatives`` (n_train, K) response indices replace those draws in every round (the paper's
     protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
+    ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one.
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
+    if config.train_encoder not in ("none", "full", "lora"):
+        raise ValueError(f"train_encoder must be none, full or lora, got {config.train_encoder!r}")
     train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
     val_negatives = _check_negatives(val_negatives, val_pairs, "val_negatives")
     negatives = negatives or NegativeSpec()
@@ -224,7 +280,7 @@ def train_head(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
-    run = _Run(head_config, train_features, config)
+    run = _Run(head_config, train_features, config, head)
     val_negs = val_negatives
     if val_negs is None:
         val_negs = sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
@@ -239,15 +295,15 @@ def train_head(
     )
     for epoch in bar:
         negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
-        loss = run.epoch(objective, train_features, train_pairs, negs, config.batch_size, rng)
+        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress)
         auc = _val_auc(run.head, val_features, val_pairs, val_negs)
         run.history.append({"epoch": epoch, "loss": loss, "val_auc": auc})
         if auc > run.best[0]:
             run.best = (auc, epoch, run.snapshot())
         bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", best=f"{run.best[0]:.4f}")
         if config.checkpoint_dir:
-            best = (run.best[0], run.best[1], run.best[2][0])
-            save_round(config.checkpoint_dir, fingerprint, epoch, run.head, run.optim, best, run.history, rng)
+            best = (run.best[0], run.best[1], run.best_state())
+            save_round(config.checkpoint_dir, fingerprint, epoch, run.saved, run.optim, best, run.history, rng)
         if epoch - run.best[1] >= config.patience:
             break
     run.restore_best()

@@ -32,7 +32,7 @@ from pmi_reward.scoring.head import HeadConfig
 from pmi_reward.scoring.models import cache_root
 from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
-from pmi_reward.training.lora import EncoderFeatures, LoraSpec, add_lora
+from pmi_reward.training.trainable import LoraSpec, TrainableFeatures, add_lora
 
 # one change each against the base setting (keys: Try fields)
 VARIANTS: dict[str, dict] = {
@@ -143,7 +143,7 @@ def run_variant(
         if t.lora:  # a fresh encoder with adapters per seed; features embed with gradients, no cache
             tuned = TextEncoder(replace(spec, encode_batch_size=args.lora_batch_size), cache=None)
             add_lora(tuned, LoraSpec())
-            ft, fv = EncoderFeatures(tuned, bank.template, train), EncoderFeatures(tuned, bank.template, val)
+            ft, fv = TrainableFeatures(tuned, bank.template, train), TrainableFeatures(tuned, bank.template, val)
             config = replace(
                 config, epochs=args.lora_epochs, patience=args.lora_epochs, batch_size=args.lora_batch_size
             )

@@ -1,0 +1,150 @@
+"""Encoder fine-tuning under the head's loss: the whole encoder (``full``) or LoRA adapters (``lora``), trained by
+the same loop as the head.
+
+``TrainableFeatures`` serves pair-mode head inputs (line features included) from an encoder with trainable
+parameters: each batch embeds its distinct contexts, replies and context lines with gradients, so the one training
+loop (``train_head``) updates encoder and head together under any objective of the registry. ``finish_tuning``
+then folds LoRA adapters into the weights, freezes the encoder and gives its spec a ``revision`` (a digest of the
+weights), so that its embeddings never share cache entries with the pretrained encoder's and a saved scorer
+carries its own encoder (``PMIScorer.save_pretrained`` writes it under ``encoder/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.pairs import PairSet
+from ..scoring.encoder import EncoderSpec, TextEncoder
+from ..scoring.features import PairFeatures, stack_lines
+from ..scoring.scorer import LOCAL_ENCODER
+from ..scoring.templates import PromptTemplate
+
+__all__ = [
+    "TRAIN_ENCODER",
+    "LoraSpec",
+    "add_lora",
+    "make_trainable",
+    "TrainableFeatures",
+    "finish_tuning",
+    "weights_digest",
+    "merge_and_save",
+]
+
+TRAIN_ENCODER = ("none", "full", "lora")
+
+
+@dataclass
+class LoraSpec:
+    """LoRA rank, scale, dropout and which linear layers get adapters (names as in the model)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.1
+    target_modules: Sequence[str] = field(default_factory=lambda: ["query", "key", "value", "dense"])
+
+
+def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
+    """Wrap the encoder's model with fresh LoRA adapters (only they are trainable); returns the wrapper."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=list(spec.target_modules)
+    )
+    encoder.model = get_peft_model(encoder.model, config)
+    return encoder.model
+
+
+def make_trainable(encoder: TextEncoder, mode: str, lora: LoraSpec | None = None) -> nn.Module:
+    """Make the encoder's weights (``full``) or fresh LoRA adapters (``lora``) trainable; returns the module."""
+    if mode == "full":
+        return encoder.model.requires_grad_(True)
+    if mode == "lora":
+        return add_lora(encoder, lora or LoraSpec())
+    raise ValueError(f"train_encoder must be one of {TRAIN_ENCODER[1:]} here, got {mode!r}")
+
+
+class TrainableFeatures:
+    """Pair-mode features from a trainable encoder: ``module`` holds the trainable parameters.
+
+    Under ``torch.no_grad`` (validation, scoring) embeddings are computed in chunks without gradients.
+    """
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        template: PromptTemplate,
+        pairs: PairSet,
+        line_turns: int = 0,
+        chunk: int = 256,
+    ) -> None:
+        self.encoder, self.template, self.pairs, self.chunk = encoder, template, pairs, chunk
+        self.input_mode, self.line_turns = "pair", line_turns
+        self.line_idx = PairFeatures.line_table(pairs, line_turns)
+
+    @property
+    def module(self) -> nn.Module:
+        return self.encoder.model
+
+    def prepare(self, ctx: np.ndarray, resp: np.ndarray) -> None:
+        return None
+
+    def _embed(self, texts: list[str], template: str, keep: str) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return self.encoder.embed_with_grad(texts, template, keep)
+        parts = [
+            self.encoder.embed_with_grad(texts[s : s + self.chunk], template, keep)
+            for s in range(0, len(texts), self.chunk)
+        ]
+        return torch.cat(parts) if parts else torch.zeros(0, self.encoder.dim)
+
+    def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx, resp = np.asarray(ctx), np.asarray(resp)
+        lines = self.line_idx[ctx] if self.line_turns else np.zeros((*ctx.shape, 0), dtype=np.int64)
+        uc, ic = np.unique(ctx, return_inverse=True)
+        # replies and context lines are both embedded as replies: one call for all distinct ones
+        ur, ir = np.unique(np.r_[resp.ravel(), np.maximum(lines, 0).ravel()], return_inverse=True)
+        u = self._embed([self.pairs.contexts[i] for i in uc], self.template.context_template, "end")
+        table = self._embed([self.pairs.responses[i] for i in ur], self.template.response_template, "start")
+        u = u[torch.as_tensor(ic.reshape(ctx.shape))]
+        v = table[torch.as_tensor(ir[: resp.size].reshape(resp.shape))]
+        if self.line_turns:
+            line_emb = table[torch.as_tensor(ir[resp.size :].reshape(lines.shape))]
+            u = stack_lines(u, line_emb, torch.as_tensor(lines >= 0))
+        return u, v
+
+
+def weights_digest(model: nn.Module) -> str:
+    """A short digest of a model's weights: tells its embeddings apart from any other weights' in the cache."""
+    h = hashlib.sha1()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def finish_tuning(encoder: TextEncoder) -> EncoderSpec:
+    """After fine-tuning: fold LoRA adapters in, freeze, and give the spec the weights' revision; a scorer saved
+    with this encoder carries its weights (``encoder/`` in its directory)."""
+    if hasattr(encoder.model, "merge_and_unload"):
+        encoder.model = encoder.model.merge_and_unload()
+    encoder.model.eval().requires_grad_(False)
+    spec = replace(encoder.spec, model=LOCAL_ENCODER, pooling=encoder.pooling, revision=weights_digest(encoder.model))
+    encoder.adopt(spec)
+    return spec
+
+
+def merge_and_save(encoder: TextEncoder, directory: str | Path) -> EncoderSpec:
+    """Fold the adapters into the weights, save model + tokenizer to ``directory``; the spec to load it."""
+    directory = Path(directory)
+    merged = encoder.model.merge_and_unload() if hasattr(encoder.model, "merge_and_unload") else encoder.model
+    merged.save_pretrained(directory)
+    encoder.tokenizer.save_pretrained(directory)
+    encoder.model = merged.eval()
+    return replace(encoder.spec, model=str(directory), pooling=encoder.pooling)
