@@ -64,6 +64,10 @@ class TrainConfig:
     steps_per_round: int | None = field(
         default=None, metadata={"help": "batches per round (None: a full pass); validation after each round"}
     )
+    select_by: str = field(
+        default="auc",
+        metadata={"help": "keep the round with the best validation auc, or the lowest validation loss (calibration)"},
+    )
     in_batch_negatives: bool = field(
         default=False, metadata={"help": "every other reply of the batch is a negative too (free once embedded)"}
     )
@@ -100,11 +104,13 @@ def score_index_pairs(head: PMIHead, features, ctx: np.ndarray, resp: np.ndarray
     return torch.cat(out).numpy().reshape(ctx.shape) if out else np.zeros(ctx.shape, dtype=np.float32)
 
 
-def _val_auc(head: PMIHead, features, pairs: PairSet, negs: np.ndarray) -> float:
+def _validate(head: PMIHead, features, pairs: PairSet, negs: np.ndarray, objective: Callable) -> tuple[float, float]:
+    """Validation ROC-AUC and the objective's value (the loss) on the validation positives and negatives."""
     pos = score_index_pairs(head, features, pairs.ctx, pairs.resp)
     neg = score_index_pairs(head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
-    return float(roc_auc_score(labels, np.r_[pos, neg.ravel()]))
+    loss = float(objective(torch.from_numpy(pos), torch.from_numpy(neg)))
+    return float(roc_auc_score(labels, np.r_[pos, neg.ravel()])), loss
 
 
 def _fingerprint(
@@ -271,6 +277,8 @@ def train_head(
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
+    if config.select_by not in ("auc", "loss"):
+        raise ValueError(f"select_by must be auc or loss, got {config.select_by!r}")
     if config.train_encoder not in ("none", "full", "lora"):
         raise ValueError(f"train_encoder must be none, full or lora, got {config.train_encoder!r}")
     train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
@@ -296,15 +304,17 @@ def train_head(
     for epoch in bar:
         negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
         loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress)
-        auc = _val_auc(run.head, val_features, val_pairs, val_negs)
-        run.history.append({"epoch": epoch, "loss": loss, "val_auc": auc})
-        if auc > run.best[0]:
-            run.best = (auc, epoch, run.snapshot())
-        bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", best=f"{run.best[0]:.4f}")
+        auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)
+        run.history.append({"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss})
+        key = auc if config.select_by == "auc" else -val_loss
+        if key > run.best[0]:
+            run.best = (key, epoch, run.snapshot())
+        bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", val_loss=f"{val_loss:.4f}")
         if config.checkpoint_dir:
             best = (run.best[0], run.best[1], run.best_state())
             save_round(config.checkpoint_dir, fingerprint, epoch, run.saved, run.optim, best, run.history, rng)
         if epoch - run.best[1] >= config.patience:
             break
     run.restore_best()
-    return TrainResult(run.head, run.best[1], run.best[0], run.history, time.perf_counter() - start)
+    best_auc = next((h["val_auc"] for h in run.history if h["epoch"] == run.best[1]), run.best[0])
+    return TrainResult(run.head, run.best[1], best_auc, run.history, time.perf_counter() - start)
