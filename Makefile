@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo clean
+.PHONY: setup test test-fast lint format demo scorer clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ format: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/pmi-reward demo
+
+# the recommended reward scorer (configs/scorer/recommended.yaml) into outputs/scorer: Chit-Chat dialogues 0-1999,
+# plus the en study TRAINING split when ../shared is present (never its val/test/human files)
+STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
+scorer: $(STAMP)
+	$(BIN)/pmi-reward train --config scorer/recommended $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache

@@ -95,9 +95,11 @@ def _arguments(name: str):
     from pmi_reward.training.job import ARGUMENTS as TRAIN
 
     trl = (trainers.ScriptArguments, RewardOptions)
+    scorer_recipe = (_recipe("recipes/scorer/run.py").ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig)
     return {
         "scorer/minilm": (TRAIN, []),
         "scorer/smollm2": (TRAIN, []),
+        "scorer/recommended": (TRAIN, []),
         "evaluate/paper": ((EvaluateArguments, NegativeSpec), ["--scorer", "s", "--input", "i.csv"]),
         "demo/grpo": ((*trl, GRPOConfig, ModelConfig), []),
         "demo/evaluate": (evaluate.ARGUMENTS, []),
@@ -109,6 +111,8 @@ def _arguments(name: str):
         "recipes/empirical/en.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
         "recipes/empirical/zh.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
         "recipes/quality/en.yaml": ((_recipe("recipes/quality/run.py").QualityArguments, NegativeSpec), []),
+        "recipes/scorer/lines.yaml": (scorer_recipe, []),
+        "recipes/scorer/scaling.yaml": (scorer_recipe, []),
     }[name]
 
 

@@ -163,3 +163,19 @@ def test_concat_keeps_dialogues_apart_and_pools_whole(topic_dialogues, tmp_path)
     for g in range(len(set(from_dialogues.group.tolist()))):
         assert pool(both, g) == pool(from_dialogues, g)
     assert both.context_turns == 2
+
+
+def test_train_data_adds_a_pair_file_to_dialogues_without_its_own_validation_file(tmp_path):
+    from pmi_reward.training.job import TrainData, build_pairs
+
+    dialogues = tmp_path / "d.jsonl"
+    rows = [{"id": f"d{i}", "turns": [f"hello {i}", f"hi {i}", f"how are you {i}", f"fine {i}"]} for i in range(40)]
+    dialogues.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pairs = tmp_path / "p.csv"
+    pairs.write_text("context,response\nwhat's up,not much\nany plans,a hike\n")
+    train, val, _, source = build_pairs(TrainData(dialogues=str(dialogues), train_file=str(pairs)))
+    alone, _, _, _ = build_pairs(TrainData(dialogues=str(dialogues)))
+    assert len(train) == len(alone) + 2 and "a hike" in train.response_texts
+    assert len(val) > 0 and "a hike" not in val.response_texts and source["val_file"] is None
+    with pytest.raises(SystemExit, match="needs --val_file"):
+        build_pairs(TrainData(train_file=str(pairs)))

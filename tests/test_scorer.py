@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer, ScorerLoadError
 from pmi_reward.scoring.templates import TEMPLATES
@@ -93,10 +94,14 @@ def test_score_validates_inputs(scorer):
     assert scorer.score([], []).shape == (0,)
 
 
-def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path):
+def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path, monkeypatch):
     good = scorer.save_pretrained(tmp_path / "good")
     with pytest.raises(ScorerLoadError, match="not a directory"):
         PMIScorer.from_pretrained(tmp_path / "missing")
+    with monkeypatch.context() as m:  # the commands' default directory says how to make it
+        m.chdir(tmp_path)
+        with pytest.raises(ScorerLoadError, match="make scorer"):
+            PMIReward.from_pretrained()
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "config.json").write_text((good / "config.json").read_text())

@@ -20,12 +20,15 @@ from ..data.conversation import turns_to_messages
 from ..data.records import DataError, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
-from ..scoring.scorer import PMIScorer
+from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
 
 @dataclass
 class RerankArguments:
-    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
+    scorer: str = field(
+        default=DEFAULT_SCORER,
+        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+    )
     context: list[str] | None = field(default=None, metadata={"help": "inline context: its turns, oldest first"})
     candidates: list[str] | None = field(default=None, metadata={"help": "inline candidate replies"})
     input: str | None = field(default=None, metadata={"help": "JSONL/JSON rows with a context and candidates"})

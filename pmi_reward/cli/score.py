@@ -7,14 +7,17 @@ from dataclasses import dataclass, field
 
 from ..configs import parse_args
 from ..data.records import read_records, require_text, write_records
-from ..scoring.scorer import PMIScorer
+from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
 
 @dataclass
 class ScoreArguments:
-    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
     input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON file with context and response columns"})
     output: str = field(metadata={"help": "where to write the rows with the added column (.csv/.tsv/.jsonl/.json)"})
+    scorer: str = field(
+        default=DEFAULT_SCORER,
+        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+    )
     context_column: str = "context"
     response_column: str = "response"
     score_column: str = "pmi"

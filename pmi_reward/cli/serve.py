@@ -8,13 +8,16 @@ from dataclasses import dataclass, field
 
 from ..configs import parse_args
 from ..rewards.options import RewardOptions
-from ..scoring.scorer import PMIScorer, ScorerLoadError
+from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
 from ..serving.server import ServerConfig, serve
 
 
 @dataclass
 class ServeArguments:
-    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
+    scorer: str = field(
+        default=DEFAULT_SCORER,
+        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+    )
     device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache directory (default: none)"})
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})

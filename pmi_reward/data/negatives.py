@@ -31,12 +31,15 @@ _TRIES = 32
 class NegativeSpec:
     """How many negatives of each kind per positive: the one place their defaults live.
 
+    The default (3 random, 1 line of the context) is the recommended mix for a scorer with line features
+    (``HeadConfig.line_turns``); what each kind does to the score's meaning: docs/scorer.md.
+
     Commands that need another mix (the paper's study: 3 random only; its test protocol: 5 random) set it in
     their YAML config. An empty mix (all zero) is valid for evaluation without negatives; sampling needs one.
     """
 
-    k_random: int = field(default=4, metadata={"help": "negatives per positive: responses of other dialogues"})
-    k_in_dialogue: int = field(default=1, metadata={"help": "negatives per positive: other turns of its dialogue"})
+    k_random: int = field(default=3, metadata={"help": "negatives per positive: responses of other dialogues"})
+    k_in_dialogue: int = field(default=0, metadata={"help": "negatives per positive: other turns of its dialogue"})
     k_context: int = field(
         default=1,
         metadata={"help": "negatives per positive: lines of its own context (so that parroting is not rewarded)"},

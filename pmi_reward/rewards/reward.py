@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..scoring.scorer import PMIScorer
+from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .options import RewardOptions
 from .path import RewardPath, score_robustly
 from .remote import RemotePMIReward
@@ -40,9 +40,14 @@ class PMIReward(RewardPath):
 
     @classmethod
     def from_pretrained(
-        cls, scorer_dir: str | Path, device: str | None = None, options: RewardOptions | None = None, **kwargs: Any
+        cls,
+        scorer_dir: str | Path = DEFAULT_SCORER,
+        device: str | None = None,
+        options: RewardOptions | None = None,
+        **kwargs: Any,
     ) -> PMIReward:
-        """Load a saved scorer as a reward (options as ``RewardOptions`` or as keywords)."""
+        """Load a saved scorer as a reward (options as ``RewardOptions`` or as keywords); by default the
+        recommended scorer that `make scorer` trains."""
         return cls(PMIScorer.from_pretrained(scorer_dir, device=device), options, **kwargs)
 
     # -- the TRL contract ---------------------------------------------------------------------------

@@ -23,13 +23,14 @@ from .features import embed_contexts, embed_prompts, embed_responses, newest_lin
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER"]
+__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER"]
 
 FORMAT = "pmi-reward-scorer"
 VERSION = 2
 CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
+DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
 LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) weights live in the scorer directory
 
 
@@ -140,7 +141,10 @@ class PMIScorer:
         directory = Path(directory)
         path = directory / CONFIG_NAME
         if not directory.is_dir():
-            raise ScorerLoadError(f"{directory}: not a directory (expected a saved pmi-reward scorer)")
+            hint = (
+                " (train the recommended scorer there with `make scorer`)" if str(directory) == DEFAULT_SCORER else ""
+            )
+            raise ScorerLoadError(f"{directory}: not a directory (expected a saved pmi-reward scorer){hint}")
         if not path.is_file():
             raise ScorerLoadError(f"{directory}: missing {CONFIG_NAME}; not a saved pmi-reward scorer")
         try:

@@ -93,11 +93,11 @@ def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
 
 
 def _file_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
-    if not args.val_file:
-        raise SystemExit("--train_file needs --val_file for model selection (or use --dialogues, which splits)")
+    if not args.val_file and not args.dialogues:
+        raise SystemExit("--train_file needs --val_file for model selection (or --dialogues, whose split gives one)")
     columns = (args.context_column, args.response_column, args.key_column)
     load = lambda path: load_pairs(path, *columns, max_context_turns=args.max_context_turns)  # noqa: E731
-    made = [load(args.train_file), load(args.val_file), load(args.test_file) if args.test_file else None]
+    made = [load(p) if p else None for p in (args.train_file, args.val_file, args.test_file)]
     source = {
         "train_file": args.train_file,
         "val_file": args.val_file,
