@@ -1,0 +1,96 @@
+"""Tables (mean ± std over seeds, in the order the runs were tried) and the scaling plot from ``runs.jsonl``.
+
+python recipes/scorer/report.py --runs outputs/scorer-recipe/runs.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pmi_reward.evaluation.metrics import format_mean_std
+from pmi_reward.evaluation.report import markdown_table
+
+COLUMNS = {
+    "val": ["auc_random", "auc_context", "auc_lexical", "auc_nearest", "auc_generic", "generic_mean", "pos_mean"],
+    "test": [
+        "auc_random",
+        "auc_random3",
+        "auc_context",
+        "auc_lexical",
+        "auc_nearest",
+        "auc_generic",
+        "generic_mean",
+        "spearman_relevant",
+        "spearman_relevant_subsets",
+        "pearson_relevant",
+        "spearman_engaging",
+    ],
+}
+
+
+def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in runs:
+        out.setdefault((r["stage"], r["name"], r.get("train_pairs", 0)), []).append(r)
+    return out
+
+
+def table(stage: str, runs: list[dict]) -> str:
+    cols = COLUMNS[stage]
+    rows = []
+    for (s, name, pairs), rs in groups(runs).items():
+        if s != stage:
+            continue
+        rows.append([name, pairs or "-", len(rs)] + [format_mean_std([r[c] for r in rs]) for c in cols])
+    return markdown_table(["run", "train pairs", "seeds", *cols], rows)
+
+
+def scaling_plot(runs: list[dict], name: str, path: Path) -> Path | None:
+    points = sorted((p, rs) for (s, n, p), rs in groups(runs).items() if n == name and s == "val")
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    x = [p for p, _ in points]
+    for metric in ("auc_random", "auc_context", "auc_lexical", "auc_generic"):
+        y = np.array([[r[metric] for r in rs] for _, rs in points], dtype=object)
+        mean = [np.mean(v) for v in y]
+        std = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in y]
+        ax.errorbar(x, mean, yerr=std, marker="o", capsize=3, label=metric.removeprefix("auc_"))
+    ax.set_xscale("log")
+    ax.set_xlabel("training pairs (Chit-Chat)")
+    ax.set_ylabel("en study validation ROC-AUC")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="outputs/scorer-recipe/runs.jsonl")
+    parser.add_argument("--scaling", default="scaling-chitchat", help="the run name of the scaling curve")
+    args = parser.parse_args(argv)
+    runs = [json.loads(line) for line in Path(args.runs).read_text().splitlines() if line.strip()]
+    out = Path(args.runs).parent
+    text = "\n\n".join(f"## {stage}\n\n{table(stage, runs)}" for stage in ("val", "test"))
+    plot = scaling_plot(runs, args.scaling, out / "scaling.png")
+    (out / "results.md").write_text(text + "\n")
+    print(text)
+    if plot:
+        print(f"\nscaling plot: {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
