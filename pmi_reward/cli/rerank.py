@@ -20,6 +20,7 @@ from ..data.conversation import turns_to_messages
 from ..data.records import DataError, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
+from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
 
@@ -76,12 +77,14 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, settings = parse_args((RerankArguments, SamplingSettings), argv, prog="pmi-reward rerank")
+    args, settings, runtime = parse_args(
+        (RerankArguments, SamplingSettings, EncoderRuntime), argv, prog="pmi-reward rerank"
+    )
     if args.output and not args.output.lower().endswith((".jsonl", ".ndjson", ".json")):
         raise SystemExit(f"--output {args.output}: ranked rows hold lists; use .jsonl or .json")
     rows = _rows(args)
     _sample_missing(args, settings, rows)
-    scorer = PMIScorer.from_pretrained(args.scorer)
+    scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
     for row, ranking in zip(rows, ranked, strict=True):
         row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]

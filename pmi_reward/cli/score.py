@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..configs import parse_args
 from ..data.records import read_records, require_text, write_records
+from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
 
@@ -26,11 +27,11 @@ class ScoreArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    (args,) = parse_args((ScoreArguments,), argv, prog="pmi-reward score")
+    args, runtime = parse_args((ScoreArguments, EncoderRuntime), argv, prog="pmi-reward score")
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
     responses = require_text(records, args.input, args.response_column, allow_empty=True)
-    scorer = PMIScorer.from_pretrained(args.scorer)
+    scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
     scores = scorer.score(contexts, responses, progress=args.progress)
     for record, value in zip(records, scores.tolist(), strict=True):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..configs import parse_args
 from ..rewards.options import RewardOptions
+from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
 from ..serving.server import ServerConfig, serve
 
@@ -25,10 +26,14 @@ class ServeArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, config, options = parse_args((ServeArguments, ServerConfig, RewardOptions), argv, prog="pmi-reward serve")
+    args, config, options, runtime = parse_args(
+        (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime), argv, prog="pmi-reward serve"
+    )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
-        scorer = PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=args.cache_dir)
+        scorer = PMIScorer.from_pretrained(
+            args.scorer, device=args.device, cache_dir=args.cache_dir, **runtime.as_kwargs()
+        )
     except ScorerLoadError as err:
         print(f"pmi-reward serve: {err}", file=sys.stderr)
         return 2

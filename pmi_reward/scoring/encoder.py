@@ -3,6 +3,10 @@
 Contexts keep their END (the most recent turns); responses keep their start; a pair prompt keeps the
 whole response where it fits and fills the rest with the end of the context, so the template's tail
 ("Result:") is never cut and last-token pooling reads the right position.
+
+How a machine runs the encoder is its own choice, not the scorer's: ``backend`` (torch, or ONNX Runtime with
+graph fusions: ``fast``) and ``quantize`` (dynamic int8 weights) are chosen at load time and never saved with a
+scorer, and ``dtype`` and ``encode_batch_size`` may be overridden there too (bf16 and large batches on a GPU).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,9 +24,16 @@ from .cache import EmbeddingCache, cache_key
 from .models import default_pooling, load_backbone, load_tokenizer
 from .templates import fill
 
-__all__ = ["EncoderSpec", "TextEncoder", "pool_hidden"]
+if TYPE_CHECKING:
+    from .fast import OnnxBackbone
+
+__all__ = ["EncoderSpec", "EncoderRuntime", "TextEncoder", "pool_hidden", "RUNTIME_FIELDS"]
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
+BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8")
+# how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
+RUNTIME_FIELDS = ("encode_batch_size", "dtype", "backend", "quantize")
+_UNSAVED = ("backend", "quantize")  # machine choices that config.json never records
 
 
 @dataclass(frozen=True)
@@ -38,9 +50,28 @@ class EncoderSpec:
     revision: str | None = field(
         default=None, metadata={"help": "digest of fine-tuned weights (set by training; keeps their cache apart)"}
     )
+    backend: str = field(
+        default="torch",
+        metadata={"help": "torch | onnx (ONNX Runtime with graph fusions, the fast CPU path: pmi-reward[fast])"},
+    )
+    quantize: str = field(
+        default="none", metadata={"help": "none | int8 (dynamic int8 weights; onnx backend; check accuracy first)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.quantize not in QUANTIZE:
+            raise ValueError(f"quantize must be one of {QUANTIZE}, got {self.quantize!r}")
+        if self.quantize != "none" and self.backend != "onnx":
+            raise ValueError("quantize='int8' needs backend='onnx' (ONNX Runtime's dynamic quantization)")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def saved_dict(self) -> dict:
+        """What a scorer's config.json records: every field but the machine's own choices of runtime."""
+        return {k: v for k, v in asdict(self).items() if k not in _UNSAVED}
 
     @classmethod
     def from_dict(cls, data: dict) -> EncoderSpec:
@@ -49,16 +80,39 @@ class EncoderSpec:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def embeds_like(self, other: EncoderSpec) -> bool:
-        """Whether both give the same embeddings (they may differ in batch size only)."""
-        return replace(self, encode_batch_size=0) == replace(other, encode_batch_size=0)
+        """Whether both embed with the same model the same way (batch size, backend and quantization aside)."""
+
+        def plain(spec: EncoderSpec) -> EncoderSpec:
+            return replace(spec, encode_batch_size=0, backend="torch", quantize="none")
+
+        return plain(self) == plain(other)
 
     def fingerprint(self, pooling: str) -> str:
-        """What identifies the embeddings in the cache: every setting but the batch size (unchanged since v1, so
-        that caches stay valid)."""
+        """What identifies the embeddings in the cache: every setting but the batch size, and the backend and
+        quantization where they are not the defaults (so that caches written since v1 stay valid, and the fast
+        path's embeddings never mix with float32 torch ones)."""
         settings = {k: v for k, v in self.to_dict().items() if k != "encode_batch_size"}
         if settings["revision"] is None:  # pretrained weights: the keys of caches written before revisions existed
             del settings["revision"]
+        for key in _UNSAVED:
+            if settings[key] == EncoderSpec.__dataclass_fields__[key].default:
+                del settings[key]
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class EncoderRuntime:
+    """How this machine runs a saved scorer's encoder (the commands' ``--backend --quantize --dtype``); None keeps
+    what the scorer was saved with (torch, float32). CPU: ``backend onnx`` (with ``quantize int8`` where its
+    accuracy suffices: ``benchmarks/RESULTS.md``); GPU: ``dtype bfloat16`` and a large ``encode_batch_size``."""
+
+    backend: str | None = field(default=None, metadata={"help": "torch | onnx (ONNX Runtime: the fast CPU path)"})
+    quantize: str | None = field(default=None, metadata={"help": "none | int8 (dynamic int8 weights; onnx only)"})
+    dtype: str | None = field(default=None, metadata={"help": "float32 | bfloat16 (on a GPU) | float16"})
+
+    def as_kwargs(self) -> dict:
+        """The options set, as ``PMIScorer.from_pretrained`` keywords."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -98,6 +152,11 @@ class TextEncoder:
         self.model.eval().requires_grad_(False)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device)
+        self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
+        if spec.backend == "onnx" and self.device.type != "cpu":
+            raise ValueError(
+                "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
+            )
         self.cache = cache
         self.stats = _Stats()
         self._fingerprint = spec.fingerprint(self.pooling)
@@ -143,7 +202,7 @@ class TextEncoder:
             batch = self.tokenizer.pad(
                 {"input_ids": [ids[i] for i in order[s : s + self.spec.encode_batch_size]]}, return_tensors="pt"
             )
-            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}))
+            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}, runtime=False))
         if not parts:
             return torch.zeros(0, self.dim)
         return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
@@ -183,10 +242,18 @@ class TextEncoder:
         budget = self.spec.max_length - self._overhead(template.replace(slot, "")) - _MARGIN
         return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
 
-    def _forward(self, batch: dict) -> torch.Tensor:
-        """Pooled (and, per the spec, L2-normalized) float32 embeddings of one padded token batch."""
-        result = self.model(**batch, output_hidden_states=self.spec.layer != -1)
-        hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
+    def _forward(self, batch: dict, runtime: bool = True) -> torch.Tensor:
+        """Pooled (and, per the spec, L2-normalized) float32 embeddings of one padded token batch, by the spec's
+        backend (``runtime``) or by the torch model itself (gradients, for fine-tuning)."""
+        if runtime and self.spec.backend == "onnx":
+            if self._onnx is None:
+                from .fast import OnnxBackbone
+
+                self._onnx = OnnxBackbone(self.model, self.spec.layer, self.spec.quantize)
+            hidden = self._onnx(batch["input_ids"], batch["attention_mask"])
+        else:
+            result = self.model(**batch, output_hidden_states=self.spec.layer != -1)
+            hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
         pooled = pool_hidden(hidden, batch["attention_mask"], self.pooling).float()
         return torch.nn.functional.normalize(pooled, dim=-1) if self.spec.normalize else pooled
 

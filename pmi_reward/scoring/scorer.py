@@ -3,7 +3,8 @@
 A scorer directory holds ``config.json`` (everything inference needs: the encoder spec, the template, the head's
 shape and how many context turns the scorer was trained on), ``head.safetensors`` (the head's weights) and
 ``metadata.json`` (provenance: data, training settings, wall time, memory; never read to score). Version-1
-directories kept the provenance, and the context-turn count inside it, in ``config.json``; they still load.
+directories kept the provenance, and the context-turn count inside it, in ``config.json``; they still load. How
+the encoder runs on this machine (backend, int8, dtype, batch) is chosen at load time and never saved.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from ..data.records import atomic_write
 from .cache import EmbeddingCache
-from .encoder import EncoderSpec, TextEncoder
+from .encoder import RUNTIME_FIELDS, EncoderSpec, TextEncoder
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
@@ -117,7 +119,7 @@ class PMIScorer:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "encoder": self.encoder.spec.to_dict(),
+            "encoder": self.encoder.spec.saved_dict(),
             "template": self.template.to_dict(),
             "head": self.head.config.to_dict(),
             "context_turns": self.context_turns,
@@ -178,10 +180,18 @@ class PMIScorer:
         device: str | None = None,
         cache_dir: str | Path | None = None,
         encoder: TextEncoder | None = None,
+        **runtime: Any,
     ) -> PMIScorer:
-        """Load a saved scorer; pass ``encoder`` to share one already loaded (same spec)."""
+        """Load a saved scorer; ``cache_dir`` is the embedding cache. ``runtime`` chooses how this machine runs the
+        encoder (``backend``, ``quantize``, ``dtype``, ``encode_batch_size``: ``EncoderSpec``); ``encoder`` shares
+        one already loaded (same model and settings)."""
+        bad = sorted(set(runtime) - set(RUNTIME_FIELDS))
+        if bad:
+            raise TypeError(f"unexpected arguments {bad}; the encoder's runtime options are {list(RUNTIME_FIELDS)}")
         directory = Path(directory)
         config = cls.read_config(directory)
+        if runtime:
+            config = {**config, "encoder": {**config["encoder"], **{k: v for k, v in runtime.items() if v is not None}}}
         weights = directory / WEIGHTS_NAME
         if not weights.is_file():
             raise ScorerLoadError(f"{directory}: missing {WEIGHTS_NAME}")

@@ -1,0 +1,149 @@
+"""The fast CPU scoring path against the bare float32 forward: speed on the same texts, and what it costs in accuracy.
+
+Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies), embedded by a bare float32 torch
+forward of the scorer's encoder (pre-tokenized, length-sorted, only ``model(**batch)`` timed, as in
+``throughput.py``), by ``PMIScorer.score`` in float32 torch, and by ``PMIScorer.score`` on the fast path
+(``--backend``/``--quantize``), all without an embedding cache, at ``--threads`` threads; runs alternate, the
+fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the default mix
+(``NegativeSpec``), scored by the float32 scorer and by the fast one: ROC-AUC of each, and how far the fast path's
+PMI is from float32's (share of scores within 0.1 nat, quantiles of the gap). Accuracy uses the embedding cache
+(``--cache_dir``): the fast path's embeddings have their own keys, so nothing mixes.
+
+    python benchmarks/fast_path.py --scorer outputs/scorer-minilm-en --backend onnx --quantize int8 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+from throughput import bare_batches
+
+from pmi_reward.data.negatives import NegativeSpec
+from pmi_reward.data.pairs import load_pairs
+from pmi_reward.scoring.models import cache_root
+from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.training.fit import score_with_negatives
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scorer", required=True, help="a scorer directory or Hub repo id")
+    parser.add_argument("--input", default="../shared/data/pmiscore/datasets/empirical/en/test.csv")
+    parser.add_argument("--backend", default="onnx")
+    parser.add_argument("--quantize", default="int8")
+    parser.add_argument("--pairs", type=int, default=512, help="pairs timed")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--encode_batch_size", type=int, default=None, help="default: the scorer's")
+    parser.add_argument("--cache_dir", default=str(cache_root() / "embeddings"), help="for the accuracy part")
+    parser.add_argument("--seed", type=int, default=2)
+    return parser.parse_args()
+
+
+def _timed_texts(path: str, n: int) -> tuple[list[str], list[str]]:
+    pairs = load_pairs(Path(path))
+    seen_c, seen_r, contexts, replies = set(), set(), [], []
+    for c, r in zip(pairs.ctx.tolist(), pairs.resp.tolist(), strict=True):
+        if c not in seen_c and r not in seen_r and len(contexts) < n:
+            seen_c.add(c), seen_r.add(r)
+            contexts.append(pairs.contexts[c]), replies.append(pairs.responses[r])
+    return contexts, replies
+
+
+def speed(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> dict:
+    """Pairs/s of the bare float32 forward, the float32 scorer and the fast scorer on the same texts."""
+    contexts, replies = _timed_texts(args.input, args.pairs)
+    batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode)
+
+    def bare() -> None:
+        with torch.inference_mode():
+            for batch in batches:
+                reference.encoder.model(**batch)
+
+    runs = {
+        "bare float32 forward": bare,
+        "scorer, float32 torch": lambda: reference.score(contexts, replies),
+        f"scorer, {args.backend} {args.quantize}": lambda: fast.score(contexts, replies),
+    }
+    for fn in runs.values():
+        fn()  # warm-up (and the fast path's one-off graph build)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    pairs_per_s = {name: round(len(contexts) / min(t), 1) for name, t in times.items()}
+    bare_rate = pairs_per_s["bare float32 forward"]
+    return {
+        "pairs": len(contexts),
+        "pairs_per_s": pairs_per_s,
+        "ratio_to_bare_float32": {k: round(v / bare_rate, 2) for k, v in pairs_per_s.items()},
+        "runs_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
+    }
+
+
+def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> dict:
+    """AUC of both scorers on the whole file (positives against seeded negatives) and the PMI gap."""
+    pairs = load_pairs(Path(args.input))
+    spec = NegativeSpec()
+    scored = {}
+    for name, scorer in (("float32", reference), ("fast", fast)):
+        pos, neg = score_with_negatives(scorer, pairs, spec, seed=args.seed, progress=True)
+        assert neg is not None
+        scored[name] = (pos, neg)
+    labels = np.r_[np.ones(len(pairs)), np.zeros(scored["float32"][1].size)]
+    auc = {k: float(roc_auc_score(labels, np.r_[p, n.ravel()])) for k, (p, n) in scored.items()}
+    gap = np.abs(
+        np.r_[scored["fast"][0], scored["fast"][1].ravel()] - np.r_[scored["float32"][0], scored["float32"][1].ravel()]
+    )
+    return {
+        "file": args.input,
+        "positives": len(pairs),
+        "scores": int(gap.size),
+        "auc_float32": round(auc["float32"], 4),
+        "auc_fast": round(auc["fast"], 4),
+        "auc_delta": round(auc["fast"] - auc["float32"], 4),
+        "share_within_0.1_nat": round(float((gap <= 0.1).mean()), 4),
+        "gap_nat_p50_p95_p99_max": [round(float(q), 3) for q in np.quantile(gap, [0.5, 0.95, 0.99, 1.0])],
+    }
+
+
+def main() -> int:
+    args = _arguments()
+    torch.set_num_threads(args.threads)
+    runtime = {"backend": args.backend, "quantize": args.quantize}
+    timed = {
+        "reference": PMIScorer.from_pretrained(args.scorer, device="cpu"),
+        "fast": PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime),
+    }
+    for scorer in timed.values():
+        scorer.encoder.set_batch_size(args.encode_batch_size)
+    result = {
+        "scorer": args.scorer,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "load1_start": round(os.getloadavg()[0], 2),
+        "speed": speed(args, timed["reference"], timed["fast"]),
+    }
+    result["load1_after_speed"] = round(os.getloadavg()[0], 2)
+    cached = {
+        "reference": PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir),
+        "fast": PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir, **runtime),
+    }
+    result["accuracy"] = accuracy(args, cached["reference"], cached["fast"])
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())
