@@ -34,7 +34,12 @@ def test_scores_are_float32_bounded_and_finite(scorer):
 def test_save_load_round_trip_gives_identical_scores(scorer, tmp_path):
     before = scorer.score(CTX, RESP)
     scorer.save_pretrained(tmp_path / "s")
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["config.json", "head.safetensors", "metadata.json"]
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "README.md",
+        "config.json",
+        "head.safetensors",
+        "metadata.json",
+    ]
     loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
     np.testing.assert_array_equal(before, loaded.score(CTX, RESP))
     assert loaded.metadata == {"note": "test"} and loaded.input_mode == scorer.input_mode

@@ -67,6 +67,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
     losses, aucs = [h["loss"] for h in result.history], [h["val_auc"] for h in result.history]
     assert losses[-1] < losses[0] and max(aucs) > aucs[0]
     assert scorer.encoder.spec.model == LOCAL_ENCODER and scorer.encoder.spec.revision
+    assert scorer.metadata["base_encoder"] == "tiny-bert"  # what the model card names as the base model
     assert scorer.encoder.spec.fingerprint(scorer.encoder.pooling) != pretrained_key
     assert not any(p.requires_grad for p in scorer.encoder.model.parameters())
     contexts, replies = val.context_texts[:6], val.response_texts[:6]

@@ -28,7 +28,9 @@ from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 class RerankArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
-        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+        metadata={
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+        },
     )
     context: list[str] | None = field(default=None, metadata={"help": "inline context: its turns, oldest first"})
     candidates: list[str] | None = field(default=None, metadata={"help": "inline candidate replies"})

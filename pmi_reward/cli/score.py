@@ -17,7 +17,9 @@ class ScoreArguments:
     output: str = field(metadata={"help": "where to write the rows with the added column (.csv/.tsv/.jsonl/.json)"})
     scorer: str = field(
         default=DEFAULT_SCORER,
-        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+        metadata={
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+        },
     )
     context_column: str = "context"
     response_column: str = "response"

@@ -17,7 +17,9 @@ from ..serving.server import ServerConfig, serve
 class ServeArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
-        metadata={"help": "a directory written by `pmi-reward train` (default: `make scorer`'s)"},
+        metadata={
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+        },
     )
     device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache directory (default: none)"})

@@ -1,15 +1,18 @@
 """``PMIScorer``: encoder spec + template + head, saved as JSON + safetensors (no pickle anywhere).
 
 A scorer directory holds ``config.json`` (everything inference needs: the encoder spec, the template, the head's
-shape and how many context turns the scorer was trained on), ``head.safetensors`` (the head's weights) and
-``metadata.json`` (provenance: data, training settings, wall time, memory; never read to score). Version-1
-directories kept the provenance, and the context-turn count inside it, in ``config.json``; they still load. How
-the encoder runs on this machine (backend, int8, dtype, batch) is chosen at load time and never saved.
+shape and how many context turns the scorer was trained on), ``head.safetensors`` (the head's weights),
+``metadata.json`` (provenance: data, training settings, wall time, memory; never read to score) and ``README.md``
+(a model card made from the other two). Version-1 directories kept the provenance, and the context-turn count
+inside it, in ``config.json``; they still load. ``from_pretrained`` also takes a Hugging Face Hub repo id
+(``hub``), and ``push_to_hub`` uploads a scorer; how the encoder runs on this machine (backend, int8, dtype,
+batch) is chosen at load time and never saved.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..data.records import atomic_write
+from . import hub
 from .cache import EmbeddingCache
+from .card import model_card
 from .encoder import RUNTIME_FIELDS, EncoderSpec, TextEncoder
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
@@ -32,6 +37,7 @@ VERSION = 2
 CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
+CARD_NAME = "README.md"
 DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
 LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) weights live in the scorer directory
 
@@ -125,18 +131,37 @@ class PMIScorer:
             "context_turns": self.context_turns,
         }
 
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json``, ``metadata.json`` and ``head.safetensors`` into ``directory`` (each atomically)."""
+    def save_pretrained(self, directory: str | Path, repo_id: str | None = None) -> Path:
+        """Write ``config.json``, ``metadata.json``, ``head.safetensors`` and the model card ``README.md`` into
+        ``directory`` (each atomically); ``repo_id`` names the Hub repo in the card's examples."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        for name, content in ((CONFIG_NAME, self.config()), (METADATA_NAME, self.metadata)):
+        config = self.config()
+        for name, content in ((CONFIG_NAME, config), (METADATA_NAME, self.metadata)):
             _write_json(directory / name, content)
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
         if self.encoder.spec.model == LOCAL_ENCODER:
             self.encoder.model.save_pretrained(directory / LOCAL_ENCODER)
             self.encoder.tokenizer.save_pretrained(directory / LOCAL_ENCODER)
+        card = model_card(config, self.metadata, repo_id)
+        atomic_write(directory / CARD_NAME, lambda p: Path(p).write_text(card, encoding="utf-8"))
         return directory
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload pmi-reward scorer",
+        create_pr: bool = False,
+    ) -> str:
+        """Save this scorer (its model card naming ``repo_id``) and commit it to the Hub model repo ``repo_id``,
+        creating the repo if needed; the commit's URL. ``PMIScorer.from_pretrained(repo_id)`` loads it back."""
+        with tempfile.TemporaryDirectory(prefix="pmi-scorer-") as tmp:
+            self.save_pretrained(tmp, repo_id=repo_id)
+            return hub.upload(tmp, repo_id, private, token, revision, commit_message, create_pr)
 
     @classmethod
     def read_config(cls, directory: str | Path) -> dict:
@@ -176,19 +201,34 @@ class PMIScorer:
     @classmethod
     def from_pretrained(
         cls,
-        directory: str | Path,
+        name_or_path: str | Path,
         device: str | None = None,
         cache_dir: str | Path | None = None,
         encoder: TextEncoder | None = None,
+        *,
+        revision: str | None = None,
+        token: str | bool | None = None,
+        hub_cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
         **runtime: Any,
     ) -> PMIScorer:
-        """Load a saved scorer; ``cache_dir`` is the embedding cache. ``runtime`` chooses how this machine runs the
+        """Load a saved scorer from a directory or a Hugging Face Hub repo id (``org/name``; ``revision``, ``token``,
+        ``hub_cache_dir`` and ``local_files_only`` as in ``huggingface_hub``, which also honours
+        ``HF_HUB_OFFLINE=1``). ``cache_dir`` is the embedding cache. ``runtime`` chooses how this machine runs the
         encoder (``backend``, ``quantize``, ``dtype``, ``encode_batch_size``: ``EncoderSpec``); ``encoder`` shares
         one already loaded (same model and settings)."""
         bad = sorted(set(runtime) - set(RUNTIME_FIELDS))
         if bad:
             raise TypeError(f"unexpected arguments {bad}; the encoder's runtime options are {list(RUNTIME_FIELDS)}")
-        directory = Path(directory)
+        try:  # the commands' default is a local directory, never a Hub id, even where it does not exist yet
+            local = str(name_or_path) == DEFAULT_SCORER
+            directory = (
+                Path(name_or_path)
+                if local
+                else hub.resolve(name_or_path, revision, token, hub_cache_dir, local_files_only)
+            )
+        except hub.HubError as err:
+            raise ScorerLoadError(str(err)) from None
         config = cls.read_config(directory)
         if runtime:
             config = {**config, "encoder": {**config["encoder"], **{k: v for k, v in runtime.items() if v is not None}}}

@@ -78,10 +78,12 @@ def fit_scorer(
     result = train_head(
         head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed
     )
+    base_encoder = encoder.spec.model
     if config.train_encoder != "none":
         finish_tuning(encoder)
     meta = {
         **(metadata or {}),
+        **({"base_encoder": base_encoder} if config.train_encoder != "none" else {}),
         "training": {**asdict(config), **asdict(negatives)},
         **result.summary(),
         "train_pairs": len(train),

@@ -1,0 +1,189 @@
+"""The model card (``README.md``) written beside a saved scorer: what it is, how it was trained, how to use it.
+
+Built from what the scorer directory already holds (``config.json`` and the provenance in ``metadata.json``), so
+that a card never claims what the files do not show: a missing fact reads "not recorded". The YAML header is
+the Hub's model-card metadata (``huggingface_hub.ModelCardData``), so a pushed scorer is found by its library,
+tags and base model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["model_card", "BASE_MODELS"]
+
+# the Hub ids of the models that ship on PyPI (their short names are what a scorer's config.json records)
+BASE_MODELS = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+}
+_DATASETS = {"chitchat": "Chit-Chat (PyPI chitchat-dataset, 7k English chats)"}
+MISSING = "not recorded"
+_OBJECTIVES = {
+    "nwj": " (NWJ: the bound whose optimum is the log density ratio itself)",
+    "infonce": " (InfoNCE: a ranking objective; the score is PMI up to a constant per context)",
+}
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else MISSING
+
+
+def _data(meta: dict) -> str:
+    data = meta.get("data") or {}
+    if data.get("dialogues"):
+        name = _DATASETS.get(str(data["dialogues"]), f"`{data['dialogues']}`")
+        counts = data.get("n_dialogues") or []
+        split = " / ".join(str(n) for n in counts) if counts else MISSING
+        skip = f", after skipping the first {data['skip_dialogues']}" if data.get("skip_dialogues") else ""
+        return (
+            f"{name}: dialogues split by dialogue into train / validation / test = {split}{skip}; each reply is "
+            f"paired with up to {data.get('max_context_turns', MISSING)} preceding turns as its context."
+        )
+    if data.get("train_file"):
+        files = ", ".join(f"{k} `{data[k]}`" for k in ("train_file", "val_file", "test_file") if data.get(k))
+        counts = (
+            f" ({meta['train_pairs']} training and {meta['val_pairs']} validation pairs)" if "val_pairs" in meta else ""
+        )
+        return f"Pair files: {files}{counts}."
+    return MISSING
+
+
+def _negatives(training: dict) -> str:
+    kinds = [
+        ("k_random", "a reply from another dialogue (a draw from p(r): what makes the optimum PMI)"),
+        ("k_in_dialogue", "another turn of the same dialogue (on topic, but not the answer)"),
+        ("k_context", "a line of the context itself (so that parroting the context is not rewarded)"),
+        ("k_lexical", "a mined reply that shares the context's words (a lexical look-alike)"),
+        ("k_nearest", "a mined reply whose embedding is nearest the context's (an encoder look-alike)"),
+    ]
+    lines = [f"- {training[k]} x {what}" for k, what in kinds if isinstance(training.get(k), int) and training[k]]
+    return "\n".join(lines) or MISSING
+
+
+def _link(base: str | None, name: str) -> str:
+    return f" ([{base}](https://huggingface.co/{base}))" if base and base != name else ""
+
+
+def _encoder(model: str, metadata: dict, training: dict) -> tuple[str, str | None]:
+    """The encoder row of the card and the Hub id of the base model: a fine-tuned encoder's weights live in the
+    scorer's own ``encoder/`` folder (its config says ``./encoder``), so the card names what it was tuned from."""
+    from .scorer import LOCAL_ENCODER  # here: the scorer module imports this one
+
+    if model != LOCAL_ENCODER:
+        base = BASE_MODELS.get(model.lower(), model if "/" in model else None)
+        return f"`{model}`{_link(base, model)}, frozen", base
+    origin = str(metadata.get("base_encoder") or MISSING)
+    base = BASE_MODELS.get(origin.lower(), origin if "/" in origin else None)
+    how = training.get("train_encoder")
+    tuned = f"fine-tuned ({how})" if how in ("full", "lora") else "fine-tuned"
+    return (
+        f"`{origin}`{_link(base, origin)}, {tuned} with the head; its weights are in `encoder/` of this repository",
+        base,
+    )
+
+
+def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
+    """The README.md of a scorer directory whose ``config.json`` and ``metadata.json`` are ``config`` and
+    ``metadata``; ``repo_id`` (when pushed to the Hub) goes into the usage examples."""
+    from huggingface_hub import ModelCardData
+
+    encoder, head = config.get("encoder") or {}, config.get("head") or {}
+    training = metadata.get("training") or {}
+    described, base = _encoder(str(encoder.get("model", MISSING)), metadata, training)
+    header = ModelCardData(
+        library_name="pmi-reward",
+        base_model=base,
+        language=["en"] if (metadata.get("data") or {}).get("dialogues") == "chitchat" else None,
+        tags=["pmi-reward", "reward-model", "dialogue", "pointwise-mutual-information", "trl"],
+    ).to_yaml()
+    where = repo_id or "path/to/this/scorer"
+    chitchat = (metadata.get("data") or {}).get("dialogues") == "chitchat"
+    domain = "English chit-chat" if chitchat else "its training domain"
+    pooling = encoder.get("pooling") or "default"
+    hidden = " - ".join(str(h) for h in head.get("hidden", [])) or MISSING
+    cap = _number(head.get("cap"), 0)
+    mode = head.get("input_mode")
+    inputs = (
+        "separate context and reply embeddings u, v, read as [u, v, u*v]"
+        if mode == "pair"
+        else "one embedding of the pair prompt (context and reply in one text)"
+        if mode == "prompt"
+        else MISSING
+    )
+    return f"""---
+{header}
+---
+
+# PMI reward scorer{f" `{repo_id}`" if repo_id else ""}
+
+A [pmi-reward](https://pypi.org/project/pmi-reward/) scorer: it estimates the pointwise mutual information
+PMI(context; reply) = log p(reply | context) / p(reply), in nats, of a reply to a conversation. Use it as a reward for
+dialogue RL (TRL's GRPO/RLOO, OpenRLHF, verl), to rerank candidate replies, or to measure a chat model's engagement.
+
+## What the score means
+
+- **> 0**: the context makes the reply more likely than it is in general: on-topic, specific replies.
+- **about 0**: the reply is as likely after any context: generic replies ("that's interesting").
+- **< 0**: the reply fits this context worse than a random one: mismatched or, with in-context negatives in
+  training, copies of the context.
+- Bounded by a soft cap of +-{cap} nats. With hard negatives in the mix (below) the trained optimum is
+  log p(c, r) / q(c, r) for the negatives' mixture q, not PMI exactly: a ranking-faithful, copy-resistant score.
+
+## Model
+
+| | |
+|---|---|
+| encoder | {described}; {pooling} pooling, up to {encoder.get("max_length", MISSING)} tokens per input |
+| head input | {inputs} |
+| head | MLP {hidden} (PReLU), soft cap {cap} |
+| context read | the last {config.get("context_turns") or "all"} turns, one per line, oldest first |
+| objective | `{training.get("objective", MISSING)}`{_OBJECTIVES.get(str(training.get("objective")), "")} |
+
+## Training data
+
+{_data(metadata)}
+
+Negatives per positive pair, drawn afresh every round:
+
+{_negatives(training)}
+
+## Evaluation
+
+| split | ROC-AUC (positives against the negatives above) |
+|---|---|
+| validation (model selection, epoch {metadata.get("best_epoch", MISSING)}) | {_number(metadata.get("best_val_auc"))} |
+| test | {_number(metadata.get("test_auc"))} |
+
+## Intended use
+
+Scoring how well a reply answers its conversation: an engagement reward for RL fine-tuning of chat models
+(best with a group baseline such as GRPO's), reranking and best-of-n sampling, and comparing chat policies. Not a
+judge of truth, safety, helpfulness or instruction following: pair it with rewards for those.
+
+## Limits
+
+- It rewards replies that are predictable from the context: an RL policy can exploit that (e.g. long replies
+  full of the context's keywords); watch reply length and diversity, and judge gains with an independent scorer.
+- It knows only what its training dialogues show ({domain}); scores on other languages or domains (task
+  dialogues, code, long documents) are unvalidated.
+- Contexts longer than the encoder's budget keep their most recent turns; replies keep their start.
+- Reasoning models: the reward scores the text after the last `</think>` (pmi-reward's default).
+
+## How to use
+
+```python
+from pmi_reward import PMIReward, PMIScorer
+
+scorer = PMIScorer.from_pretrained("{where}")
+scorer.score(["I went hiking in Yosemite.\\nOh nice, where did you stay?"], ["In a tent near Half Dome!"])
+
+# as a TRL reward function (GRPOTrainer, RLOOTrainer): one float per completion
+from trl import GRPOConfig, GRPOTrainer
+
+reward = PMIReward.from_pretrained("{where}", empty_score=-5.0)
+trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=GRPOConfig(...), train_dataset=prompts)
+```
+
+As a reward server for OpenRLHF or verl: `pmi-reward serve --scorer {where}` (see pmi-reward's `docs/serving.md`).
+"""
