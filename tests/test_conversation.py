@@ -78,3 +78,21 @@ def test_what_cannot_be_split():
 def test_never_raises(query, prompt):
     result = split_query(query, prompt)
     assert result is None or (isinstance(result[1], str) and isinstance(result[0], list))
+
+
+def test_think_blocks():
+    from pmi_reward.data.conversation import drop_think_blocks, opens_think, strip_think
+
+    assert strip_think("<think>\nThey like jazz.\n</think>\n\nColtrane!") == "\n\nColtrane!"
+    assert strip_think("<think>a</think>b<think>c</think>d") == "d"  # the text after the LAST </think>
+    assert strip_think("<think>still thinking") == ""  # unterminated: nothing to score
+    assert strip_think("answer<think>more") == ""
+    assert strip_think("plain reply") == "plain reply"
+    assert strip_think("reasoning</think>answer", opened=True) == "answer"  # the prompt opened the block
+    assert strip_think("reasoning cut at max tokens", opened=True) == ""
+    assert drop_think_blocks("I love jazz.\n<think>hm</think>Me too!\nWho?") == "I love jazz.\nMe too!\nWho?"
+    assert drop_think_blocks("a\nreasoning</think> b\n<think>open") == "a\n b"
+    assert opens_think("<|im_start|>assistant\n<think>\n") and not opens_think("<think>x</think>\n")
+    prompt = PROMPTS["chatml"][0] + "<think>\n"
+    messages, reply = split_query(prompt + "hmm</think>\n\nColtrane!<|im_end|>", prompt)
+    assert prompt_to_context(messages) == CONTEXT and reply == "<think>hmm</think>\n\nColtrane!"

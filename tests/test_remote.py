@@ -17,7 +17,10 @@ from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
 from pmi_reward.rewards.reward import PMIReward
 
 TEXT = st.one_of(
-    st.text(max_size=30), st.sampled_from(["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000])
+    st.text(max_size=30),
+    st.sampled_from(
+        ["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000, "<think>a</think>b", "<think>a", "a</think>b"]
+    ),
 )
 JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 MESSAGE = st.fixed_dictionaries(
@@ -33,6 +36,8 @@ OPTIONS = st.builds(
     empty_score=st.sampled_from([-5.0, 0.0, None]),
     include_system=st.booleans(),
     max_context_turns=st.sampled_from([None, 1, 5]),
+    strip_think=st.booleans(),
+    think_opened=st.booleans(),
 )
 
 

@@ -96,6 +96,29 @@ def test_group_centering_scale_and_clip(scorer):
     assert np.all(np.abs(clipped) <= 0.5)
 
 
+def test_think_blocks_are_not_scored(scorer):
+    reward = PMIReward(scorer)
+    logged = {}
+    out = reward(
+        ["I love jazz."] * 4,
+        [
+            "<think>\nThey like jazz.\n</think>\n\nColtrane!",
+            "Coltrane!",
+            "<think>hmm, jazz",
+            [{"content": "</think>Coltrane!"}],
+        ],
+        log_metric=lambda k, v: logged.setdefault(k, v),
+    )
+    assert out[0] == out[1] == out[3] and out[2] == -5.0  # the answer is scored; unfinished reasoning is empty
+    assert logged["pmi_reward/think_unfinished_frac"] == 0.25
+    kept = PMIReward(scorer, strip_think=False).texts(["I love jazz."], ["<think>x</think>Coltrane!"])
+    assert kept.replies == ["<think>x</think>Coltrane!"]  # the option off: the reasoning is part of the reply
+    opened = PMIReward(scorer, think_opened=True)(["I love jazz."] * 2, ["hmm</think>Coltrane!", "hmm, jazz"])
+    assert opened == [out[1], -5.0]  # the template opened the block: no </think> means unfinished
+    history = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "<think>x</think>Me too!"}]
+    assert reward([history], ["Coltrane!"]) == reward(["I love jazz.\nMe too!"], ["Coltrane!"])
+
+
 def test_log_metric_receives_batch_stats(scorer):
     logged = {}
     reward = PMIReward(scorer, clip=0.1)

@@ -12,6 +12,11 @@ common templates (ChatML, Llama 3, Gemma, Phi-3, Mistral/Llama 2 ``[INST]``, and
 prefixes) and returns their messages; anything else is plain text, one turn per line. ``split_query`` splits a
 full text (prompt + reply) into the prompt's messages and the reply; ``clean_reply`` cuts what the template or
 padding appended to a reply.
+
+Reasoning models write ``<think>...</think>`` before their answer; ``strip_think`` keeps the answer (the text
+after the last ``</think>``, as Qwen3's and DeepSeek-R1's chat templates keep it in the history), and an
+unterminated block leaves nothing. Templates that open the block in the generation prompt (Qwen3.5,
+DeepSeek-R1 distills) are recognised by ``split_query``, which hands the opening tag back to the reply.
 """
 
 from __future__ import annotations
@@ -30,9 +35,14 @@ __all__ = [
     "parse_chat",
     "clean_reply",
     "split_query",
+    "strip_think",
+    "drop_think_blocks",
+    "opens_think",
 ]
 
 _SPEAKERS = ("user", "assistant")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 
 
 def message_text(content: Any) -> str | None:
@@ -128,6 +138,32 @@ def clean_reply(text: str) -> str:
     return (text[: match.start()] if match else text).strip()
 
 
+def strip_think(text: str, opened: bool = False) -> str:
+    """The answer of a reasoning model's reply: the text after the last ``</think>``. A think block still open at
+    the end (a ``<think>`` after the last ``</think>``, or, with ``opened`` (the prompt opened the block), no
+    ``</think>`` at all) is unfinished reasoning: the answer is empty."""
+    close = text.rfind(THINK_CLOSE)
+    answer = text[close + len(THINK_CLOSE) :] if close >= 0 else text
+    if THINK_OPEN in answer or (opened and close < 0):
+        return ""
+    return answer
+
+
+def drop_think_blocks(text: str) -> str:
+    """``text`` (turns one per line) without reasoning: ``<think>...</think>`` blocks go (an unterminated one runs
+    to the end), a turn whose block was opened elsewhere keeps what follows its ``</think>``, and turns left
+    empty go: how a context reads past turns of a reasoning model."""
+    if THINK_OPEN not in text and THINK_CLOSE not in text:
+        return text
+    lines = (line.rsplit(THINK_CLOSE, 1)[-1] for line in _THINK_BLOCK.sub("", text).split("\n"))
+    return "\n".join(line for line in lines if line.strip())
+
+
+def opens_think(prompt: str) -> bool:
+    """Whether a templated prompt ends inside an open think block (its generation prompt opened one)."""
+    return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+
+
 def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
     role = role.lower()
     return {"role": renames.get(role, _ROLES.get(role, role)), "content": _SPECIAL.sub("", content).strip()}
@@ -182,7 +218,11 @@ def split_query(query: str, prompt: str | None = None) -> tuple[Messages, str] |
     if prompt:
         at = query.find(prompt)
         if at >= 0:
-            return _as_messages(prompt), clean_reply(query[at + len(prompt) :])
+            reply = clean_reply(query[at + len(prompt) :])
+            if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
+                opened = prompt.rfind(THINK_OPEN)
+                return _as_messages(prompt[:opened]), THINK_OPEN + reply
+            return _as_messages(prompt), reply
     messages = parse_chat(query)
     if messages is not None:
         while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:

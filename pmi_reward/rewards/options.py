@@ -20,6 +20,7 @@ class RewardOptions:
     ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a context in
     the same call (a GRPO/RLOO group). ``empty_score`` is returned for empty, whitespace-only or unreadable
     completions (None hands TRL an unscorable sample, which gets zero advantage); it is not centred.
+    ``strip_think`` scores a reasoning model's answer, not its reasoning.
     """
 
     center: str = field(default="none", metadata={"help": "none | group (subtract the mean of a prompt's group)"})
@@ -30,6 +31,20 @@ class RewardOptions:
     empty_score: float | None = field(
         default=-5.0,
         metadata={"help": "reward of an empty or unreadable completion (None: unscorable, zero advantage)"},
+    )
+    strip_think: bool = field(
+        default=True,
+        metadata={
+            "help": "score the text after the last </think> (reasoning models); an unterminated <think> block "
+            "leaves an empty reply (empty_score)"
+        },
+    )
+    think_opened: bool = field(
+        default=False,
+        metadata={
+            "help": "the chat template opens <think> in the generation prompt (Qwen3.5, DeepSeek-R1 distills), so "
+            "a reply without </think> is unfinished reasoning (empty); the server detects this from OpenRLHF's prompts"
+        },
     )
     include_system: bool = field(default=False, metadata={"help": "read the system prompt as a context turn"})
     max_context_turns: int | None = field(

@@ -5,7 +5,8 @@ server's ``/get_reward`` and ``/rerank`` through its micro-batcher, and the verl
 Only the scoring step differs, so for the same scorer and options they all return the same rewards.
 
 1. samples -> text (``RewardPath.texts``): prompts and completions (strings or chat messages) become a context
-   written as the scorer was trained and a reply, both cut to ``max_chars``; unreadable ones are None.
+   written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
+   both cut to ``max_chars``; unreadable ones are None.
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
 3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.conversation import completion_to_text, prompt_to_context
+from ..data.conversation import completion_to_text, drop_think_blocks, prompt_to_context, strip_think
 from ..scoring.scorer import PMIScorer
 from .options import RewardOptions
 
@@ -71,12 +72,13 @@ def score_robustly(scorer: PMIScorer, contexts: list[str], replies: list[str]) -
 
 @dataclass
 class RewardBatch:
-    """One call's samples as scorer text: per-sample context and reply (None when unreadable) and the indices
-    of the samples worth scoring."""
+    """One call's samples as scorer text: per-sample context and reply (None when unreadable), the indices
+    of the samples worth scoring, and how many replies were emptied by an unterminated think block."""
 
     contexts: list[str | None]
     replies: list[str | None]
     valid: list[int]
+    unfinished_think: int = 0
 
     def pairs(self) -> tuple[list[str], list[str]]:
         """The (contexts, replies) of the scorable samples."""
@@ -128,10 +130,16 @@ class RewardPath:
         prompts, completions = self.samples(prompts, completions)
         contexts = [prompt_to_context(p, opts.include_system, opts.max_context_turns) for p in prompts]
         replies = [completion_to_text(c) for c in completions]
+        unfinished = 0
+        if opts.strip_think:
+            contexts = [drop_think_blocks(c) if c is not None else None for c in contexts]
+            answers = [strip_think(r, opts.think_opened) if r is not None else None for r in replies]
+            unfinished = sum(1 for r, a in zip(replies, answers, strict=True) if r and r.strip() and a == "")
+            replies = answers
         contexts = [cut_context(c, opts.max_chars) if c is not None and readable(c) else None for c in contexts]
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
         valid = [i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r]
-        return RewardBatch(contexts, replies, valid)
+        return RewardBatch(contexts, replies, valid, unfinished)
 
     def shape(self, batch: RewardBatch, raw: np.ndarray, log_metric: LogMetric | None = None) -> list[float | None]:
         """Step 3: rewards from raw PMI (NaN where unscored): centred, scaled, clipped; ``empty_score`` for the rest."""
@@ -148,7 +156,7 @@ class RewardPath:
         if opts.clip is not None:
             shaped = np.clip(shaped, -opts.clip, opts.clip)
         if log_metric is not None and len(raw):
-            self._log(log_metric, raw, shaped, len(batch.valid))
+            self._log(log_metric, raw, shaped, batch)
         return [float(r) if math.isfinite(r) else opts.empty_score for r in shaped]
 
     def run(
@@ -175,9 +183,10 @@ class RewardPath:
         raw = batch.raw(await score(*batch.pairs()))
         return Rewards(self.shape(batch, raw, log_metric), raw, batch)
 
-    def _log(self, log_metric: LogMetric, raw: np.ndarray, rewards: np.ndarray, n_valid: int) -> None:
-        name, n = self.__name__, len(raw)
+    def _log(self, log_metric: LogMetric, raw: np.ndarray, rewards: np.ndarray, batch: RewardBatch) -> None:
+        name, n, n_valid = self.__name__, len(raw), len(batch.valid)
         log_metric(f"{name}/empty_frac", 1.0 - n_valid / n)
+        log_metric(f"{name}/think_unfinished_frac", batch.unfinished_think / n)
         if n_valid:
             ok = np.isfinite(raw)
             log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
