@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import pickle
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from trl.trainer.utils import is_async_callable
 
 from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.path import GroupError
 from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
 from pmi_reward.rewards.reward import PMIReward
 
@@ -49,7 +51,12 @@ def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, sam
     prompts, completions = [p for p, _ in samples], [c for _, c in samples]
     if shared_prompt and prompts:
         prompts = [prompts[0]] * len(prompts)  # a GRPO group: centring has something to do
-    local = PMIReward(tiny_scorer, options)(prompts, completions)
+    try:
+        local = PMIReward(tiny_scorer, options)(prompts, completions)
+    except GroupError as err:  # center="group" with a lonely completion: refused on both sides, alike
+        with pytest.raises(GroupError, match=re.escape(str(err))):
+            RemotePMIReward(reward_server.url, options).score_sync(prompts, completions)
+        return
     remote = RemotePMIReward(reward_server.url, options).score_sync(prompts, completions)
     assert len(remote) == len(completions)
     assert remote == local  # exactly: same texts, same scorer call, same shaping
@@ -68,7 +75,7 @@ def test_trl_contract(reward_server, tiny_scorer):
 
     got = asyncio.run(
         clone(
-            prompts=["a", "b"],
+            prompts=["a", "a"],
             completions=["x", "y"],
             completion_ids=[[1], [2]],
             trainer_state=None,

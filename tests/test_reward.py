@@ -9,6 +9,7 @@ import torch
 
 from pmi_reward.data.conversation import completion_to_text, prompt_to_context
 from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.path import GroupError
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
@@ -96,6 +97,16 @@ def test_group_centering_scale_and_clip(scorer):
     assert np.all(np.abs(clipped) <= 0.5)
 
 
+def test_group_centring_refuses_a_lonely_completion(scorer):
+    """A prompt with one completion in the call would get 0.0 whatever its reply: refused, saying why."""
+    reward = PMIReward(scorer, center="group")
+    with pytest.raises(GroupError, match=r"1 of the 3 samples .*first: sample 2.*center='none'"):
+        reward(["a", "a", "b"], ["x", "y", "z"])
+    with pytest.raises(GroupError, match="OpenRLHF >= 0.9.1"):
+        reward(["a"], ["x"])
+    assert reward(["a", "a", None], ["x", "", "z"])[1:] == [-5.0, -5.0]  # an empty reply is still its group's
+
+
 def test_think_blocks_are_not_scored(scorer):
     reward = PMIReward(scorer)
     logged = {}
@@ -117,6 +128,14 @@ def test_think_blocks_are_not_scored(scorer):
     assert opened == [out[1], -5.0]  # the template opened the block: no </think> means unfinished
     history = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "<think>x</think>Me too!"}]
     assert reward([history], ["Coltrane!"]) == reward(["I love jazz.\nMe too!"], ["Coltrane!"])
+
+
+def test_samples_without_context_are_flagged(scorer, caplog):
+    logged = {}
+    with caplog.at_level("DEBUG", logger="pmi_reward"):
+        out = PMIReward(scorer)([None, 42, "ctx"], ["a", "b", "c"], log_metric=lambda k, v: logged.setdefault(k, v))
+    assert out[:2] == [-5.0, -5.0] and logged["pmi_reward/no_context_frac"] == pytest.approx(2 / 3)
+    assert "2 of 3 samples have no readable context (first: sample 0)" in caplog.text
 
 
 def test_log_metric_receives_batch_stats(scorer):

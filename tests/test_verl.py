@@ -1,13 +1,32 @@
-"""The verl adapter, loaded by path exactly as verl loads a ``custom_reward_function`` (verl itself not installed)."""
+"""The verl adapter, called exactly as verl calls a ``custom_reward_function`` (verl itself is not installed).
 
+The calling code below is verl's, copied as it stands at b178a3c (v0.7.0 + 125 commits; the same at v0.7.0):
+``verl/utils/import_utils.py`` ``load_module`` / ``load_extern_object`` load the file by path or ``pkg://``;
+``verl/trainer/ppo/reward.py`` ``get_custom_reward_fn`` wraps it with ``reward_kwargs``; then
+- the reward loop (default since 0.7): ``verl/experimental/reward_loop/reward_manager/naive.py``
+  ``NaiveRewardManager.run_single``: one sample per call, keyword arguments, sync functions run in the event
+  loop's default thread pool, many samples at once;
+- legacy ``naive`` (``use_reward_loop: false``): ``verl/workers/reward_manager/naive.py``, a loop of calls;
+- legacy ``batch``: ``verl/workers/reward_manager/batch.py`` ``BatchRewardManager.verify``, numpy object arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
 import importlib.util
 import inspect
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 
 import pmi_reward.rewards.verl as verl_adapter
+from pmi_reward.rewards.path import GroupError
 from pmi_reward.rewards.reward import PMIReward
 
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
@@ -18,60 +37,169 @@ MESSAGES = [
 ]
 
 
-def _load_like_verl():
-    """verl: spec_from_file_location("custom_module", path), exec_module, getattr(module, name)."""
-    spec = importlib.util.spec_from_file_location("custom_module", verl_adapter.__file__)
+# -- upstream loading code (verl @ b178a3c) -----------------------------------------------------------------------
+def load_module(module_path: str) -> object:
+    """``verl/utils/import_utils.py`` ``load_module`` (lines 87-128), ``module_name=None``."""
+    if module_path.startswith("pkg://"):
+        return importlib.import_module(module_path[len("pkg://") :].replace("/", "."))
+    if module_path.startswith("file://"):
+        module_path = module_path[len("file://") :]
+    spec_name = f"custom_module_{hash(os.path.abspath(module_path))}"
+    spec = importlib.util.spec_from_file_location(spec_name, module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_signatures_follow_verl():
-    module = _load_like_verl()
-    assert list(inspect.signature(module.compute_score).parameters)[:4] == [
-        "data_source",
-        "solution_str",
-        "ground_truth",
-        "extra_info",
-    ]
-    assert list(inspect.signature(module.compute_score_batch).parameters)[:4] == [
-        "data_sources",
-        "solution_strs",
-        "ground_truths",
-        "extra_infos",
-    ]
+def _call_with_kwargs(raw_fn, extra_kwargs, *args, **kwargs):
+    """``verl/trainer/ppo/reward.py`` (lines 42-48): ``reward_kwargs`` override call-time kwargs."""
+    merged_kwargs = {**kwargs, **extra_kwargs}
+    return raw_fn(*args, **merged_kwargs)
 
 
-def test_compute_score_against_a_server(reward_server, tiny_scorer):
-    module = _load_like_verl()
-    expected = PMIReward(tiny_scorer)([CONTEXT], ["Coltrane, for sure."])[0]
-    got = module.compute_score(
-        "chitchat", "Coltrane, for sure.<|im_end|><|endoftext|>", None, {"context": CONTEXT}, url=reward_server.url
-    )
-    assert isinstance(got, float) and got == pytest.approx(expected, abs=1e-6)
+def get_custom_reward_fn(path: str, name: str, reward_kwargs: dict):
+    """``get_custom_reward_fn`` (lines 60-96) for a sync function."""
+    raw_fn = getattr(load_module(path), name)
+    return partial(_call_with_kwargs, raw_fn, dict(reward_kwargs))
 
 
-def test_batch_reads_contexts_from_extra_info_in_every_form(reward_server, tiny_scorer):
-    module = _load_like_verl()
-    infos = [
-        {"context": CONTEXT},
-        {"messages": np.array(MESSAGES, dtype=object)},  # parquet rows hold numpy arrays
-        {"history": np.array(["I love jazz.", "Me too!", "Who is your favourite?"], dtype=object)},
-        {"prompt": CONTEXT},
-        {"index": 3},  # no context: empty_score
+def _row(extra_info) -> dict:
+    """One row's ``non_tensor_batch`` as the RL dataset makes it from parquet."""
+    return {"data_source": "chitchat", "reward_model": {"ground_truth": ""}, "extra_info": extra_info}
+
+
+async def run_single(compute_score, row: dict, response_str: str, loop) -> dict:
+    """``NaiveRewardManager.run_single`` (reward loop, lines 34-99) after decoding, without a reward model."""
+    data_source = row["data_source"]
+    ground_truth = row["reward_model"]["ground_truth"]
+    extra_info = row.get("extra_info", {})
+    extra_info["num_turns"] = None
+    extra_info["rollout_reward_scores"] = {}
+    result = await loop.run_in_executor(
         None,
+        lambda: compute_score(
+            data_source=data_source, solution_str=response_str, ground_truth=ground_truth, extra_info=extra_info
+        ),
+    )
+    reward_extra_info = {}
+    if isinstance(result, dict):
+        score = result["score"]
+        for key, value in result.items():
+            reward_extra_info[key] = value
+    else:
+        score = result
+        reward_extra_info["acc"] = score
+    return {"reward_score": score, "reward_extra_info": reward_extra_info}
+
+
+def reward_loop(compute_score, rows: list[dict], responses: list[str]) -> list[dict]:
+    """The agent loop sends every finished sample to the reward loop on its own (agent_loop.py, lines 701-730)."""
+
+    async def all_samples():
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(
+            *(run_single(compute_score, r, s, loop) for r, s in zip(rows, responses, strict=True))
+        )
+
+    return asyncio.run(all_samples())
+
+
+def legacy_naive(compute_score, rows: list[dict], responses: list[str]) -> list[float]:
+    """``verl/workers/reward_manager/naive.py`` ``__call__`` (lines 59-101), the per-sample loop."""
+    rewards = []
+    for row, response_str in zip(rows, responses, strict=True):
+        extra_info = row.get("extra_info", {})
+        extra_info["num_turns"] = None
+        extra_info["rollout_reward_scores"] = {}
+        score = compute_score(
+            data_source=row["data_source"],
+            solution_str=response_str,
+            ground_truth=row["reward_model"]["ground_truth"],
+            extra_info=extra_info,
+        )
+        rewards.append(score["score"] if isinstance(score, dict) else score)
+    return rewards
+
+
+def legacy_batch(compute_score, rows: list[dict], responses: list[str], manager_kwargs: dict) -> list[float]:
+    """``BatchRewardManager.verify`` + ``__call__`` (batch.py, lines 47-103): numpy object arrays in."""
+    ground_truths = [row["reward_model"].get("ground_truth", None) for row in rows]
+    data_sources = np.array([row["data_source"] for row in rows], dtype=object)
+    extras = np.array([row["extra_info"] for row in rows], dtype=object)
+    for i in range(len(rows)):
+        extras[i]["rollout_reward_scores"] = {}
+    scores = compute_score(
+        data_sources=data_sources, solution_strs=responses, ground_truths=ground_truths, extra_infos=extras,
+        **manager_kwargs,
+    )  # fmt: skip
+    return [score["score"] if isinstance(score, dict) else score for score in scores]
+
+
+# -- tests ----------------------------------------------------------------------------------------------------------
+PATHS = [verl_adapter.__file__, "pkg://pmi_reward.rewards.verl"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_signatures_follow_verl(path):
+    module = load_module(path)
+    assert list(inspect.signature(module.compute_score).parameters)[:4] == [
+        "data_source", "solution_str", "ground_truth", "extra_info",
+    ]  # fmt: skip
+    assert list(inspect.signature(module.compute_score_batch).parameters)[:4] == [
+        "data_sources", "solution_strs", "ground_truths", "extra_infos",
+    ]  # fmt: skip
+    assert not inspect.iscoroutinefunction(module.compute_score)  # the legacy naive manager cannot await
+
+
+def _rows() -> list[dict]:
+    return [
+        _row({"context": CONTEXT, "index": 0}),
+        _row({"messages": np.array(MESSAGES, dtype=object)}),  # parquet gives lists back as numpy arrays
+        _row({"history": np.array(["I love jazz.", "Me too!", "Who is your favourite?"], dtype=object)}),
+        _row({"prompt": CONTEXT}),
+        _row({"index": 3, "split": "train"}),  # no conversation: empty_score, flagged
     ]
-    replies = ["Coltrane."] * 6
-    got = module.compute_score_batch(
-        ["d"] * 6, replies, [None] * 6, infos, url=reward_server.url, center="none", empty_score=-1.0
-    )
-    expected = PMIReward(tiny_scorer, empty_score=-1.0)([CONTEXT] * 4 + [None, None], replies)
-    assert got == pytest.approx(expected, abs=1e-6)
-    assert got[0] == got[1] == got[2] == got[3] and got[4] == got[5] == -1.0
-    centred = module.compute_score_batch(
-        ["d"] * 2, ["Coltrane.", "ok"], [None] * 2, infos[:2], url=reward_server.url, center="group"
-    )
-    assert sum(centred) == pytest.approx(0.0, abs=1e-5)
+
+
+RESPONSES = ["Coltrane, for sure.", "Miles Davis.<|im_end|>", "ok", "", "Coltrane."]
+
+
+def _expected(tiny_scorer, **options) -> list[float]:
+    contexts = [CONTEXT] * 4 + [None]
+    return PMIReward(tiny_scorer, **options)(contexts, ["Coltrane, for sure.", "Miles Davis.", "ok", "", "Coltrane."])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_reward_loop(reward_server, tiny_scorer, path, caplog):
+    fn = get_custom_reward_fn(path, "compute_score", {"url": reward_server.url, "empty_score": -1.0})
+    with caplog.at_level(logging.DEBUG, logger="pmi_reward"):  # a warning the first time, then debug
+        results = reward_loop(fn, _rows(), RESPONSES)
+    assert [r["reward_score"] for r in results] == pytest.approx(_expected(tiny_scorer, empty_score=-1.0), abs=1e-6)
+    # verl makes a column of each result key, from the first sample's keys: every result has the same ones
+    assert all(set(r["reward_extra_info"]) == {"score", "pmi_no_context"} for r in results)
+    assert [r["reward_extra_info"]["pmi_no_context"] for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert "without a conversation in extra_info" in caplog.text and "'index', 'num_turns'" in caplog.text
+
+
+def test_reward_loop_refuses_group_centring(reward_server):
+    fn = get_custom_reward_fn(PATHS[1], "compute_score", {"url": reward_server.url, "center": "group"})
+    with pytest.raises(GroupError, match="verl's reward loop"):
+        reward_loop(fn, _rows()[:1], RESPONSES[:1])
+
+
+def test_legacy_naive(reward_server, tiny_scorer):
+    fn = get_custom_reward_fn(PATHS[0], "compute_score", {"url": reward_server.url})
+    assert legacy_naive(fn, _rows(), RESPONSES) == pytest.approx(_expected(tiny_scorer), abs=1e-6)
+
+
+@pytest.mark.parametrize("center", ["none", "group"])
+def test_legacy_batch(reward_server, tiny_scorer, center):
+    """``custom_reward_function.reward_kwargs`` through the partial, ``reward_model.reward_kwargs`` from the manager."""
+    fn = get_custom_reward_fn(PATHS[0], "compute_score_batch", {"url": reward_server.url})
+    got = legacy_batch(fn, _rows(), RESPONSES, {"center": center})
+    assert got == pytest.approx(_expected(tiny_scorer, center=center), abs=1e-6)
+    if center == "group":  # the four rows share a conversation: a group, centred on its scored replies
+        assert sum(got[:3]) == pytest.approx(0.0, abs=1e-5) and got[3] == got[4] == -5.0
 
 
 def test_settings_errors(reward_server, monkeypatch):
@@ -84,7 +212,16 @@ def test_settings_errors(reward_server, monkeypatch):
     with pytest.raises(ValueError, match="2 responses but 1 extra_infos"):
         verl_adapter.compute_score_batch(["d"], ["x", "y"], [None], [{}], url=reward_server.url)
     monkeypatch.setenv("PMI_REWARD_URL", reward_server.url)
-    assert isinstance(verl_adapter.compute_score("d", "x", None, {"context": "c"}), float)
+    assert isinstance(verl_adapter.compute_score("d", "x", None, {"context": "c"})["score"], float)
+
+
+def test_in_process_reward_is_safe_from_a_thread_pool(tiny_scorer):
+    """The reward loop calls sync functions from many threads at once; PMIReward takes turns on its scorer."""
+    reward = PMIReward(tiny_scorer)
+    jobs = [([CONTEXT, f"ctx {i}"], [f"reply {i}", f"another {i} " * (i % 7)]) for i in range(32)]
+    serial = [reward(*job) for job in jobs]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda job: reward(*job), jobs)) == serial
 
 
 @pytest.mark.integration
@@ -97,8 +234,9 @@ def test_compute_score_with_a_local_scorer_dir(tmp_path):
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
     PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim))).save_pretrained(tmp_path / "s")
-    got = verl_adapter.compute_score(
-        "d", "Coltrane.", None, {"context": CONTEXT}, scorer=str(tmp_path / "s"), device="cpu"
+    fn = get_custom_reward_fn(PATHS[1], "compute_score", {"scorer": str(tmp_path / "s"), "device": "cpu"})
+    got = reward_loop(fn, [_row({"context": CONTEXT})] * 4, ["Coltrane.", "Miles.", "ok", "Coltrane."])
+    expected = PMIReward.from_pretrained(tmp_path / "s", device="cpu")(
+        [CONTEXT] * 4, ["Coltrane.", "Miles.", "ok", "Coltrane."]
     )
-    expected = PMIReward.from_pretrained(tmp_path / "s", device="cpu")([CONTEXT], ["Coltrane."])[0]
-    assert got == pytest.approx(expected, abs=1e-6)
+    assert [r["reward_score"] for r in got] == pytest.approx(expected, abs=1e-6)

@@ -18,9 +18,10 @@ class RewardOptions:
     """How raw PMI becomes a reward: raw -> minus baseline (``center``) -> times ``scale`` -> clipped.
 
     ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a context in
-    the same call (a GRPO/RLOO group). ``empty_score`` is returned for empty, whitespace-only or unreadable
-    completions (None hands TRL an unscorable sample, which gets zero advantage); it is not centred.
-    ``strip_think`` scores a reasoning model's answer, not its reasoning.
+    the same call (a GRPO/RLOO group); a call in which a context has only one completion is refused
+    (``GroupError``): its reward would be 0.0 whatever the reply. ``empty_score`` is returned for empty,
+    whitespace-only or unreadable completions (None hands TRL an unscorable sample, which gets zero
+    advantage); it is not centred. ``strip_think`` scores a reasoning model's answer, not its reasoning.
     """
 
     center: str = field(default="none", metadata={"help": "none | group (subtract the mean of a prompt's group)"})

@@ -8,7 +8,11 @@ Only the scoring step differs, so for the same scorer and options they all retur
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
    both cut to ``max_chars``; unreadable ones are None.
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
-3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest.
+3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest. With
+   ``center="group"`` a call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
+
+Samples without a readable context get ``empty_score``; they are counted in the ``<name>/no_context_frac``
+metric and logged as a warning, since they usually mean a data problem (e.g. a verl row with no conversation).
 """
 
 from __future__ import annotations
@@ -25,12 +29,25 @@ from ..data.conversation import completion_to_text, drop_think_blocks, prompt_to
 from ..scoring.scorer import PMIScorer
 from .options import RewardOptions
 
-__all__ = ["RewardPath", "RewardBatch", "Rewards", "readable", "cut_context", "cut_reply", "score_robustly"]
+__all__ = [
+    "RewardPath",
+    "RewardBatch",
+    "Rewards",
+    "GroupError",
+    "readable",
+    "cut_context",
+    "cut_reply",
+    "score_robustly",
+]
 
 logger = logging.getLogger(__name__)
 
 Score = Callable[[list[str], list[str]], np.ndarray]
 LogMetric = Callable[[str, float], None]
+
+
+class GroupError(ValueError):
+    """``center="group"`` on a call that holds a prompt with a single completion (its reward would be 0.0)."""
 
 
 def readable(text: str) -> bool:
@@ -80,6 +97,11 @@ class RewardBatch:
     valid: list[int]
     unfinished_think: int = 0
 
+    @property
+    def no_context(self) -> list[int]:
+        """Indices of the samples whose prompt gave no readable context."""
+        return [i for i, c in enumerate(self.contexts) if c is None]
+
     def pairs(self) -> tuple[list[str], list[str]]:
         """The (contexts, replies) of the scorable samples."""
         return [self.contexts[i] or "" for i in self.valid], [self.replies[i] or "" for i in self.valid]
@@ -112,6 +134,7 @@ class RewardPath:
     def __init__(self, options: RewardOptions) -> None:
         self.options = options
         self.__name__ = options.name
+        self._warned_no_context = False
 
     @staticmethod
     def samples(prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> tuple[list, list]:
@@ -146,18 +169,44 @@ class RewardPath:
         opts = self.options
         shaped = raw.copy()
         if opts.center == "group":
-            groups: dict[str, list[int]] = {}
-            for i, c in enumerate(batch.contexts):
-                if c is not None and math.isfinite(raw[i]):
-                    groups.setdefault(c, []).append(i)
-            for members in groups.values():
-                shaped[members] -= raw[members].mean()
+            for members in self.groups(batch).values():
+                scored = [i for i in members if math.isfinite(raw[i])]
+                if scored:
+                    shaped[scored] -= raw[scored].mean()
         shaped *= opts.scale
         if opts.clip is not None:
             shaped = np.clip(shaped, -opts.clip, opts.clip)
-        if log_metric is not None and len(raw):
-            self._log(log_metric, raw, shaped, batch)
+        if len(raw):
+            self._warn_no_context(batch)
+            if log_metric is not None:
+                self._log(log_metric, raw, shaped, batch)
         return [float(r) if math.isfinite(r) else opts.empty_score for r in shaped]
+
+    def groups(self, batch: RewardBatch) -> dict[str, list[int]]:
+        """The samples of each context (a GRPO group); a GroupError if a context has a single sample, whose
+        centred reward would be 0.0 whatever the reply."""
+        groups: dict[str, list[int]] = {}
+        for i, c in enumerate(batch.contexts):
+            if c is not None:
+                groups.setdefault(c, []).append(i)
+        lonely = [members[0] for members in groups.values() if len(members) == 1]
+        if lonely:
+            raise GroupError(
+                f"center='group' subtracts the mean PMI of each prompt's completions, but {len(lonely)} of the "
+                f"{len(batch.contexts)} samples in this call are the only completion of their prompt (first: sample "
+                f"{lonely[0]}), so their reward would be 0.0 whatever the reply. Callers that send one sample per "
+                "call (OpenRLHF >= 0.9.1's /get_reward, verl's reward loop and naive reward manager) cannot centre "
+                "here: use center='none' and let the trainer's group advantage centre (OpenRLHF "
+                "--algo.advantage.estimator group_norm, verl algorithm.adv_estimator=grpo)"
+            )
+        return groups
+
+    def measure(
+        self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, score: Score
+    ) -> tuple[RewardBatch, np.ndarray]:
+        """Steps 1 and 2: the samples as text and their raw PMI (NaN where unscored), unshaped (reranking)."""
+        batch = self.texts(prompts, completions)
+        return batch, batch.raw(score(*batch.pairs()))
 
     def run(
         self,
@@ -167,8 +216,7 @@ class RewardPath:
         log_metric: LogMetric | None = None,
     ) -> Rewards:
         """The whole path with a synchronous scoring step."""
-        batch = self.texts(prompts, completions)
-        raw = batch.raw(score(*batch.pairs()))
+        batch, raw = self.measure(prompts, completions, score)
         return Rewards(self.shape(batch, raw, log_metric), raw, batch)
 
     async def run_async(
@@ -186,9 +234,30 @@ class RewardPath:
     def _log(self, log_metric: LogMetric, raw: np.ndarray, rewards: np.ndarray, batch: RewardBatch) -> None:
         name, n, n_valid = self.__name__, len(raw), len(batch.valid)
         log_metric(f"{name}/empty_frac", 1.0 - n_valid / n)
+        log_metric(f"{name}/no_context_frac", len(batch.no_context) / n)
         log_metric(f"{name}/think_unfinished_frac", batch.unfinished_think / n)
         if n_valid:
             ok = np.isfinite(raw)
             log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
             clipped = np.abs(rewards[ok]) >= self.options.clip if self.options.clip else np.zeros(n_valid, bool)
             log_metric(f"{name}/clipped_frac", float(clipped.mean()))
+
+    def _warn_no_context(self, batch: RewardBatch) -> None:
+        """A warning the first time samples come without a readable context (then at debug level: once per run is
+        enough to notice, every step would flood the log)."""
+        missing = batch.no_context
+        if not missing:
+            return
+        level = logging.DEBUG if self._warned_no_context else logging.WARNING
+        self._warned_no_context = True
+        logger.log(
+            level,
+            "%s: %d of %d samples have no readable context (first: sample %d); they get empty_score=%s. "
+            "Metric: %s/no_context_frac",
+            self.__name__,
+            len(missing),
+            len(batch.contexts),
+            missing[0],
+            self.options.empty_score,
+            self.__name__,
+        )

@@ -2,11 +2,14 @@
 
 A plain callable with TRL's signature, not an ``nn.Module`` (TRL would take a module for a
 sequence-classification model). Each distinct context in a call is encoded once, so a GRPO group of G
-completions for one prompt costs one context encoding plus G response encodings.
+completions for one prompt costs one context encoding plus G response encodings. Calls from several threads
+(verl's reward loop runs reward functions in a thread pool) take turns on the scorer: a tokenizer is not
+safe to share between threads.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -32,6 +35,7 @@ class PMIReward(RewardPath):
         super().__init__((options or RewardOptions(**kwargs)).resolved(scorer.context_turns))
         self.scorer = scorer
         self.seconds = 0.0  # wall time spent inside calls (a trainer reports the reward's share of a step)
+        self._lock = threading.Lock()
 
     @staticmethod
     def remote(url: str, options: RewardOptions | None = None, **kwargs: Any) -> RemotePMIReward:
@@ -70,10 +74,11 @@ class PMIReward(RewardPath):
     def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """Raw PMI of the readable pairs, ``batch_size`` pairs per scorer call."""
         size = self.options.batch_size
-        parts = [
-            score_robustly(self.scorer, contexts[s : s + size], replies[s : s + size])
-            for s in range(0, len(replies), size)
-        ]
+        with self._lock:
+            parts = [
+                score_robustly(self.scorer, contexts[s : s + size], replies[s : s + size])
+                for s in range(0, len(replies), size)
+            ]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     # -- pickling (TRL may copy reward functions across processes) -------------------------------
@@ -93,3 +98,4 @@ class PMIReward(RewardPath):
         )
         RewardPath.__init__(self, RewardOptions(**state["options"]))
         self.seconds = 0.0
+        self._lock = threading.Lock()

@@ -1,20 +1,28 @@
 """PMIScore as verl's ``custom_reward_function``: ``compute_score`` (one response) and ``compute_score_batch``.
 
-verl hands a reward function the decoded response (``solution_str``) and the dataset row's ``extra_info``;
-a PMI reward needs the conversation the response answers, so each row must carry it in ``extra_info``
-under ``context`` (a string, one turn per line), ``messages`` or ``prompt`` (chat messages or a string) or
-``history`` (a list of turn strings). ``ground_truth`` is not needed and ignored. Where the score comes
+``compute_score`` is what verl >= 0.7's reward loop (the default, ``reward_model.use_reward_loop: true``) and the
+legacy ``naive`` manager call, one response per call (the reward loop from a thread pool, so it is thread-safe);
+``compute_score_batch`` is for the legacy ``batch`` manager (``use_reward_loop: false``), which passes numpy
+object arrays. verl hands a reward function the decoded response (``solution_str``) and the dataset row's
+``extra_info``; a PMI reward needs the conversation the response answers, so each row must carry it in
+``extra_info`` under ``context`` (a string, one turn per line), ``messages`` or ``prompt`` (chat messages or a
+string) or ``history`` (a list of turn strings); a row without one gets ``empty_score``, a warning in the log
+and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that flag), which
+every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes
 from is set through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
-``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory loaded once per
-worker (``$PMI_REWARD_SCORER``); every other ``RewardOptions`` field (``center``, ``scale``, ``clip``,
-``empty_score``, ...) may be given there too. Either way the rewards come from the one reward path
-(``pmi_reward.rewards.path``), as ``PMIReward``'s do. verl loads this file by path under another module name,
-so it imports the library by absolute name. ``docs/serving.md`` has the config.
+``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
+once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
+every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too.
+Either way the rewards come from the one reward path (``pmi_reward.rewards.path``), as ``PMIReward``'s do;
+``center: group`` needs a whole group per call, so it works with ``compute_score_batch`` only and is refused with
+a clear error by ``compute_score``. verl loads this file by path (or as ``pkg://pmi_reward.rewards.verl``), so it
+imports the library by absolute name. ``docs/serving.md`` has the configs.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -26,8 +34,14 @@ from pmi_reward.data.pairs import join_turns
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.remote import RemotePMIReward
 from pmi_reward.rewards.reward import PMIReward
+from pmi_reward.scoring.encoder import RUNTIME_FIELDS
+from pmi_reward.scoring.scorer import PMIScorer
 
 __all__ = ["compute_score", "compute_score_batch", "context_of"]
+
+Result = dict[str, float]
+
+logger = logging.getLogger("pmi_reward.rewards.verl")  # by name: verl may load this file as another module
 
 CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
@@ -59,12 +73,16 @@ def context_of(extra_info: Any) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _reward(
-    url: str | None, scorer: str | None, device: str | None, options: tuple[tuple[str, Any], ...]
+    url: str | None,
+    scorer: str | None,
+    device: str | None,
+    options: tuple[tuple[str, Any], ...],
+    runtime: tuple[tuple[str, Any], ...] = (),
 ) -> PMIReward | RemotePMIReward:
     opts = RewardOptions(**dict(options))
     if url:
         return RemotePMIReward(url, opts, on_failure="raise")
-    return PMIReward.from_pretrained(scorer or "", device=device, options=opts)
+    return PMIReward(PMIScorer.from_pretrained(scorer or "", device=device, **dict(runtime)), opts)
 
 
 def _settings(kwargs: dict) -> tuple:
@@ -79,7 +97,8 @@ def _settings(kwargs: dict) -> tuple:
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
-    return url, scorer, kwargs.get("device"), tuple(sorted(options.items()))
+    runtime = {k: v for k, v in kwargs.items() if k in RUNTIME_FIELDS and v is not None}
+    return url, scorer, kwargs.get("device"), tuple(sorted(options.items())), tuple(sorted(runtime.items()))
 
 
 def compute_score_batch(
@@ -88,20 +107,44 @@ def compute_score_batch(
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Any] | None = None,
     **kwargs: Any,
-) -> list[float]:
-    """PMI rewards of a batch of responses (verl's ``batch`` reward manager); contexts from ``extra_infos``."""
+) -> list[Result]:
+    """PMI rewards of a batch of responses (verl's legacy ``batch`` reward manager); contexts from ``extra_infos``.
+    Each result is ``{"score": reward, "pmi_no_context": 1.0 if the row held no conversation else 0.0}``."""
     reward = _reward(*_settings(kwargs))
     responses = [clean_reply(s) if isinstance(s, str) else s for s in solution_strs]
     infos = list(extra_infos) if extra_infos is not None else [None] * len(responses)
     if len(infos) != len(responses):
         raise ValueError(f"pmi_reward verl: {len(responses)} responses but {len(infos)} extra_infos")
     contexts = [context_of(info) for info in infos]
+    missing = [i for i, c in enumerate(contexts) if c is None]
+    if missing:
+        _warn_missing(infos[missing[0]], len(missing), len(infos))
     out = reward.score_sync(contexts, responses) if isinstance(reward, RemotePMIReward) else reward(contexts, responses)
-    return [float(cast(float, x)) for x in out]  # empty_score is a number (see _settings): no reward is None
+    return [  # empty_score is a number (see _settings): no reward is None
+        {"score": float(cast(float, x)), "pmi_no_context": float(c is None)} for x, c in zip(out, contexts, strict=True)
+    ]
 
 
 def compute_score(
     data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
-) -> float:
-    """PMI reward of one response (verl's default ``naive`` reward manager)."""
+) -> Result:
+    """PMI reward of one response (verl's reward loop and legacy ``naive`` manager): ``{"score", "pmi_no_context"}``."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
+
+
+_warned: list[bool] = []
+
+
+def _warn_missing(info: Any, n: int, total: int) -> None:
+    """A warning the first time rows come without a conversation (then at debug level)."""
+    keys = sorted(info) if isinstance(info, Mapping) else type(info).__name__
+    logger.log(
+        logging.DEBUG if _warned else logging.WARNING,
+        "pmi_reward verl: %d of %d responses come without a conversation in extra_info (one of %s; this row has %s); "
+        "they get empty_score. Put the prompt's conversation in each row's extra_info.",
+        n,
+        total,
+        "/".join(CONTEXT_KEYS),
+        keys,
+    )
+    _warned.append(True)

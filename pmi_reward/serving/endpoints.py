@@ -1,8 +1,10 @@
 """What the reward server answers: one method per route, each going through the one reward path.
 
-- ``POST /get_reward``: OpenRLHF's remote reward-model protocol (``--remote_rm_url``): chat-templated full
-  texts in ``query`` (prompt + reply), optionally the ``prompts``; ``rewards``, ``scores`` and ``extra_logs``
-  out, shaped by the server's ``RewardOptions`` exactly as ``PMIReward`` shapes them.
+- ``POST /get_reward``: OpenRLHF's remote reward-model protocol (``--reward.remote_url``, before v0.10.2
+  ``--remote_rm_url``): chat-templated full texts in ``query`` (prompt + reply), optionally the ``prompts``;
+  ``rewards``, ``scores`` and ``extra_logs`` out, shaped by the server's ``RewardOptions`` exactly as
+  ``PMIReward`` shapes them. OpenRLHF >= 0.9.1 sends one sample per request (and an empty one to each extra
+  URL, answered 200); ``center: group`` cannot work on such requests and is refused with a 422 saying so.
 - ``POST /score``: raw PMI of ``{"context", "response"}`` pairs (``RemotePMIReward`` calls this).
 - ``POST /rerank``: one context's candidate replies, best first.
 
@@ -12,6 +14,7 @@ has the full protocol.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -19,12 +22,14 @@ import numpy as np
 
 from ..data.conversation import split_query
 from ..rewards.options import RewardOptions
-from ..rewards.path import RewardPath, cut_context, cut_reply, readable
+from ..rewards.path import GroupError, RewardPath, cut_context, cut_reply, readable
 from ..rewards.rerank import ranking
 from .batching import MicroBatcher
 from .config import ServerConfig
 
 __all__ = ["ApiError", "Endpoints", "type_name"]
+
+logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -74,6 +79,7 @@ class Endpoints:
     def __init__(self, batcher: MicroBatcher, config: ServerConfig, options: RewardOptions) -> None:
         self.batcher, self.config = batcher, config
         self.path = RewardPath(options)
+        self._warned_group = False
 
     @property
     def options(self) -> RewardOptions:
@@ -110,8 +116,8 @@ class Endpoints:
         top_k = body.get("top_k")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ApiError(422, f"'top_k' must be a positive integer, got {top_k!r}")
-        result = self.path.run([context] * len(candidates), candidates, self._score)
-        raw, replies = result.raw, result.batch.replies
+        batch, raw = self.path.measure([context] * len(candidates), candidates, self._score)
+        replies = batch.replies
         ranked = [{"index": i, "response": replies[i], "score": _number(raw[i])} for i in ranking(raw.tolist())]
         return {"ranked": ranked[:top_k] if top_k else ranked, "scores": [_number(s) for s in raw]}
 
@@ -135,12 +141,27 @@ class Endpoints:
             split = split_query(query, prompt)
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)
-        result = self.path.run(contexts, replies, self._score)
+        try:
+            result = self.path.run(contexts, replies, self._score)
+        except GroupError as err:
+            self._warn_group(err)
+            raise ApiError(422, f"this server runs with --center group: {err}") from None
         raw = result.raw
         scored = np.isfinite(raw)
         sigmoid = np.where(scored, 1 / (1 + np.exp(-np.nan_to_num(raw))), 0.0)
+        no_context = np.zeros(len(raw))
+        no_context[result.batch.no_context] = 1.0
         return {
             "rewards": result.rewards,
             "scores": sigmoid.tolist(),
-            "extra_logs": {"pmi_raw": np.where(scored, raw, 0.0).tolist(), "pmi_scored": scored.astype(float).tolist()},
+            "extra_logs": {
+                "pmi_raw": np.where(scored, raw, 0.0).tolist(),
+                "pmi_scored": scored.astype(float).tolist(),
+                "pmi_no_context": no_context.tolist(),
+            },
         }
+
+    def _warn_group(self, err: GroupError) -> None:
+        """The refusal in the server's log too (OpenRLHF logs only the status of a failed request)."""
+        logger.log(logging.DEBUG if self._warned_group else logging.WARNING, "/get_reward refused: %s", err)
+        self._warned_group = True
