@@ -4,8 +4,9 @@ Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies
 forward of the scorer's encoder (pre-tokenized, length-sorted, only ``model(**batch)`` timed, as in
 ``throughput.py``), by ``PMIScorer.score`` in float32 torch, and by ``PMIScorer.score`` on the fast path
 (``--backend``/``--quantize``), all without an embedding cache, at ``--threads`` threads; runs alternate, the
-fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the default mix
-(``NegativeSpec``), scored by the float32 scorer and by the fast one: ROC-AUC of each, and how far the fast path's
+fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the mix the
+scorer was trained with (its metadata; ``NegativeSpec``'s default if it has none), scored by the float32 scorer
+and by the fast one: ROC-AUC of each, and how far the fast path's
 PMI is from float32's (share of scores within 0.1 nat, quantiles of the gap). Accuracy uses the embedding cache
 (``--cache_dir``): the fast path's embeddings have their own keys, so nothing mixes.
 
@@ -94,7 +95,8 @@ def speed(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> di
 def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> dict:
     """AUC of both scorers on the whole file (positives against seeded negatives) and the PMI gap."""
     pairs = load_pairs(Path(args.input))
-    spec = NegativeSpec()
+    trained = reference.metadata.get("training") or {}
+    spec = NegativeSpec(**{k: trained[k] for k in NegativeSpec.__dataclass_fields__ if k in trained})
     scored = {}
     for name, scorer in (("float32", reference), ("fast", fast)):
         pos, neg = score_with_negatives(scorer, pairs, spec, seed=args.seed, progress=True)
@@ -107,6 +109,7 @@ def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) ->
     )
     return {
         "file": args.input,
+        "negatives": spec.counts(),
         "positives": len(pairs),
         "scores": int(gap.size),
         "auc_float32": round(auc["float32"], 4),
