@@ -96,3 +96,34 @@ def test_think_blocks():
     prompt = PROMPTS["chatml"][0] + "<think>\n"
     messages, reply = split_query(prompt + "hmm</think>\n\nColtrane!<|im_end|>", prompt)
     assert prompt_to_context(messages) == CONTEXT and reply == "<think>hmm</think>\n\nColtrane!"
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_a_cut_before_parsing_keeps_what_a_reward_reads(name):
+    """With ``max_chars``, a long conversation is cut before it is parsed; the reply and the context's newest turns
+    come out as from the whole text (with or without the prompt)."""
+    prompt, end = PROMPTS[name]
+    old = "".join(f"Old line {i}.\n" for i in range(2000))  # 26 kB of older turns, far over 4 x max_chars
+    head = prompt.replace("I love jazz.", old + "I love jazz.")
+    query = head + " Coltrane, for sure." + end
+    for args in ((query, head), (query,)):
+        whole, cut = split_query(*args), split_query(*args, max_chars=500)
+        assert cut[1] == whole[1] == "Coltrane, for sure."
+        assert prompt_to_context(cut[0]).endswith(CONTEXT) and prompt_to_context(whole[0]).endswith(CONTEXT)
+        assert len(prompt_to_context(cut[0])) <= 2000 < len(prompt_to_context(whole[0]))
+
+
+def test_pathological_templates_parse_to_what_they_hold():
+    """Inputs that made the backtracking patterns quadratic (``"[INST]" * 32000`` took 58 s) parse correctly; the
+    parser is linear (str.find and patterns that cannot backtrack across turns)."""
+    assert split_query("[INST]" * 32000) == ([], "")  # no reply: scored as empty
+    assert parse_chat("[INST]" * 32000) is None
+    turns = parse_chat("[INST]<<SYS>>" * 16000 + "[INST] hi [/INST] hello")
+    assert turns[-2:] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert parse_chat("<|im_start|>" * 32000) is None
+    assert len(parse_chat("<|im_start|>user\n" * 12000)) == 12000
+    transcript = parse_chat("user: hi\n" + "more\n" * 50000 + "assistant: yo")
+    assert transcript[0]["content"] == "hi" + " more" * 50000 and transcript[1] == {
+        "role": "assistant",
+        "content": "yo",
+    }

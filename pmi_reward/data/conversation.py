@@ -105,23 +105,14 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
 
 Messages = list[dict[str, str]]
 
-# (pattern of one turn with groups role and content, role renames); content runs to the end marker or the end
-_TURNS: list[tuple[re.Pattern, dict[str, str]]] = [
-    (re.compile(r"<\|im_start\|>(\w+)\n?(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), {}),
-    (
-        re.compile(
-            r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)", re.S
-        ),
-        {},
-    ),
-    (re.compile(r"<start_of_turn>(\w+)\n?(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), {"model": "assistant"}),
-    (
-        re.compile(r"<\|(system|user|assistant)\|>\n?(.*?)(?:<\|end\|>|(?=<\|(?:system|user|assistant)\|>)|\Z)", re.S),
-        {},
-    ),
+# Marked templates, each as (turn header with the role as group 1, the header's bare marker, the end-of-turn marker,
+# role renames). A turn's content runs from its header to the end marker, the next marker or the end of the text.
+_MARKED: list[tuple[re.Pattern, str | None, str, dict[str, str]]] = [
+    (re.compile(r"<\|im_start\|>(\w+)\n?"), "<|im_start|>", "<|im_end|>", {}),
+    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"), "<|start_header_id|>", "<|eot_id|>", {}),
+    (re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", "<end_of_turn>", {"model": "assistant"}),
+    (re.compile(r"<\|(system|user|assistant)\|>\n?"), None, "<|end|>", {}),
 ]
-_INST = re.compile(r"\[INST\](.*?)\[/INST\](.*?)(?=\[INST\]|\Z)", re.S)
-_SYS = re.compile(r"<<SYS>>(.*?)<</SYS>>", re.S)
 _ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
 # tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply
@@ -169,61 +160,121 @@ def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]
     return {"role": renames.get(role, _ROLES.get(role, role)), "content": _SPECIAL.sub("", content).strip()}
 
 
-def parse_chat(text: str) -> Messages | None:
+def parse_chat(text: str, partial: bool = False) -> Messages | None:
     """The messages of a chat-templated string (generation prompts become empty assistant messages), or None
-    when no known template or role prefix is found."""
-    for pattern, renames in _TURNS:
-        turns = pattern.findall(text)
+    when no known template or role prefix is found. ``partial``: ``text`` is the end of a longer one, so what
+    comes before its first turn marker is the end of a turn whose start was cut off (a user turn, when its role is
+    not known).
+
+    Linear in the length of ``text``: markers are found with ``str.find`` and regexes that cannot backtrack
+    across turns (a backtracking pattern took minutes on ``"[INST]" * 32000``)."""
+    for header, bare, end, renames in _MARKED:
+        turns = _marked_turns(text, header, bare, end, renames, partial)
         if turns:
-            return [_message(role, content, renames) for role, content in turns]
-    pairs = _INST.findall(text)
-    if pairs:
-        out: Messages = []
-        for user, assistant in pairs:
-            system = _SYS.search(user)
-            if system:
-                out.append(_message("system", system.group(1), {}))
-                user = _SYS.sub("", user)
-            out += [_message("user", user, {}), _message("assistant", clean_reply(assistant), {})]
-        return out
-    return _parse_role_lines(text)
+            return turns
+    return _inst_turns(text, partial) or _parse_role_lines(text, partial)
 
 
-def _parse_role_lines(text: str) -> Messages | None:
-    """``User: ...`` / ``Assistant: ...`` transcripts (continuation lines join the turn above)."""
+def _marked_turns(
+    text: str, header: re.Pattern, bare: str | None, end: str, renames: dict[str, str], partial: bool = False
+) -> Messages:
+    """The turns of one marked template: each header's content, up to the end marker or the next marker."""
+    heads = list(header.finditer(text))
+    out = []
+    if partial and heads and text[: heads[0].start()].strip():
+        lead = text[: heads[0].start()]
+        if (at := lead.find(end)) >= 0:
+            lead = lead[:at]
+        out.append(_message("user", lead, renames))
+    for i, head in enumerate(heads):
+        stop = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        if bare is not None and (at := text.find(bare, head.end(), stop)) >= 0:
+            stop = at
+        if (at := text.find(end, head.end(), stop)) >= 0:
+            stop = at
+        out.append(_message(head.group(1), text[head.end() : stop], renames))
+    return out
+
+
+def _inst_turns(text: str, partial: bool = False) -> Messages | None:
+    """Mistral / Llama 2: ``[INST] user [/INST] assistant`` pairs, the system prompt in ``<<SYS>>`` ... ``<</SYS>>``."""
     out: Messages = []
-    for line in _SPECIAL.sub("", text).split("\n"):
-        match = _ROLE_LINE.match(line.strip())
-        if match:
-            out.append(_message(match.group(1), match.group(2), {}))
-        elif out and line.strip():
-            out[-1]["content"] = f"{out[-1]['content']} {line.strip()}".strip()
-        elif line.strip():
-            return None  # text before the first role prefix: not a transcript
+    parts = text.split("[INST]")
+    if partial and len(parts) > 1 and parts[0].strip():  # the end of a user turn and its reply, or of a reply
+        head, _, tail = parts[0].rpartition("[/INST]")
+        if head.strip():
+            out.append(_message("user", head, {}))
+        out.append(_message("assistant", clean_reply(tail), {}))
+    for part in parts[1:]:
+        close = part.find("[/INST]")
+        if close < 0:
+            continue
+        user, assistant = part[:close], part[close + len("[/INST]") :]
+        start = user.find("<<SYS>>")
+        stop = user.find("<</SYS>>", start + len("<<SYS>>")) if start >= 0 else -1
+        if stop >= 0:
+            out.append(_message("system", user[start + len("<<SYS>>") : stop], {}))
+            user = user[:start] + user[stop + len("<</SYS>>") :]
+        out += [_message("user", user, {}), _message("assistant", clean_reply(assistant), {})]
     return out or None
 
 
-def _as_messages(text: str) -> Messages:
+def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
+    """``User: ...`` / ``Assistant: ...`` transcripts (continuation lines join the turn above). Linear: a turn's
+    lines are collected and joined once. Text before the first role prefix means plain text (None), unless
+    ``partial``: then it is the end of a turn."""
+    turns: list[tuple[str, list[str]]] = [("user", [])] if partial else []
+    for line in _SPECIAL.sub("", text).split("\n"):
+        line = line.strip()
+        match = _ROLE_LINE.match(line)
+        if match:
+            turns.append((match.group(1), [match.group(2)]))
+        elif turns and line:
+            turns[-1][1].append(line)
+        elif line:
+            return None  # text before the first role prefix: not a transcript
+    if partial:  # a transcript only if some line has a role prefix
+        lead, turns = turns[0], turns[1:]
+        if turns and lead[1]:
+            turns.insert(0, lead)
+    return [_message(role, " ".join(parts), {}) for role, parts in turns] or None
+
+
+def _as_messages(text: str, partial: bool = False) -> Messages:
     """Messages of a templated string; plain text becomes one user turn per line."""
-    parsed = parse_chat(text)
+    parsed = parse_chat(text, partial)
     if parsed is not None:
         return parsed
     return [{"role": "user", "content": line.strip()} for line in text.split("\n") if line.strip()]
 
 
-def split_query(query: str, prompt: str | None = None) -> tuple[Messages, str] | None:
+def split_query(query: str, prompt: str | None = None, max_chars: int | None = None) -> tuple[Messages, str] | None:
     """(prompt messages, reply) of a full text. With ``prompt``: the reply is what follows the prompt in the
     query. Without it (or when the query does not contain it): the last assistant turn of a templated query,
-    or the last line of plain text. None when no reply can be found."""
+    or the last line of plain text. None when no reply can be found.
+
+    ``max_chars`` (a reward's ``max_chars``: it reads a context's last and a reply's first ``max_chars``) cuts the
+    text before it is parsed, leaving room for the template's markers: with a prompt, the prompt's last and the
+    reply's first ``2 * max_chars`` characters; without one, the query's lines that start in its last
+    ``4 * max_chars`` characters (None when there are none: the reply's start is out of reach). A longer query
+    can then read differently from the whole one only in its oldest turns."""
+    window, full = (None if max_chars is None else 2 * max_chars), len(query)
     if prompt:
         at = query.find(prompt)
         if at >= 0:
-            reply = clean_reply(query[at + len(prompt) :])
+            reply = query[at + len(prompt) :]
+            reply = clean_reply(reply if window is None else reply[:window])
+            head, partial = (prompt, False) if window is None or len(prompt) <= window else (prompt[-window:], True)
             if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
-                opened = prompt.rfind(THINK_OPEN)
-                return _as_messages(prompt[:opened]), THINK_OPEN + reply
-            return _as_messages(prompt), reply
-    messages = parse_chat(query)
+                opened = head.rfind(THINK_OPEN)
+                return _as_messages(head[:opened] if opened >= 0 else head, partial=partial), THINK_OPEN + reply
+            return _as_messages(head, partial=partial), reply
+    if window is not None and len(query) > 2 * window:
+        cut = query.find("\n", len(query) - 2 * window)
+        if cut < 0:
+            return None
+        query = query[cut + 1 :]
+    messages = parse_chat(query, partial=window is not None and len(query) < full)
     if messages is not None:
         while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
             messages.pop()
