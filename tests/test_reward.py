@@ -207,3 +207,23 @@ def test_pickle_round_trip_on_minilm(tmp_path):
     assert clone.options.max_context_turns == 2
     args = (["a\nb\nc", "a\nb\nc"], ["x y", "z"])
     assert clone(*args) == pytest.approx(reward(*args))
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\x00", "\ufeff", "\u2060", "\xad", " \u200b\u200d\t", "\u3164"])
+def test_invisible_replies_are_rewarded_as_empty(scorer, invisible):
+    """Replies of only zero-width, control or blank characters tokenize like an empty one: ``empty_score``, not the
+    -1.93 they scored (above "That's interesting.")."""
+    reward = PMIReward(scorer, empty_score=-5.0)
+    rewards = reward(["I love jazz."] * 3, [invisible, "", "Me too! Coltrane?\u200b"])
+    assert rewards[:2] == [-5.0, -5.0] and rewards[2] != -5.0
+
+
+def test_numpy_arrays_are_accepted_as_inputs(scorer):
+    """TRL datasets (and verl's parquet rows) can hand numpy arrays of strings or of chat messages."""
+    reward = PMIReward(scorer)
+    expected = reward(["I love jazz.", "Hi"], ["Me too!", "Hello"])
+    assert reward(np.array(["I love jazz.", "Hi"]), np.array(["Me too!", "Hello"])) == expected
+    chats = np.array([np.array([{"role": "user", "content": p}], dtype=object) for p in ("I love jazz.", "Hi")])
+    replies = np.empty(2, dtype=object)
+    replies[:] = [[{"role": "assistant", "content": "Me too!"}], [{"role": "assistant", "content": "Hello"}]]
+    assert reward(prompts=chats, completions=replies) == expected

@@ -8,7 +8,8 @@ Only the scoring step differs, so for the same scorer and options they all retur
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
    both cut to ``max_chars``; unreadable ones are None.
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
-3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest. With
+3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest (replies that
+   are empty, unreadable or invisible: nothing but zero-width, control or blank characters). With
    ``center="group"`` a call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
 
 Samples without a readable context get ``empty_score``; they are counted in the ``<name>/no_context_frac``
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import unicodedata
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,8 @@ __all__ = [
     "Rewards",
     "GroupError",
     "readable",
+    "visible",
+    "plain",
     "cut_context",
     "cut_reply",
     "score_robustly",
@@ -59,6 +63,34 @@ def readable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+# What renders as nothing: controls (NUL, ...), format characters (zero-width space and joiners, BOM, word joiner,
+# soft hyphen, bidi marks), unassigned and private-use code points, separators, lone combining marks; and the
+# letters and symbols that are drawn blank (Hangul fillers, the Braille blank).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` shows anything: a reply of only invisible or control characters (``"\\u200b"``,
+    ``"\\x00"``, ``"\\ufeff"``, ...) tokenizes like an empty one and must be rewarded like one, or a policy
+    learns to emit it."""
+    return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
+
+
+def plain(value: Any) -> Any:
+    """Lists and dicts as Python objects: datasets (TRL's, verl's parquet rows) can hand numpy arrays of messages
+    or strings."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def cut_context(text: str, max_chars: int) -> str:
@@ -138,8 +170,10 @@ class RewardPath:
 
     @staticmethod
     def samples(prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> tuple[list, list]:
-        """The samples as lists; a ValueError naming both lengths when they differ (a caller bug)."""
-        prompts, completions = list(prompts or []), list(completions or [])
+        """The samples as lists of plain Python values (numpy arrays become lists); a ValueError naming both lengths
+        when they differ (a caller bug)."""
+        prompts = [plain(p) for p in prompts] if prompts is not None else []
+        completions = [plain(c) for c in completions] if completions is not None else []
         if len(prompts) != len(completions):
             raise ValueError(
                 f"got {len(prompts)} prompts but {len(completions)} completions; a reward needs one "
@@ -161,7 +195,9 @@ class RewardPath:
             replies = answers
         contexts = [cut_context(c, opts.max_chars) if c is not None and readable(c) else None for c in contexts]
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
-        valid = [i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r]
+        valid = [
+            i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r and visible(r)
+        ]
         return RewardBatch(contexts, replies, valid, unfinished)
 
     def shape(self, batch: RewardBatch, raw: np.ndarray, log_metric: LogMetric | None = None) -> list[float | None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -26,7 +27,15 @@ import numpy as np
 from .options import RewardOptions
 from .path import RewardPath
 
-__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync"]
+__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync", "api_key_from_env"]
+
+API_KEY_ENV = "PMI_REWARD_API_KEY"
+
+
+def api_key_from_env(api_key: str | None = None) -> str | None:
+    """The server's API key: ``api_key`` if given, else ``$PMI_REWARD_API_KEY`` (None when neither is set)."""
+    return api_key or os.environ.get(API_KEY_ENV) or None
+
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +47,21 @@ class RemoteRewardError(RuntimeError):
         super().__init__(message)
         self.status = status
 
+    @property
+    def retryable(self) -> bool:
+        """Worth another try: no answer (connection error, timeout), 429 or a 5xx; not another 4xx."""
+        return self.status is None or self.status == 429 or self.status >= 500
 
-def request_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> dict:
-    """POST ``payload`` (or GET when None) as JSON and return the JSON answer; RemoteRewardError on a non-2xx
-    answer (with the server's message) or on a connection failure (status None)."""
+
+def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, api_key: str | None = None) -> dict:
+    """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
+    token; RemoteRewardError on a non-2xx answer (with the server's message) or on a connection failure (status
+    None)."""
     data = None if payload is None else json.dumps(payload).encode("utf-8")
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
@@ -78,6 +96,7 @@ class RemotePMIReward(RewardPath):
         retries: int = 3,
         backoff: float = 0.5,
         on_failure: str = "none",
+        api_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         if options is not None and kwargs:
@@ -91,16 +110,16 @@ class RemotePMIReward(RewardPath):
         for suffix in ("/score", "/get_reward", "/health"):
             self.url = self.url.removesuffix(suffix)
         self.timeout, self.retries, self.backoff, self.on_failure = timeout, retries, backoff, on_failure
+        self.api_key = api_key_from_env(api_key)
         self._turns_resolved = self.options.max_context_turns is not None
 
     async def _request(self, path: str, payload: dict | None = None) -> dict:
         """One request with retries (connection errors, timeouts, 429 and 5xx; not other 4xx)."""
         for attempt in range(self.retries + 1):
             try:
-                return await asyncio.to_thread(request_json, self.url + path, payload, self.timeout)
+                return await asyncio.to_thread(request_json, self.url + path, payload, self.timeout, self.api_key)
             except RemoteRewardError as err:
-                retryable = err.status is None or err.status == 429 or err.status >= 500
-                if not retryable or attempt == self.retries:
+                if not err.retryable or attempt == self.retries:
                     raise
                 logger.info("pmi_reward remote: %s; retry %d/%d", err, attempt + 1, self.retries)
                 await asyncio.sleep(self.backoff * 2**attempt)

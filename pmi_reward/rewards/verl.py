@@ -12,11 +12,12 @@ every verl manager reads. ``ground_truth`` is not needed and ignored. Where the 
 from is set through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
-every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too.
-Either way the rewards come from the one reward path (``pmi_reward.rewards.path``), as ``PMIReward``'s do;
-``center: group`` needs a whole group per call, so it works with ``compute_score_batch`` only and is refused with
-a clear error by ``compute_score``. verl loads this file by path (or as ``pkg://pmi_reward.rewards.verl``), so it
-imports the library by absolute name. ``docs/serving.md`` has the configs.
+every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
+and ``api_key`` for a server that requires one (better: ``$PMI_REWARD_API_KEY`` in the workers' environment, out
+of the config files). Either way the rewards come from the one reward path (``pmi_reward.rewards.path``), as
+``PMIReward``'s do; ``center: group`` needs a whole group per call, so it works with ``compute_score_batch`` only
+and is refused with a clear error by ``compute_score``. verl loads this file by path (or as
+``pkg://pmi_reward.rewards.verl``), so it imports the library by absolute name. ``docs/serving.md`` has the configs.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-import numpy as np
-
 from pmi_reward.data.conversation import clean_reply
 from pmi_reward.data.pairs import join_turns
 from pmi_reward.rewards.options import RewardOptions
-from pmi_reward.rewards.remote import RemotePMIReward
+from pmi_reward.rewards.path import plain
+from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.encoder import RUNTIME_FIELDS
 from pmi_reward.scoring.scorer import PMIScorer
@@ -47,23 +47,12 @@ CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
 
 
-def _plain(value: Any) -> Any:
-    """Lists and dicts as Python objects (parquet rows come back holding numpy arrays)."""
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def context_of(extra_info: Any) -> Any:
     """The conversation a response answers, from a row's ``extra_info`` (None when it holds none)."""
     if not isinstance(extra_info, Mapping):
         return None
     for key in CONTEXT_KEYS:
-        value = _plain(extra_info.get(key))
+        value = plain(extra_info.get(key))
         if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
             return join_turns(value)
         if value is not None:
@@ -78,10 +67,11 @@ def _reward(
     device: str | None,
     options: tuple[tuple[str, Any], ...],
     runtime: tuple[tuple[str, Any], ...] = (),
+    api_key: str | None = None,
 ) -> PMIReward | RemotePMIReward:
     opts = RewardOptions(**dict(options))
     if url:
-        return RemotePMIReward(url, opts, on_failure="raise")
+        return RemotePMIReward(url, opts, on_failure="raise", api_key=api_key)
     return PMIReward(PMIScorer.from_pretrained(scorer or "", device=device, **dict(runtime)), opts)
 
 
@@ -98,7 +88,14 @@ def _settings(kwargs: dict) -> tuple:
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
     runtime = {k: v for k, v in kwargs.items() if k in RUNTIME_FIELDS and v is not None}
-    return url, scorer, kwargs.get("device"), tuple(sorted(options.items())), tuple(sorted(runtime.items()))
+    return (
+        url,
+        scorer,
+        kwargs.get("device"),
+        tuple(sorted(options.items())),
+        tuple(sorted(runtime.items())),
+        api_key_from_env(kwargs.get("api_key")),
+    )
 
 
 def compute_score_batch(
