@@ -43,7 +43,8 @@ demo: $(STAMP)
 	$(BIN)/pmi-reward demo
 
 # the recommended reward scorer (configs/scorer/recommended.yaml) into outputs/scorer: Chit-Chat dialogues 0-1999,
-# plus the en study TRAINING split when ../shared is present (never its val/test/human files)
+# plus the en study TRAINING split when ../shared is present (never its val/test/human files). An existing
+# outputs/scorer is kept: `make scorer SCORER_ARGS=--overwrite` replaces it.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
 scorer: $(STAMP)
 	$(BIN)/pmi-reward train --config scorer/recommended $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)

@@ -105,13 +105,66 @@ def test_help_and_unknown_command(capsys):
     assert "--objective" in result.stdout and "--k_in_dialogue" in result.stdout
 
 
-def test_score_reports_bad_input_file(tmp_path):
+def test_score_reports_bad_input_file(tmp_path, capsys):
+    """A user's mistake is one line on stderr and exit code 2; ``--debug`` shows the traceback instead."""
     bad = tmp_path / "bad.csv"
     bad.write_text("context,reply\nhi,there\n")
     from pmi_reward.data.records import DataError
 
+    argv = ["score", "--scorer", str(tmp_path), "--input", str(bad), "--output", str(tmp_path / "o.csv")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pmi-reward score:" in err and "missing column 'response'" in err
     with pytest.raises(DataError, match="missing column 'response'"):
-        main(["score", "--scorer", str(tmp_path), "--input", str(bad), "--output", str(tmp_path / "o.csv")])
+        main([*argv, "--debug"])
+
+
+def test_user_errors_print_no_traceback(tmp_path):
+    """The command in a subprocess: a missing input file, a missing scorer."""
+    for args, message in (
+        (["score", "--scorer", str(tmp_path), "--input", "nowhere.csv", "--output", "o.csv"], "nowhere.csv"),
+        (
+            ["evaluate", "--scorer", str(tmp_path / "none"), "--input", str(_pair_file(tmp_path / "p.csv", 2, 0))],
+            "none",
+        ),
+    ):
+        run = subprocess.run([sys.executable, "-m", "pmi_reward.cli.main", *args], capture_output=True, text=True)
+        assert run.returncode == 2 and "Traceback" not in run.stderr and message in run.stderr, run.stderr
+        assert run.stderr.strip().count("\n") == 0, run.stderr
+
+
+@pytest.fixture
+def no_scoring(monkeypatch):
+    """Loading a scorer fails the test: the command must stop before any work."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the command started working before checking its output")
+
+    monkeypatch.setattr(PMIScorer, "from_pretrained", forbidden)
+
+
+def test_score_checks_its_output_before_scoring(tmp_path, capsys, no_scoring):
+    data = _pair_file(tmp_path / "pairs.csv", 2, 0)
+    (tmp_path / "done.jsonl").write_text("{}\n")
+    for output, message in (
+        ("out.txt", "unsupported output type '.txt'"),
+        (str(data), "is the input file"),
+        (str(tmp_path / "done.jsonl"), "exists; pass --overwrite"),
+    ):
+        argv = ["score", "--scorer", str(tmp_path), "--input", str(data), "--output", output]
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="started working"):  # with --overwrite it goes on, to the scorer
+        main([*argv, "--overwrite"])
+
+
+def test_train_refuses_to_overwrite_a_scorer(tmp_path, capsys, no_scoring):
+    out = tmp_path / "scorer"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    assert main(["train", "--dialogues", "chitchat", "--output_dir", str(out)]) == 2
+    assert "exists and is not empty; pass --overwrite" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == "{}"
 
 
 def test_evaluate_reports_auc_correlations_and_true_pmi(tmp_path, tiny_encoder, monkeypatch, capsys):

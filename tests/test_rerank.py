@@ -1,6 +1,7 @@
 """Reranking by PMI: order, unscorable candidates, batching, best-of-n sampling, and the CLI."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -89,13 +90,19 @@ def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
     assert np.isfinite(pmis).all()
 
 
-def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch):
+def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch, capsys):
+    """One line on stderr and exit code 2 (``--debug``: the exception itself)."""
     monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
     src = tmp_path / "bad.jsonl"
     good, bad = {"context": "hi", "candidates": ["a"]}, {"context": "hi", "candidates": "a"}
     src.write_text(json.dumps(good) + "\n" + json.dumps(bad))
+    argv = ["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")]
+    assert main(argv) == 2
+    assert re.search("row 2.*candidates", capsys.readouterr().err)
     with pytest.raises(Exception, match="row 2.*candidates"):
-        main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")])
+        main([*argv, "--debug"])
     src.write_text(json.dumps({"context": "hi"}))
+    assert main(argv) == 2
+    assert "--model" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--model"):
-        main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(tmp_path / "o.jsonl")])
+        main([*argv, "--debug"])

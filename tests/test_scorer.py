@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -127,3 +128,27 @@ def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path, monkeyp
     (partial / "head.safetensors").write_bytes((good / "head.safetensors").read_bytes())
     with pytest.raises(ScorerLoadError, match="do not match"):
         PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
+
+
+def test_non_finite_head_weights_are_refused_at_load(scorer, tmp_path):
+    """A head with NaN weights would score NaN everywhere (and write NaN into JSON): refused, naming the weights."""
+    with torch.no_grad():
+        next(scorer.head.parameters()).fill_(float("nan"))
+    scorer.metadata = {"val_auc": float("nan")}
+    scorer.save_pretrained(tmp_path / "s")
+    assert json.loads((tmp_path / "s" / "metadata.json").read_text()) == {"val_auc": None}  # valid JSON, no NaN
+    with pytest.raises(ScorerLoadError, match="NaN or infinite"):
+        PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
+
+
+def test_saved_files_follow_the_umask(scorer, tmp_path):
+    old = os.umask(0o022)
+    try:
+        scorer.save_pretrained(tmp_path / "open")
+        os.umask(0o077)
+        scorer.save_pretrained(tmp_path / "private")
+    finally:
+        os.umask(old)
+    for folder, mode in (("open", 0o644), ("private", 0o600)):
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / folder).iterdir()}
+        assert set(modes.values()) == {mode}, modes

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from ..configs import parse_args
 from ..data.negatives import NegativeSpec
 from ..data.pairs import load_pairs
+from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer
 from ..scoring.models import cache_root
 from ..scoring.scorer import PMIScorer
@@ -24,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args, negatives = parse_args((EvaluateArguments, NegativeSpec), argv, prog="pmi-reward evaluate")
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")
+    if args.output:
+        check_output(args.output, args.overwrite, inputs=[args.input], suffixes=(".json",))
     pairs = load_pairs(
         args.input,
         args.context_column,
@@ -33,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=None if args.no_cache else cache_root() / "embeddings")
     report = evaluate_scorer(scorer, pairs, negatives, args)
-    print(json.dumps({"scorer": args.scorer, "input": args.input, **report}, indent=2))
+    result = json_safe({"scorer": args.scorer, "input": args.input, **report})
+    text = json.dumps(result, indent=2, allow_nan=False)
+    if args.output:
+        atomic_write(Path(args.output), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
+    print(text)
     return 0
 
 

@@ -1,8 +1,14 @@
-"""``pmi-reward <command> [--config FILE.yaml] [--flag value ...]``."""
+"""``pmi-reward <command> [--config FILE.yaml] [--flag value ...] [--debug]``.
+
+A user's mistake (a missing file, a bad column, an output that exists, a scorer that does not load) ends the
+command with one line on stderr and exit code 2; ``--debug`` (anywhere on the line, or ``PMI_REWARD_DEBUG=1``)
+shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS = {
@@ -19,20 +25,50 @@ COMMANDS = {
     "demo": ("pmi_reward.cli.demo", "the main job: scorers, a short GRPO run and its held-out engagement gain"),
 }
 
+# What a user's mistake raises: bad data, files and folders (DataError and ScorerLoadError are ValueErrors), bad
+# option values; anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, ModuleNotFoundError)
+USAGE = 2
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return (
+        "usage: pmi-reward <command> [--config FILE.yaml] [options] [--debug]\n\ncommands:\n"
+        + "\n".join(lines)
+        + "\n\n`pmi-reward <command> --help` lists a command's options; --debug shows tracebacks."
+    )
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("PMI_REWARD_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        width = max(map(len, COMMANDS))
-        lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-        print(
-            "usage: pmi-reward <command> [--config FILE.yaml] [options]\n\ncommands:\n"
-            + "\n".join(lines)
-            + "\n\n`pmi-reward <command> --help` lists a command's options."
-        )
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:]) or 0
+        print(_usage())
+        return 0 if argv and argv[0] in ("-h", "--help") else USAGE
+    command = argv[0]
+    try:
+        module = importlib.import_module(COMMANDS[command][0])
+        return module.main(argv[1:]) or 0
+    except SystemExit as stop:
+        if isinstance(stop.code, str) and not debug:  # our own `raise SystemExit("message")`
+            print(f"pmi-reward {command}: {_one_line(stop.code)}", file=sys.stderr)
+            return USAGE
+        raise
+    except USER_ERRORS as err:
+        if debug:
+            raise
+        print(f"pmi-reward {command}: {_one_line(err)} (--debug shows the traceback)", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print(f"pmi-reward {command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

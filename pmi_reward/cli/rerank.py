@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..configs import parse_args
 from ..data.conversation import turns_to_messages
-from ..data.records import DataError, read_records, write_records
+from ..data.records import DataError, check_output, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
 from ..scoring.encoder import EncoderRuntime
@@ -38,6 +38,7 @@ class RerankArguments:
     output: str | None = field(
         default=None, metadata={"help": "where to write the ranked rows (.jsonl/.json); without it, print them"}
     )
+    overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
     context_column: str = "context"
     candidates_column: str = "candidates"
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args, settings, runtime = parse_args(
         (RerankArguments, SamplingSettings, EncoderRuntime), argv, prog="pmi-reward rerank"
     )
-    if args.output and not args.output.lower().endswith((".jsonl", ".ndjson", ".json")):
-        raise SystemExit(f"--output {args.output}: ranked rows hold lists; use .jsonl or .json")
+    if args.output:  # ranked rows hold lists: JSON only
+        check_output(args.output, args.overwrite, inputs=[args.input], suffixes=(".jsonl", ".ndjson", ".json"))
     rows = _rows(args)
     _sample_missing(args, settings, rows)
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())

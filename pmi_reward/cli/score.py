@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..configs import parse_args
-from ..data.records import read_records, require_text, write_records
+from ..data.records import check_output, read_records, require_text, write_records
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
@@ -21,6 +24,7 @@ class ScoreArguments:
             "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
         },
     )
+    overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
     context_column: str = "context"
     response_column: str = "response"
     score_column: str = "pmi"
@@ -30,6 +34,7 @@ class ScoreArguments:
 
 def main(argv: list[str] | None = None) -> int:
     args, runtime = parse_args((ScoreArguments, EncoderRuntime), argv, prog="pmi-reward score")
+    check_output(args.output, args.overwrite, inputs=[args.input])
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
     responses = require_text(records, args.input, args.response_column, allow_empty=True)
@@ -37,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     scorer.encoder.set_batch_size(args.encode_batch_size)
     scores = scorer.score(contexts, responses, progress=args.progress)
     for record, value in zip(records, scores.tolist(), strict=True):
-        record[args.score_column] = round(value, 6)
+        record[args.score_column] = round(value, 6) if math.isfinite(value) else None
     write_records(args.output, records)
-    print(json.dumps({"rows": len(records), "output": args.output, "mean_pmi": float(scores.mean())}))
+    finite = scores[np.isfinite(scores)]
+    mean = float(finite.mean()) if len(finite) else None
+    print(json.dumps({"rows": len(records), "output": args.output, "mean_pmi": mean}))
     return 0

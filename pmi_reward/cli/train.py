@@ -9,12 +9,13 @@ import json
 import sys
 
 from ..configs import parse_args
+from ..data.records import json_safe
 from ..training.job import ARGUMENTS, train_scorer
 
 
 def main(argv: list[str] | None = None) -> int:
     summary = train_scorer(*parse_args(ARGUMENTS, argv, prog="pmi-reward train"))
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     return 0
 
 

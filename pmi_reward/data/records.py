@@ -5,13 +5,29 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
+import secrets
+import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DataError", "read_records", "write_records", "require_text", "atomic_write"]
+__all__ = [
+    "DataError",
+    "WRITABLE",
+    "read_records",
+    "write_records",
+    "require_text",
+    "json_safe",
+    "check_output",
+    "check_output_dir",
+    "atomic_write",
+    "replace_directory",
+]
+
+WRITABLE = (".csv", ".tsv", ".jsonl", ".ndjson", ".json")
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -98,38 +114,136 @@ def require_text(records: Sequence[dict], path: str | Path, field: str, allow_em
     return values
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf) replaced by None: JSON has no NaN, and a file that holds one
+    is not valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _dumps(value: Any, **kwargs: Any) -> str:
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, **kwargs)
+
+
 def write_records(path: str | Path, records: Iterable[dict]) -> None:
-    """Write records as .csv/.tsv/.jsonl (by suffix); CSV columns are the union of keys in first-seen order."""
+    """Write records as .csv/.tsv/.jsonl/.json (by suffix), atomically: a reader, or a run killed mid-write, sees
+    the old file or the complete new one. CSV columns are the union of keys in first-seen order; NaN is written
+    as null (JSON) or an empty cell (CSV)."""
     path = Path(path)
-    records = list(records)
+    records = [json_safe(r) for r in records]
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        with path.open("w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        return
-    if suffix == ".json":
-        path.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
-        return
-    if suffix in (".csv", ".tsv"):
-        columns = list(dict.fromkeys(k for r in records for k in r))
-        with path.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.DictWriter(f, columns, delimiter="\t" if suffix == ".tsv" else ",")
-            writer.writeheader()
-            writer.writerows(records)
-        return
-    raise DataError(f"{path}: unsupported output type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for record in records:
+                    f.write(_dumps(record) + "\n")
+
+    elif suffix == ".json":
+
+        def write(tmp: str) -> None:
+            Path(tmp).write_text(_dumps(records, indent=1), encoding="utf-8")
+
+    elif suffix in (".csv", ".tsv"):
+
+        def write(tmp: str) -> None:
+            columns = list(dict.fromkeys(k for r in records for k in r))
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                writer = csv.DictWriter(f, columns, delimiter="\t" if suffix == ".tsv" else ",")
+                writer.writeheader()
+                writer.writerows(records)
+
+    else:
+        raise DataError(f"{path}: unsupported output type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
+    atomic_write(path, write)
+
+
+def _writable_folder(path: Path, what: str) -> None:
+    """The nearest existing folder of ``path`` must be a folder this process may write into."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DataError(f"{what} {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise DataError(f"{what} {path}: no permission to write in {folder}")
+
+
+def check_output(
+    path: str | Path,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path | None] = (),
+    suffixes: Sequence[str] = WRITABLE,
+    what: str = "--output",
+) -> Path:
+    """Check an output file before any work starts: a known suffix, a folder we may write into, not one of the
+    ``inputs``, and not an existing file unless ``overwrite``. A DataError saying what is wrong otherwise."""
+    path = Path(path)
+    if path.suffix.lower() not in suffixes:
+        raise DataError(f"{what} {path}: unsupported output type {path.suffix!r} (use {', '.join(suffixes)})")
+    for given in inputs:
+        if given is not None and Path(given).exists() and path.exists() and path.samefile(given):
+            raise DataError(f"{what} {path} is the input file; write to another file")
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise DataError(f"{what} {path} exists; pass --overwrite to replace it")
+    _writable_folder(path, what)
+    return path
+
+
+def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "--output_dir") -> Path:
+    """Check an output folder before any work starts: not a file, empty or absent unless ``overwrite``, and in a
+    folder we may write into."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DataError(f"{what} {path} is a file, not a folder")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise DataError(f"{what} {path} exists and is not empty; pass --overwrite to replace it")
+    _writable_folder(path, what)
+    return path
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then move it into place in one step, so that a
-    reader (or a run killed mid-write) sees the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
+    reader (or a run killed mid-write) sees the old file or the new one, never half of one. The file gets the mode
+    of the file it replaces, or the umask's (a kill -9 can leave the hidden temporary file behind)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the kernel applies the umask
+    mode = (path if path.is_file() else tmp).stat().st_mode & 0o7777
     try:
-        write(tmp)
+        write(str(tmp))
+        os.chmod(tmp, mode)  # a writer that recreates the file (safetensors does, as 0600) gets the mode back
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp.exists():
+            tmp.unlink()
+
+
+def replace_directory(path: str | Path, fill: Callable[[Path], object]) -> Path:
+    """Call ``fill(tmp)`` on a fresh folder beside ``path``, then put it in ``path``'s place, so that ``path`` holds
+    the old folder or the complete new one (a folder it replaces is moved aside first, then deleted)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp.mkdir(0o777)  # the kernel applies the umask
+    try:
+        fill(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path

@@ -39,6 +39,8 @@ class EvaluateArguments:
     seed: int = 0
     no_cache: bool = False
     progress: bool = True
+    output: str | None = field(default=None, metadata={"help": "also write the report to this .json file"})
+    overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
 
 
 def _numeric(values: list, name: str, path: str) -> np.ndarray:

@@ -71,7 +71,7 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
     cache = ["--cache_dir", args.cache_dir] if args.cache_dir else []
     times: dict[str, tuple[float, float]] = {}
     start = (time.perf_counter(), cpu_seconds())
-    base = ["--config", args.scorer_config, "--dialogues", "chitchat", "--max_dialogues", str(n), *cache]
+    base = ["--config", args.scorer_config, "--dialogues", "chitchat", "--max_dialogues", str(n), "--overwrite", *cache]
 
     t = _stage(f"1/4 reward scorer: MiniLM, seed 0, chitchat dialogues 0-{n - 1}")
     _train_scorer(base + ["--output_dir", str(out / "reward-scorer")])

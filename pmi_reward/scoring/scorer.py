@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..data.records import atomic_write
+from ..data.records import atomic_write, json_safe
 from . import hub
 from .cache import EmbeddingCache
 from .card import model_card
@@ -275,6 +275,9 @@ class PMIScorer:
             head.load_state_dict({k: torch.as_tensor(v) for k, v in head_state.items()}, strict=True)
         except (RuntimeError, KeyError) as err:
             raise ScorerLoadError(f"{source}: head weights do not match config.json ({err})") from None
+        broken = [name for name, value in head.state_dict().items() if not torch.isfinite(value).all()]
+        if broken:
+            raise ScorerLoadError(f"{source}: head weights {broken} hold NaN or infinite values; retrain or restore it")
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(spec, directory, source))
@@ -309,5 +312,6 @@ def _context_turns(config: dict) -> int | None:
 
 
 def _write_json(path: Path, content: dict) -> None:
-    text = json.dumps(content, indent=2, ensure_ascii=False, default=str)
+    # JSON has no NaN: non-finite values are written as null
+    text = json.dumps(json_safe(content), indent=2, ensure_ascii=False, default=str, allow_nan=False)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..data.dialogues import load_dialogues, split_dialogues
 from ..data.negatives import NegativeSpec
 from ..data.pairs import PairSet, load_pairs
+from ..data.records import check_output_dir, json_safe, replace_directory
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.head import HeadConfig
@@ -32,6 +33,7 @@ class TrainData:
     """Where pairs come from (pair files, or dialogues split by dialogue) and where the scorer is saved."""
 
     output_dir: str = field(default="outputs/scorer", metadata={"help": "where the scorer is saved"})
+    overwrite: bool = field(default=False, metadata={"help": "replace output_dir if it holds files"})
     dialogues: str | None = field(
         default=None, metadata={"help": "chitchat | dialogue file (.jsonl/.json/.csv) | datasets folder"}
     )
@@ -138,6 +140,7 @@ def train_scorer(
 ) -> dict:
     """Build pairs, train, report a held-out AUC, save the scorer and its history; the run's summary."""
     start = time.perf_counter()
+    check_output_dir(data.output_dir, data.overwrite)
     train, val, test, source = build_pairs(data)
     cache = None if data.no_cache else EmbeddingCache(data.cache_dir or cache_root() / "embeddings")
     encoder = TextEncoder(encoder_spec, cache=cache)
@@ -152,6 +155,10 @@ def train_scorer(
     summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary["encoded_texts"] = encoder.stats.texts
     scorer.metadata["run"] = {k: summary[k] for k in ("wall_seconds", "peak_rss_mib")}
-    out = scorer.save_pretrained(data.output_dir)
-    (Path(out) / "train_history.json").write_text(json.dumps(result.history, indent=1))
+
+    def fill(folder: Path) -> None:
+        scorer.save_pretrained(folder)
+        (folder / "train_history.json").write_text(json.dumps(json_safe(result.history), indent=1, allow_nan=False))
+
+    out = replace_directory(data.output_dir, fill)  # the old scorer or the complete new one, never a mix
     return {"saved": str(out), **summary}

@@ -1,0 +1,120 @@
+"""Writing outputs: atomic (a kill -9 leaves the old file or the complete new one), checked before any work, valid
+JSON (no NaN), with the umask's mode."""
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pmi_reward.data.records import (
+    DataError,
+    check_output,
+    check_output_dir,
+    read_records,
+    replace_directory,
+    write_records,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# The writer stops (and says so) in the middle of its rows (JSONL: after 1000 rows) or once they are all written but
+# not yet moved into place (CSV); then it is killed.
+STOP = {
+    ".jsonl": "real = records._dumps\n"
+    "def _dumps(value, calls=[0], **kw):\n"
+    "    calls[0] += 1\n"
+    "    if calls[0] == 1000: stop()\n"
+    "    return real(value, **kw)\n"
+    "records._dumps = _dumps\n",
+    ".csv": "records.os.chmod = lambda *a: stop()\n",
+}
+
+
+@pytest.mark.parametrize("suffix", list(STOP))
+def test_a_kill_9_during_a_write_leaves_the_old_file(tmp_path, suffix):
+    target = tmp_path / f"out{suffix}"
+    write_records(target, [{"context": "old", "pmi": 1.0}])
+    before = target.read_bytes()
+    code = (
+        "import sys, time\nimport pmi_reward.data.records as records\n"
+        "def stop():\n    print('writing', flush=True)\n    time.sleep(600)\n"
+        + STOP[suffix]
+        + f"records.write_records({str(target)!r}, [{{'context': 'c' * 200, 'pmi': float(i)}} for i in range(5000)])"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        assert [p.name.endswith(".tmp") for p in sorted(tmp_path.iterdir())] == [True, False]  # the new file, half
+    finally:
+        writer.kill()
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL
+    assert target.read_bytes() == before
+
+
+def test_a_complete_write_replaces_the_file_in_one_step(tmp_path):
+    target = tmp_path / "out.jsonl"
+    write_records(target, [{"a": 1}])
+    write_records(target, [{"a": 2}, {"a": 3}])
+    assert read_records(target) == [{"a": 2}, {"a": 3}]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".csv"])
+def test_non_finite_numbers_are_written_as_null(tmp_path, suffix):
+    target = tmp_path / f"out{suffix}"
+    write_records(target, [{"pmi": float("nan")}, {"pmi": float("inf")}, {"pmi": 1.5}])
+    text = target.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    if suffix != ".csv":
+        rows = json.loads(text) if suffix == ".json" else [json.loads(line) for line in text.splitlines()]
+        assert [r["pmi"] for r in rows] == [None, None, 1.5]
+
+
+def test_outputs_are_checked_before_any_work(tmp_path):
+    data = tmp_path / "in.csv"
+    data.write_text("context,response\na,b\n")
+    with pytest.raises(DataError, match="unsupported output type '.txt'"):
+        check_output(tmp_path / "out.txt")
+    with pytest.raises(DataError, match="is the input file"):
+        check_output(data, overwrite=True, inputs=[data])
+    with pytest.raises(DataError, match="exists; pass --overwrite"):
+        check_output(data, inputs=[tmp_path / "other.csv"])
+    assert check_output(data, overwrite=True) == data
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(DataError, match="is a folder"):
+        check_output(tmp_path / "dir.csv", overwrite=True)
+    assert check_output(tmp_path / "new" / "deeper" / "out.jsonl").name == "out.jsonl"  # folders are created later
+
+
+def test_output_folders_are_not_overwritten_without_overwrite(tmp_path):
+    scorer = tmp_path / "scorer"
+    check_output_dir(scorer)  # absent: fine
+    scorer.mkdir()
+    check_output_dir(scorer)  # empty: fine
+    (scorer / "config.json").write_text("{}")
+    with pytest.raises(DataError, match="not empty; pass --overwrite"):
+        check_output_dir(scorer)
+    check_output_dir(scorer, overwrite=True)
+    with pytest.raises(DataError, match="is a file"):
+        check_output_dir(scorer / "config.json", overwrite=True)
+
+
+def test_replace_directory_swaps_in_the_complete_folder(tmp_path):
+    target = tmp_path / "scorer"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+
+    def failing(folder):
+        (folder / "new.txt").write_text("half")
+        raise KeyboardInterrupt("killed while filling")
+
+    with pytest.raises(KeyboardInterrupt):
+        replace_directory(target, failing)
+    assert [p.name for p in tmp_path.iterdir()] == ["scorer"] and (target / "old.txt").exists()
+    replace_directory(target, lambda folder: (folder / "new.txt").write_text("new"))
+    assert [p.name for p in target.iterdir()] == ["new.txt"] and [p.name for p in tmp_path.iterdir()] == ["scorer"]
