@@ -1,9 +1,12 @@
 """Training checkpoints: a run killed after round k resumes to exactly the uninterrupted result; writes are atomic;
 nothing is unpickled."""
 
+import copy
+import dataclasses
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +125,62 @@ def test_a_checkpoint_of_another_run_or_a_corrupted_one_is_refused(tmp_path):
     (tmp_path / checkpoint.CHECKPOINT_NAME).write_bytes(b"\x00" * 64)
     with pytest.raises(ValueError, match="corrupted training checkpoint"):
         _train(str(tmp_path))
+
+
+def test_a_refusal_names_what_differs(tmp_path):
+    """Issue 11: another run's checkpoint was resumed when only texts or settings differed. Each difference is
+    refused, and the message names it."""
+    _train(str(tmp_path), epochs=1)
+    for overrides, named in (
+        ({"seed": 8}, "training.seed (checkpoint: 7, this run: 8)"),
+        ({"select_by": "loss"}, "training.select_by (checkpoint: 'auc', this run: 'loss')"),
+        ({"in_batch_negatives": True}, "training.in_batch_negatives"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            _train(str(tmp_path), epochs=1, **overrides)
+    train, val, ft, fv = _problem()
+    other_texts = dataclasses.replace(train, responses=[r + "!" for r in train.responses])  # the same indices
+    for args, named in (
+        ((HEAD, ft, other_texts, fv, val), "train.pairs (other texts or values)"),
+        ((dataclasses.replace(HEAD, hidden=(32,)), ft, train, fv, val), "head.hidden"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            train_head(*args, TrainConfig(**CONFIG, checkpoint_dir=str(tmp_path)), progress=False, negatives=NEGATIVES)
+    with pytest.raises(ValueError, match=re.escape("negatives.k_random (checkpoint: 2, this run: 3)")):
+        negatives = dataclasses.replace(NEGATIVES, k_random=3)
+        train_head(
+            HEAD, ft, train, fv, val, TrainConfig(**CONFIG, checkpoint_dir=str(tmp_path)), False, negatives=negatives
+        )
+
+
+def test_the_fingerprint_covers_the_encoder_template_and_line_features(tiny_encoder):
+    """What makes the embeddings is part of the fingerprint: ``--context_template "Context: {context}"
+    --no_normalize`` resumed another run's checkpoint before."""
+    from pmi_reward.scoring.features import PairFeatures
+    from pmi_reward.training.loop import _fingerprint
+
+    train, val, _, _ = _problem()
+    template = TEMPLATES["en"]
+
+    def fingerprint(encoder=tiny_encoder, template=template, line_turns=0, **config):
+        features = [PairFeatures(encoder, template, pairs, "pair", False, line_turns) for pairs in (train, val)]
+        splits = [(pairs, f, None) for pairs, f in zip((train, val), features, strict=True)]
+        return _fingerprint(HEAD, TrainConfig(**{**CONFIG, **config}), NEGATIVES, *splits)
+
+    base = fingerprint()
+    other_encoder = copy.copy(tiny_encoder)
+    other_encoder.spec = dataclasses.replace(tiny_encoder.spec, normalize=not tiny_encoder.spec.normalize)
+    for changed, key in (
+        (
+            fingerprint(template=dataclasses.replace(template, context_template="Context: {context}")),
+            "template.context_template",
+        ),
+        (fingerprint(encoder=other_encoder), "encoder.normalize"),
+        (fingerprint(line_turns=2), "features.line_turns"),
+        (fingerprint(train_encoder="lora"), "training.train_encoder"),
+    ):
+        assert [k for k in base if base[k] != changed.get(k)] == [k for k in base if k.endswith(key)] != [], key
+    assert fingerprint() == base  # deterministic
 
 
 def test_scorers_and_checkpoints_load_without_pickle(tmp_path, monkeypatch, tiny_encoder):

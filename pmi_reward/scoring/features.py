@@ -24,6 +24,7 @@ __all__ = [
     "embed_prompts",
     "newest_lines",
     "stack_lines",
+    "embedding_identity",
     "PairFeatures",
     "TensorFeatures",
 ]
@@ -63,6 +64,18 @@ def embed_prompts(
     return encoder.encode_pairs(contexts, responses, template.pair_template, progress=progress)
 
 
+def embedding_identity(encoder: TextEncoder, template: PromptTemplate, input_mode: str, line_turns: int) -> dict:
+    """What makes a run's embeddings: the encoder's settings (all but its batch size) and pooling, the template,
+    the input mode and the line features; a training checkpoint's fingerprint holds it."""
+    spec = {k: v for k, v in encoder.spec.to_dict().items() if k != "encode_batch_size"}
+    return {
+        "encoder": {**spec, "pooling": encoder.pooling},
+        "template": template.to_dict(),
+        "input_mode": input_mode,
+        "line_turns": line_turns,
+    }
+
+
 class TensorFeatures:
     """Precomputed tables: ``u[ctx]`` with ``v[resp]`` (pair mode), or ``u[ctx]`` alone when ``v`` is None
     and ctx indexes rows directly (toy problems and tests)."""
@@ -72,6 +85,10 @@ class TensorFeatures:
 
     def prepare(self, ctx: np.ndarray, resp: np.ndarray) -> None:
         return None
+
+    def identity(self) -> dict:
+        """What these features are (their tables), for a training checkpoint's fingerprint."""
+        return {"u": self.u, "v": self.v}
 
     def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         c, r = torch.as_tensor(ctx), torch.as_tensor(resp)
@@ -111,6 +128,10 @@ class PairFeatures:
             own = pairs.lines[pairs.line_ptr[c] : pairs.line_ptr[c + 1]][::-1][:n]
             table[c, : len(own)] = own
         return table
+
+    def identity(self) -> dict:
+        """What makes these embeddings, for a training checkpoint's fingerprint (``embedding_identity``)."""
+        return embedding_identity(self.encoder, self.template, self.input_mode, self.line_turns)
 
     def _key(self, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
         return np.asarray(ctx, dtype=np.int64) * len(self.pairs.responses) + np.asarray(resp, dtype=np.int64)

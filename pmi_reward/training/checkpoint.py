@@ -4,11 +4,18 @@ One safetensors file holds everything a round leaves behind: the head, the best 
 moments, the torch RNG, and (as JSON metadata) the numpy RNG, the history and the run's fingerprint. It
 is replaced atomically after every round, so a run killed at any moment leaves the previous round's
 checkpoint intact, and a resumed run repeats the uninterrupted run exactly. No pickle anywhere.
+
+The fingerprint (``fingerprint``) names everything that determines a run's result, field by field: the pair
+texts of each split (not their indices), fixed negatives, the features (encoder spec, pooling, template, input
+mode), the head, the objective and optimiser settings, the negatives' mix and the seed. A checkpoint whose
+fingerprint differs is refused with the fields that differ, so that no run resumes another's state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +27,55 @@ from safetensors.torch import load_file, save_file
 
 from ..data.records import atomic_write
 
-__all__ = ["CHECKPOINT_NAME", "RoundState", "save_round", "load_round"]
+__all__ = ["CHECKPOINT_NAME", "RoundState", "digest", "run_fingerprint", "save_round", "load_round"]
 
 CHECKPOINT_NAME = "train_state.safetensors"
+Fingerprint = dict[str, Any]
+
+
+def digest(*parts: Any) -> str:
+    """A short hash of arrays, lists of strings (each length-prefixed, so that no two lists collide) and scalars."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, (np.ndarray, torch.Tensor)):
+            array = np.ascontiguousarray(part.detach().cpu().numpy() if isinstance(part, torch.Tensor) else part)
+            h.update(f"array {array.dtype} {array.shape}".encode())
+            h.update(array.tobytes())
+        elif isinstance(part, (list, tuple)):
+            h.update(f"list {len(part)}".encode())
+            for item in part:
+                data = str(item).encode("utf-8", "surrogatepass")
+                h.update(len(data).to_bytes(8, "little") + data)
+        else:
+            h.update(f"value {part!r}".encode())
+    return "sha256:" + h.hexdigest()[:24]
+
+
+def _flatten(prefix: str, value: Any) -> Fingerprint:
+    if isinstance(value, Mapping):
+        return {k: v for key, item in value.items() for k, v in _flatten(f"{prefix}.{key}", item).items()}
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return {prefix: digest(value)}
+    return {prefix: value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)}
+
+
+def run_fingerprint(**parts: Any) -> Fingerprint:
+    """A run's fingerprint: one entry per setting (nested settings as ``name.field``; arrays as their digest)."""
+    return {k: v for name, value in parts.items() for k, v in _flatten(name, value).items()}
+
+
+def _differences(saved: Any, current: Fingerprint) -> list[str]:
+    if not isinstance(saved, dict):
+        return ["the fingerprint's format (written by an older pmi-reward)"]
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if old != new:
+            hashed = isinstance(new, str) and new.startswith("sha256:")
+            out.append(
+                f"{key} (other texts or values)" if hashed else f"{key} (checkpoint: {old!r}, this run: {new!r})"
+            )
+    return out
 
 
 @dataclass
@@ -48,7 +101,7 @@ def _optimizer_tensors(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Te
 
 def save_round(
     directory: str | Path,
-    fingerprint: str,
+    fingerprint: Fingerprint,
     epoch: int,
     head: torch.nn.Module,
     optim: torch.optim.Optimizer,
@@ -80,7 +133,7 @@ def save_round(
 
 def load_round(
     directory: str | Path,
-    fingerprint: str,
+    fingerprint: Fingerprint,
     head: torch.nn.Module,
     optim: torch.optim.Optimizer,
     rng: np.random.Generator,
@@ -96,9 +149,12 @@ def load_round(
         tensors = load_file(path)
     except (SafetensorError, OSError, KeyError, ValueError) as err:
         raise ValueError(f"{path}: corrupted training checkpoint ({err}); delete it to start over") from None
-    if meta.get("fingerprint") != fingerprint:
+    differ = _differences(meta.get("fingerprint"), fingerprint)
+    if differ:
+        shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
         raise ValueError(
-            f"{path}: written by a run with other data or settings; delete it or choose another checkpoint_dir"
+            f"{path}: written by a run with other data or settings ({shown}); resume with the same settings, "
+            "or delete it or choose another checkpoint_dir"
         )
     head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
     best_state = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}

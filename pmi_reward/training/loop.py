@@ -14,8 +14,6 @@ so a killed run resumes to the same result. Seeded and deterministic on CPU.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 import sys
 import time
@@ -32,7 +30,7 @@ from tqdm.auto import tqdm
 from ..data.negatives import NegativeSpec, sample_negatives
 from ..data.pairs import PairSet
 from ..scoring.head import HeadConfig, PMIHead
-from .checkpoint import load_round, save_round
+from .checkpoint import digest, load_round, run_fingerprint, save_round
 from .objectives import get_objective
 
 __all__ = ["TrainConfig", "TrainResult", "train_head", "default_lr", "score_index_pairs"]
@@ -113,25 +111,56 @@ def _validate(head: PMIHead, features, pairs: PairSet, negs: np.ndarray, objecti
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()])), loss
 
 
+def _pairs_digest(pairs: PairSet) -> str:
+    """The pairs' texts, in order, the dialogue structure their negatives are drawn from, and mined negatives."""
+    mined = [table for kind in sorted(pairs.mined) for table in (kind, *pairs.mined[kind])]
+    return digest(
+        pairs.contexts,
+        pairs.responses,
+        pairs.ctx,
+        pairs.resp,
+        pairs.group,
+        pairs.pool_ptr,
+        pairs.pool,
+        pairs.line_ptr,
+        pairs.lines,
+        *mined,
+    )
+
+
+def _features_identity(features: Any) -> Any:
+    """What the features say makes their embeddings (encoder, pooling, template, input mode); else their type."""
+    identity = getattr(features, "identity", None)
+    return identity() if callable(identity) else type(features).__name__
+
+
 def _fingerprint(
     head_config: HeadConfig,
     config: TrainConfig,
     negatives: NegativeSpec,
-    train: PairSet,
-    val: PairSet,
-    *fixed: np.ndarray | None,
-) -> str:
-    """Identifies a run's data and every setting that changes its rounds, so that a checkpoint is only resumed
-    by the run that wrote it (or by one that only stops later: ``epochs`` and ``patience`` may change)."""
-    everything = {**asdict(config), **asdict(negatives)}
-    settings = {k: v for k, v in everything.items() if k not in ("checkpoint_dir", "epochs", "patience")}
-    h = hashlib.sha1(json.dumps([head_config.to_dict(), settings], sort_keys=True, default=str).encode())
-    for pairs in (train, val):
-        for array in (pairs.ctx, pairs.resp):
-            h.update(np.ascontiguousarray(array).tobytes())
-    for negatives_given in fixed:
-        h.update(b"-" if negatives_given is None else np.ascontiguousarray(negatives_given).tobytes())
-    return h.hexdigest()
+    train: tuple[PairSet, Any, np.ndarray | None],
+    val: tuple[PairSet, Any, np.ndarray | None],
+    head: PMIHead | None = None,
+) -> dict:
+    """Everything that determines a run's rounds, so that a checkpoint is only resumed by the run that wrote it
+    (or by one that only stops later: ``epochs`` and ``patience`` may change). ``train`` and ``val`` are each
+    (pairs, features, fixed negatives or None); ``head`` is the head training starts from, if not a fresh one.
+
+    The option dataclasses are hashed whole (every field but the three above), so that a field added later is
+    covered without a change here."""
+    settings = {k: v for k, v in asdict(config).items() if k not in ("checkpoint_dir", "epochs", "patience")}
+    splits = {
+        name: {
+            "pairs": _pairs_digest(pairs),
+            "features": _features_identity(features),
+            "negatives_given": fixed,
+        }
+        for name, (pairs, features, fixed) in (("train", train), ("val", val))
+    }
+    start = None if head is None else digest(*(t for _, t in sorted(head.state_dict().items())))
+    return run_fingerprint(
+        head=asdict(head_config), start_head=start, training=settings, negatives=asdict(negatives), **splits
+    )
 
 
 def _in_batch(head: PMIHead, u: torch.Tensor, v: torch.Tensor, resp: np.ndarray) -> torch.Tensor:
@@ -191,7 +220,7 @@ class _Run:
         if self.encoder is not None:
             self.encoder.train(on)
 
-    def resume(self, directory: str, fingerprint: str, rng: np.random.Generator, patience: int) -> int | None:
+    def resume(self, directory: str, fingerprint: dict, rng: np.random.Generator, patience: int) -> int | None:
         """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
         a large number: the interrupted run had already stopped early)."""
         resumed = load_round(directory, fingerprint, self.saved, self.optim, rng)
@@ -292,10 +321,16 @@ def train_head(
     val_negs = val_negatives
     if val_negs is None:
         val_negs = sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
-    first, fingerprint = 1, ""
+    first, fingerprint = 1, {}
     if config.checkpoint_dir:
-        fixed = (train_negatives, val_negatives)
-        fingerprint = _fingerprint(head_config, config, negatives, train_pairs, val_pairs, *fixed)
+        fingerprint = _fingerprint(
+            head_config,
+            config,
+            negatives,
+            (train_pairs, train_features, train_negatives),
+            (val_pairs, val_features, val_negatives),
+            head,
+        )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
     rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
     bar = tqdm(

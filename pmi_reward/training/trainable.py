@@ -22,7 +22,7 @@ from torch import nn
 
 from ..data.pairs import PairSet
 from ..scoring.encoder import EncoderSpec, TextEncoder
-from ..scoring.features import PairFeatures, stack_lines
+from ..scoring.features import PairFeatures, embedding_identity, stack_lines
 from ..scoring.scorer import LOCAL_ENCODER
 from ..scoring.templates import PromptTemplate
 
@@ -87,6 +87,10 @@ class TrainableFeatures:
         self.encoder, self.template, self.pairs, self.chunk = encoder, template, pairs, chunk
         self.input_mode, self.line_turns = "pair", line_turns
         self.line_idx = PairFeatures.line_table(pairs, line_turns)
+
+    def identity(self) -> dict:
+        """What makes these embeddings, for a training checkpoint's fingerprint (``embedding_identity``)."""
+        return embedding_identity(self.encoder, self.template, self.input_mode, self.line_turns)
 
     @property
     def module(self) -> nn.Module:
