@@ -155,13 +155,16 @@ def http(
     headers: dict | None = None,
     timeout: float = 30.0,
 ) -> tuple[int, dict | None]:
-    """One request on a fresh connection: (status, JSON answer or None when the answer is not JSON)."""
+    """One request on a fresh connection: (status, JSON answer or None when the answer is not JSON). A body is sent
+    as ``application/json`` unless ``headers`` say otherwise."""
     import http.client
     import json
     from urllib.parse import urlsplit
 
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
+    if body is not None:
+        headers = {"Content-Type": "application/json", **(headers or {})}
     conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -173,6 +176,38 @@ def http(
         return response.status, json.loads(data)
     except ValueError:
         return response.status, None
+
+
+def raw_http(url: str, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send raw bytes on a fresh connection and read until the server closes it."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.fixture(scope="session")
+def tiny_scorer_dir(tiny_scorer, tmp_path_factory):
+    """The tiny scorer saved as users save scorers, its encoder saved beside it by path (so that a subprocess running
+    the CLI loads it without a download)."""
+    from dataclasses import replace
+
+    from pmi_reward.scoring.encoder import TextEncoder
+    from pmi_reward.scoring.scorer import PMIScorer
+
+    root = tmp_path_factory.mktemp("tiny-scorer")
+    encoder = tiny_scorer.encoder
+    encoder.model.save_pretrained(root / "encoder")
+    encoder.tokenizer.save_pretrained(root / "encoder")
+    spec = replace(encoder.spec, model=str(root / "encoder"))
+    saved = TextEncoder(spec, device="cpu", model=encoder.model, tokenizer=encoder.tokenizer)
+    PMIScorer(saved, tiny_scorer.template, tiny_scorer.head, context_turns=3).save_pretrained(root / "scorer")
+    return root / "scorer"
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import TOPICS, http
+from conftest import TOPICS, http, raw_http
 
 from benchmarks.loadtest import run_load, score_bodies
 from pmi_reward.rewards.reward import PMIReward
@@ -126,28 +126,17 @@ def test_bad_requests_get_a_4xx_with_a_message(reward_server, method, path, body
     assert http(reward_server.url, "GET", "/health")[0] == 200
 
 
-def _raw(url: str, data: bytes) -> bytes:
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(data)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def test_raw_protocol_errors(reward_server):
-    assert _raw(reward_server.url, b"POST /score HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
-        b"HTTP/1.1 411"
-    )
+    no_length = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+    assert raw_http(reward_server.url, no_length).startswith(b"HTTP/1.1 411")
     chunked = b"POST /score HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
-    assert _raw(reward_server.url, chunked).startswith(b"HTTP/1.1 411")
-    assert _raw(reward_server.url, b"FETCH /score HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
-    assert _raw(reward_server.url, b"GET /health HTTP/7.0\r\n\r\n").startswith(b"HTTP/1.1 400")
-    assert json.loads(_raw(reward_server.url, b"GARBAGE\r\n\r\n"))["status"] == 400  # HTTP/0.9: no status line
+    assert raw_http(reward_server.url, chunked).startswith(b"HTTP/1.1 411")
+    assert raw_http(reward_server.url, b"FETCH /score HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
+    assert raw_http(reward_server.url, b"GET /health HTTP/7.0\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert raw_http(reward_server.url, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400")  # with a status line
     # keep-alive: two requests on one connection, both answered
-    one = b'POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{"pairs":[]}'
-    both = _raw(reward_server.url, one + one.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+    one = b'POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"pairs":[]}'
+    both = raw_http(reward_server.url, one + one.replace(b"Host: x", b"Host: x\r\nConnection: close"))
     assert both.count(b"HTTP/1.1 200") == 2
 
 

@@ -12,6 +12,8 @@ from conftest import http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pmi_reward.rewards.path import visible
+
 SENT: Counter = Counter()
 FUZZ = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
@@ -136,13 +138,15 @@ def _has_surrogate(*texts) -> bool:
 
 
 def _well_typed(server, path: str, body: dict, texts: list, key: str) -> None:
-    """A well-formed body is answered 200 with one float per item, unless a text holds a lone surrogate (422)."""
+    """A well-formed body is answered 200 with one float per item, unless a text holds a lone surrogate (422); on
+    /score, a pair whose response shows nothing (empty, blank, invisible) scores null."""
     status, answer = http(server.url, "POST", path, body)
     SENT[(f"{path} well-typed", status)] += 1
     assert status == (422 if _has_surrogate(*texts) else 200), answer
     if status == 200:
         assert len(answer[key]) == len(texts) // (2 if path == "/score" else 1)
-        assert all(isinstance(x, float) for x in answer[key])
+        shown = [visible(r) for r in texts[1::2]] if path == "/score" else [True] * len(answer[key])
+        assert all(isinstance(x, float) == show for x, show in zip(answer[key], shown, strict=True))
 
 
 @FUZZ

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..configs import parse_args
 from ..rewards.options import RewardOptions
+from ..rewards.remote import api_key_from_env
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
 from ..serving.server import ServerConfig, serve
@@ -24,13 +25,16 @@ class ServeArguments:
     device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache directory (default: none)"})
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
-    log_level: str = field(default="info", metadata={"help": "debug | info | warning"})
+    log_level: str = field(
+        default="info", metadata={"help": "debug | info (with the access log: a line per request) | warning"}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args, config, options, runtime = parse_args(
         (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime), argv, prog="pmi-reward serve"
     )
+    config = replace(config, api_key=api_key_from_env(config.api_key))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
         scorer = PMIScorer.from_pretrained(

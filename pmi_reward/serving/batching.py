@@ -1,9 +1,14 @@
-"""Micro-batching: concurrent score requests merged into one ``PMIScorer.score`` call.
+"""Micro-batching with fair queueing: concurrent score requests merged into bounded ``PMIScorer.score`` calls.
 
 An encoder forward on 8 pairs costs nearly as much wall time as one on 64, so a server that scored each
 request alone would waste most of its throughput. One worker thread owns the scorer: requests queue up
-while it works, and each time it is free it takes everything queued (up to ``max_batch_pairs`` pairs,
-waiting at most ``max_wait_ms`` for more), scores it in one call and hands each request its slice.
+while it works, and each time it is free it builds one batch (waiting at most ``max_wait_ms`` for more work
+when there is little), scores it in one call and hands each request its slice.
+
+A batch is bounded in pairs (``max_batch_pairs``) and in characters (``max_batch_chars``: tokenizing is linear in
+them), so no call runs long; and it is filled round-robin, each waiting request giving at most ``chunk_pairs``
+pairs per turn. A small request is therefore taken whole into the next batch, even while a request of thousands
+of pairs is being scored chunk by chunk: it waits for one bounded batch, not for the large request.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,9 +41,22 @@ class ScoreTimeout(TimeoutError):
 
 @dataclass
 class _Job:
+    """One request: its pairs, the scores so far, and how far it has been handed out and scored."""
+
     contexts: list[str]
     responses: list[str]
     future: Future
+    scores: np.ndarray = field(init=False)
+    started: bool = False  # its future is running (a piece of it was handed out)
+    handed: int = 0  # pairs handed to a batch so far
+    scored: int = 0  # pairs scored so far
+    abandoned: bool = False  # its caller stopped waiting: the rest is not scored
+
+    def __post_init__(self) -> None:
+        self.scores = np.full(len(self.contexts), np.nan)
+
+    def chars(self, i: int) -> int:
+        return len(self.contexts[i]) + len(self.responses[i])
 
 
 @dataclass
@@ -58,15 +76,26 @@ class BatcherStats:
         }
 
 
-class MicroBatcher:
-    """Scores (context, response) lists submitted from many threads, merging concurrent ones into one call."""
+Piece = tuple[_Job, int, int]  # a request's pairs [start, stop) in one batch
 
-    def __init__(self, scorer: PMIScorer, max_batch_pairs: int = 256, max_wait_ms: float = 2.0) -> None:
-        if max_batch_pairs < 1:
-            raise ValueError("max_batch_pairs must be >= 1")
+
+class MicroBatcher:
+    """Scores (context, response) lists submitted from many threads, merging concurrent ones into bounded calls."""
+
+    def __init__(
+        self,
+        scorer: PMIScorer,
+        max_batch_pairs: int = 256,
+        max_wait_ms: float = 2.0,
+        max_batch_chars: int = 512 * 1024,
+        chunk_pairs: int = 32,
+    ) -> None:
+        if max_batch_pairs < 1 or max_batch_chars < 1 or chunk_pairs < 1:
+            raise ValueError("max_batch_pairs, max_batch_chars and chunk_pairs must be >= 1")
         self.scorer, self.max_batch_pairs, self.max_wait = scorer, max_batch_pairs, max_wait_ms / 1000
+        self.max_batch_chars, self.chunk_pairs = max_batch_chars, chunk_pairs
         self.stats = BatcherStats()
-        self._queue: deque[_Job] = deque()
+        self._queue: deque[_Job] = deque()  # requests with pairs not yet handed out, in round-robin order
         self._cv = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="pmi-batcher", daemon=True)
@@ -79,6 +108,10 @@ class MicroBatcher:
     def submit(self, contexts: list[str], responses: list[str]) -> Future:
         """Queue pairs for scoring; the future resolves to float64 scores (NaN for a pair that fails)."""
         job = _Job(list(contexts), list(responses), Future())
+        job.future.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
+        if not job.contexts:
+            job.future.set_result(job.scores)
+            return job.future
         with self._cv:
             if self._closing:
                 raise BatcherClosed("the scorer is shutting down")
@@ -87,13 +120,16 @@ class MicroBatcher:
         return job.future
 
     def score(self, contexts: list[str], responses: list[str], timeout: float | None = None) -> np.ndarray:
-        """Scores of the pairs, waiting at most ``timeout`` seconds (a timed-out request is dropped from the
-        queue if it has not started)."""
+        """Scores of the pairs, waiting at most ``timeout`` seconds (then the rest of the request is dropped)."""
         future = self.submit(contexts, responses)
         try:
             return future.result(timeout)
         except FutureTimeout:
             future.cancel()
+            with self._cv:
+                for job in self._queue:
+                    if job.future is future:
+                        job.abandoned = True
             raise ScoreTimeout(f"not scored within {timeout:g} s (queue: {self.queued} requests)") from None
 
     def close(self, timeout: float | None = None) -> None:
@@ -104,57 +140,81 @@ class MicroBatcher:
         self._thread.join(timeout)
 
     # -- the worker ---------------------------------------------------------------------------------
-    def _take(self) -> list[_Job] | None:
+    def _waiting_pairs(self) -> int:
+        return sum(len(j.contexts) - j.handed for j in self._queue)
+
+    def _take(self) -> list[Piece] | None:
+        """The next batch: round-robin over waiting requests, ``chunk_pairs`` pairs per request per turn, until
+        the batch holds ``max_batch_pairs`` pairs or ``max_batch_chars`` characters (at least one pair)."""
         with self._cv:
             while not self._queue:
                 if self._closing:
                     return None
                 self._cv.wait()
-            jobs = [self._queue.popleft()]
-            size = len(jobs[0].contexts)
             deadline = time.monotonic() + self.max_wait
-            while size < self.max_batch_pairs:
-                if not self._queue:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or self._closing:
-                        break
-                    self._cv.wait(left)
-                    continue
-                if size + len(self._queue[0].contexts) > self.max_batch_pairs:
+            while self._waiting_pairs() < self.max_batch_pairs and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     break
-                jobs.append(self._queue.popleft())
-                size += len(jobs[-1].contexts)
-        return jobs
+                self._cv.wait(left)
+            pieces: list[Piece] = []
+            pairs = chars = 0
+            while self._queue and pairs < self.max_batch_pairs:
+                job = self._queue.popleft()
+                if job.abandoned or not (job.started or job.future.set_running_or_notify_cancel()):
+                    continue  # its caller stopped waiting
+                job.started = True
+                start = stop = job.handed
+                end = min(len(job.contexts), start + self.chunk_pairs, start + self.max_batch_pairs - pairs)
+                while stop < end and (not pairs or chars + job.chars(stop) <= self.max_batch_chars):
+                    chars += job.chars(stop)
+                    stop += 1
+                    pairs += 1
+                if stop == start:  # the character budget is spent: this request goes first next time
+                    self._queue.appendleft(job)
+                    break
+                pieces.append((job, start, stop))
+                job.handed = stop
+                if job.handed < len(job.contexts):
+                    self._queue.append(job)
+                if stop < end:  # the character budget is spent
+                    break
+            return pieces
 
     def _run(self) -> None:
-        while (jobs := self._take()) is not None:
-            jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
-            if not jobs:
+        while (pieces := self._take()) is not None:
+            if not pieces:
                 continue
             start = time.perf_counter()
             try:
-                self._score(jobs)
+                self._score(pieces)
             except BaseException as err:  # noqa: BLE001 - never leave a waiting request hanging
                 logger.exception("pmi-batcher: scoring failed")
-                for job in jobs:
+                for job, _, _ in pieces:
+                    job.abandoned = True
                     if not job.future.done():
                         job.future.set_exception(err)
             self.stats.busy_seconds += time.perf_counter() - start
 
-    def _score(self, jobs: list[_Job]) -> None:
-        contexts = [c for j in jobs for c in j.contexts]
-        responses = [r for j in jobs for r in j.responses]
+    def _score(self, pieces: list[Piece]) -> None:
+        contexts = [c for job, a, b in pieces for c in job.contexts[a:b]]
+        responses = [r for job, a, b in pieces for r in job.responses[a:b]]
         try:
             scores = self.scorer.score(contexts, responses).astype(np.float64)
         except Exception as err:  # noqa: BLE001 - one bad request must not fail the others merged with it
             logger.warning(
-                "pmi-batcher: merged batch of %d requests failed (%s); scoring them one by one", len(jobs), err
+                "pmi-batcher: merged batch of %d pieces failed (%s); scoring them one by one", len(pieces), err
             )
-            scores = np.concatenate([score_robustly(self.scorer, j.contexts, j.responses) for j in jobs])
-        self.stats.requests += len(jobs)
+            scores = np.concatenate(
+                [score_robustly(self.scorer, job.contexts[a:b], job.responses[a:b]) for job, a, b in pieces]
+            )
         self.stats.pairs += len(contexts)
         self.stats.batches += 1
         at = 0
-        for job in jobs:
-            job.future.set_result(scores[at : at + len(job.contexts)])
-            at += len(job.contexts)
+        for job, a, b in pieces:
+            job.scores[a:b] = scores[at : at + b - a]
+            job.scored += b - a
+            at += b - a
+            if job.scored == len(job.contexts) and not job.future.done():
+                self.stats.requests += 1
+                job.future.set_result(job.scores)

@@ -1,22 +1,76 @@
-"""``ServerConfig``: where the reward server listens, how it batches, and its limits."""
+"""``ServerConfig``: where the reward server listens, who may call it, how it batches, and its limits."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
-__all__ = ["ServerConfig"]
+__all__ = ["ServerConfig", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
 class ServerConfig:
-    """Where the server listens, how it batches, and its limits."""
+    """Where the server listens, who may call it, how it batches, and its limits (``docs/serving.md``, Security)."""
 
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
     port: int = field(default=8000, metadata={"help": "port (0: any free port)"})
+    api_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "require 'Authorization: Bearer <key>' on every request (default: $PMI_REWARD_API_KEY; prefer "
+            "the variable: a flag shows in the process list)"
+        },
+    )
     max_batch_pairs: int = field(default=256, metadata={"help": "pairs merged into one encoder call"})
+    max_batch_chars: int = field(default=512 * 1024, metadata={"help": "characters of text in one encoder call"})
+    chunk_pairs: int = field(
+        default=32, metadata={"help": "pairs a request gives a batch per round-robin turn (fair queueing)"}
+    )
     max_wait_ms: float = field(default=2.0, metadata={"help": "how long a free batcher waits for requests to merge"})
     max_body_bytes: int = field(default=16 * 2**20, metadata={"help": "larger request bodies get 413"})
     max_pairs: int = field(default=4096, metadata={"help": "pairs, queries or candidates per request; more: 413"})
+    max_request_chars: int = field(
+        default=4_000_000, metadata={"help": "characters of text per request (all its strings); more: 413"}
+    )
+    max_connections: int = field(default=256, metadata={"help": "open connections; more get 503 at once"})
     request_timeout: float = field(default=60.0, metadata={"help": "seconds a request may wait for scores; then 503"})
     drain_timeout: float = field(default=30.0, metadata={"help": "seconds shutdown waits for in-flight requests"})
-    idle_timeout: float = field(default=75.0, metadata={"help": "seconds a keep-alive connection may stay idle"})
+    idle_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "seconds a connection may take to send its next complete request (idle or slow); then closed"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and (
+            not self.api_key
+            or not self.api_key.isascii()
+            or not self.api_key.isprintable()
+            or any(c.isspace() for c in self.api_key)
+        ):
+            raise ValueError("api_key must be printable ASCII without spaces")
+        for name in (
+            "max_batch_pairs",
+            "max_batch_chars",
+            "chunk_pairs",
+            "max_body_bytes",
+            "max_pairs",
+            "max_request_chars",
+            "max_connections",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("request_timeout", "drain_timeout", "idle_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")

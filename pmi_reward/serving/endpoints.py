@@ -22,12 +22,14 @@ import numpy as np
 
 from ..data.conversation import split_query
 from ..rewards.options import RewardOptions
-from ..rewards.path import GroupError, RewardPath, cut_context, cut_reply, readable
+from ..rewards.path import GroupError, RewardPath, cut_context, cut_reply, readable, visible
 from ..rewards.rerank import ranking
 from .batching import MicroBatcher
 from .config import ServerConfig
 
-__all__ = ["ApiError", "Endpoints", "type_name"]
+__all__ = ["ApiError", "Endpoints", "type_name", "items_of", "text_chars"]
+
+ITEM_KEYS = ("pairs", "query", "candidates")  # what each route's items are, for the access log
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,29 @@ class ApiError(Exception):
 
 def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def items_of(body: dict) -> int | None:
+    """How many items (pairs, queries or candidates) a request body holds, or None."""
+    for key in ITEM_KEYS:
+        if isinstance(body.get(key), list):
+            return len(body[key])
+    return None
+
+
+def text_chars(body: Any) -> int:
+    """Characters of text in a parsed JSON body (every string, keys included), counted without recursion."""
+    total, stack = 0, [body]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return total
 
 
 def _optional_list(body: dict, key: str, limit: int) -> list | None:
@@ -91,18 +116,25 @@ class Endpoints:
         return self.batcher.score(contexts, responses, timeout=self.config.request_timeout)
 
     def score_pairs(self, body: dict) -> dict:
-        """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable).
-        Texts are cut as rewards cut them: contexts keep their last, responses their first ``max_chars``."""
+        """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable:
+        a response with nothing visible in it, or a pair the scorer fails on). Texts are cut as rewards cut them:
+        contexts keep their last, responses their first ``max_chars``."""
         pairs = _list(body, "pairs", self.config.max_pairs)
-        contexts, responses = [], []
+        contexts, responses, shown = [], [], []
         for i, pair in enumerate(pairs):
             if not isinstance(pair, dict):
                 raise ApiError(
                     422, f"pairs[{i}] must be an object with 'context' and 'response', got {type_name(pair)}"
                 )
-            contexts.append(cut_context(_text(pair.get("context"), f"pairs[{i}].context"), self.options.max_chars))
-            responses.append(cut_reply(_text(pair.get("response"), f"pairs[{i}].response"), self.options.max_chars))
-        return {"scores": [_number(s) for s in self._score(contexts, responses)]}
+            context = cut_context(_text(pair.get("context"), f"pairs[{i}].context"), self.options.max_chars)
+            response = cut_reply(_text(pair.get("response"), f"pairs[{i}].response"), self.options.max_chars)
+            if visible(response):
+                contexts.append(context)
+                responses.append(response)
+                shown.append(i)
+        scores = np.full(len(pairs), np.nan)
+        scores[shown] = self._score(contexts, responses)
+        return {"scores": [_number(s) for s in scores]}
 
     def rerank(self, body: dict) -> dict:
         """``{"context": str | messages, "candidates": [...], "top_k": int?}`` -> candidates best first."""
@@ -138,7 +170,7 @@ class Endpoints:
         for i, query in enumerate(queries):
             query = _text(query, f"query[{i}]")
             prompt = _optional_text(prompts[i], f"prompts[{i}]") if prompts is not None else None
-            split = split_query(query, prompt)
+            split = split_query(query, prompt, self.options.max_chars)  # cut before parsing
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)
         try:

@@ -1,13 +1,27 @@
 """HTTP/1.1 for the reward server: keep-alive connections, bounded JSON bodies, every answer JSON.
 
-The handler reads a request, asks its ``RewardServer`` for the route's answer and writes it; protocol
-errors the standard library detects are answered in JSON too. Errors are ``{"error": message, "status": code}``.
+The standard library reads request lines and headers (``http.server``); what it lets through is checked here
+before any body is read: the API key (``Authorization: Bearer``, compared in constant time), the route and
+method, ``Content-Type: application/json`` (a cross-origin page cannot send that without a preflight), exactly
+one well-formed ``Content-Length`` and no ``Transfer-Encoding`` (no request smuggling behind a proxy). Every
+answer is JSON with a status line, errors as ``{"error": message, "status": code}``; each request is logged once
+at INFO on ``pmi_reward.serving.access`` (client, method, path, status, items, milliseconds; never a body or key).
+Connections over the server's cap, and every new one while it drains, get a ``503`` from ``Refuser`` without a
+thread of their own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import json
 import logging
+import queue
+import re
+import socket
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,29 +29,102 @@ from typing import Any, Protocol
 
 from .batching import BatcherClosed, ScoreTimeout
 from .config import ServerConfig
-from .endpoints import ApiError, type_name
+from .endpoints import ApiError, items_of, text_chars, type_name
 
-__all__ = ["HTTPServer", "Handler", "App"]
+__all__ = ["HTTPServer", "Handler", "App", "Refuser"]
 
 logger = logging.getLogger("pmi_reward.serving.server")
+access = logging.getLogger("pmi_reward.serving.access")
+
+_DIGITS = re.compile(r"[0-9]{1,15}")
 
 
 class App(Protocol):
-    """What a handler needs from its server (``RewardServer``): the routes, the limits, and the bookkeeping of
-    open connections and in-flight requests that a graceful shutdown waits for."""
+    """What the HTTP layer needs from its server (``RewardServer``): the routes, the limits, and the bookkeeping of
+    open connections and in-flight requests that the connection cap, the idle timeout and the drain rely on."""
 
     routes: dict[str, tuple[str, Callable[[dict], dict]]]
     config: ServerConfig
     closing: bool
 
-    def _connect(self, conn: Any, open_: bool) -> None: ...
+    def _admit(self, conn: Any) -> str | None: ...
+
+    def _disconnect(self, conn: Any) -> None: ...
+
+    def _waiting(self, conn: Any, waiting: bool) -> None: ...
 
     def _busy(self, conn: Any, busy: bool, status: int | None = None) -> None: ...
 
 
+def _response(status: int, payload: dict, extra: dict[str, str] | None = None, close: bool = False) -> bytes:
+    """A whole HTTP/1.1 response with a JSON body."""
+    data = json.dumps(payload, allow_nan=False).encode("ascii")
+    headers = {"Server": "pmi-reward", "Content-Type": "application/json", "Content-Length": str(len(data))}
+    headers.update(extra or {})
+    if close:
+        headers["Connection"] = "close"
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return head.encode("latin-1") + b"\r\n" + data
+
+
+class Refuser:
+    """Answers connections the server will not serve (over the cap, or while draining) with ``503``, on one thread and
+    without blocking: the answer is sent at once, then the connection lingers half-closed for ``linger`` seconds
+    (what the client sends meanwhile is read and dropped, so that it sees the answer rather than a reset)."""
+
+    def __init__(self, linger: float = 0.5, backlog: int = 1024) -> None:
+        self.linger, self.backlog = linger, backlog
+        self._queue: queue.SimpleQueue[tuple[socket.socket, str, str]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="pmi-refuser", daemon=True).start()
+
+    def refuse(self, conn: socket.socket, client: str, reason: str) -> None:
+        self._queue.put((conn, client, reason))
+
+    def _run(self) -> None:
+        lingering: deque[tuple[float, socket.socket]] = deque()
+        while True:
+            wait = max(0.0, lingering[0][0] - time.monotonic()) if lingering else None
+            try:
+                conn, client, reason = self._queue.get(timeout=wait)
+            except queue.Empty:
+                pass
+            else:
+                try:
+                    conn.setblocking(False)
+                    conn.send(_response(503, {"error": reason, "status": 503}, {"Retry-After": "1"}, close=True))
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                lingering.append((time.monotonic() + self.linger, conn))
+                access.info("%s - - 503 items=- ms=0.0 (%s)", client, reason)
+            while lingering and (lingering[0][0] <= time.monotonic() or len(lingering) > self.backlog):
+                _, done = lingering.popleft()
+                with contextlib.suppress(OSError):
+                    while done.recv(1 << 16):  # what arrived meanwhile, so that closing sends no reset
+                        pass
+                done.close()
+
+
 class HTTPServer(ThreadingHTTPServer):
+    """A thread per admitted connection, up to the app's cap; the others are refused without one."""
+
     daemon_threads = True  # a stuck client must not keep the process alive after the drain
     request_queue_size = 1024  # the default backlog of 5 resets connections when many clients connect at once
+
+    def __init__(self, address: tuple[str, int], handler: type[Handler], app: App) -> None:
+        self.app, self.refuser = app, Refuser()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        reason = self.app._admit(request)
+        if reason is not None:
+            self.refuser.refuse(request, str(client_address[0]), reason)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.app._disconnect(request)
+        super().shutdown_request(request)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,24 +134,52 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "pmi-reward"
     app: App
 
-    def setup(self) -> None:
-        super().setup()
-        self.app._connect(self.connection, True)
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in the Server header
 
-    def finish(self) -> None:
-        self.app._connect(self.connection, False)
-        super().finish()
+    def handle_one_request(self) -> None:
+        self._start, self._logged = time.perf_counter(), False
+        self._items: int | None = None
+        self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         logger.debug("%s %s", self.address_string(), format % args)
 
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """One access-log line per answer, at INFO: client, method, path (no query), status, items, milliseconds."""
+        if self._logged:
+            return
+        self._logged = True
+        path = (getattr(self, "path", None) or "-").split("?", 1)[0][:200]
+        access.info(
+            '%s "%s %s" %s items=%s ms=%.1f',
+            self.client_address[0],
+            self.command or "-",
+            path.encode("unicode_escape").decode("ascii"),
+            int(code) if str(code).isdigit() else code,
+            "-" if self._items is None else self._items,
+            (time.perf_counter() - self._start) * 1000,
+        )
+
+    def parse_request(self) -> bool:
+        self._start = time.perf_counter()  # the request line is in: the request's time starts
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # a two-word request line: it would get no status line
+            self.send_error(400, "HTTP/0.9 requests are not supported")
+            return False
+        return True
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Protocol errors the base class detects (bad request line, unknown method, ...), answered in JSON;
-        an unknown method or HTTP version is the client's mistake (4xx), not the server's (501/505)."""
+        """Protocol errors the base class detects (bad request line, unknown method, ...), answered in JSON with a
+        status line; an unknown method or HTTP version is the client's mistake (4xx), not the server's (501/505)."""
         if code == HTTPStatus.NOT_IMPLEMENTED:
             code, message = 405, f"method {self.command!r} is not supported"
         elif code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:
-            code, self.request_version = 400, "HTTP/1.1"  # answer with a status line the client can read
+            code = 400
+        if not str(self.request_version).startswith("HTTP/1."):
+            self.request_version = "HTTP/1.1"  # answer with a status line the client can read
         self.close_connection = True
         self.app._busy(self.connection, True)
         try:
@@ -95,14 +210,20 @@ class Handler(BaseHTTPRequestHandler):
         try:
             status, payload = self._answer(method)
             self._send(status, payload)
-        except (BrokenPipeError, ConnectionResetError):  # the client left before its answer
+        except OSError:  # the client left before its answer, or the idle timeout closed its socket
             self.close_connection = True
         finally:
             self.app._busy(self.connection, False, status)
 
     def _answer(self, method: str) -> tuple[int, dict]:
         try:
+            if self.app.closing:
+                self.close_connection = True
+                raise ApiError(503, "the server is shutting down; retry on another")
             path = self.path.split("?", 1)[0]
+            if not self._authorized():
+                self._skip_body()
+                raise ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'")
             if path not in self.app.routes:
                 self._skip_body()
                 raise ApiError(404, f"no endpoint {path!r}; try {', '.join(sorted(self.app.routes))}")
@@ -115,6 +236,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._skip_body()
                 body = {}
+            self.app._waiting(self.connection, False)
             return 200, endpoint(body)
         except ApiError as err:
             return err.status, {"error": err.message, "status": err.status}
@@ -124,24 +246,36 @@ class Handler(BaseHTTPRequestHandler):
             logger.exception("pmi-reward serve: %s %s failed", method, self.path)
             return 500, {"error": f"internal error: {type(err).__name__}: {err}", "status": 500}
 
+    def _authorized(self) -> bool:
+        key = self.app.config.api_key
+        if not key:
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
+        given = token.strip().encode("latin-1", "replace")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, key.encode("latin-1", "replace"))
+
     def _length(self) -> int | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        """The body's length: one Content-Length of digits only; no Transfer-Encoding (chunked or otherwise)."""
+        if self.headers.get_all("Transfer-Encoding"):
             self.close_connection = True
-            raise ApiError(411, "chunked bodies are not supported; send a Content-Length")
-        raw = self.headers.get("Content-Length")
-        if raw is None:
+            raise ApiError(411, "Transfer-Encoding (chunked bodies) is not supported; send a Content-Length")
+        values = self.headers.get_all("Content-Length") or []
+        if not values:
             return None
-        try:
-            length = int(raw)
-        except ValueError:
-            length = -1
-        if length < 0:
+        if len(values) > 1:
             self.close_connection = True
-            raise ApiError(400, f"invalid Content-Length {raw!r}")
-        return length
+            raise ApiError(400, f"{len(values)} Content-Length headers ({', '.join(map(repr, values))}); send one")
+        if not _DIGITS.fullmatch(values[0].strip()):
+            self.close_connection = True
+            raise ApiError(400, f"invalid Content-Length {values[0]!r}")
+        return int(values[0])
 
     def _skip_body(self) -> None:
-        length = self._length() or 0
+        """Read and drop the body of a request refused before its body, or close the connection after answering."""
+        try:
+            length = self._length() or 0
+        except ApiError:
+            return
         if length > self.app.config.max_body_bytes:
             self.close_connection = True
         elif length:
@@ -149,6 +283,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _read_json(self) -> dict:
         length = self._length()
+        media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            self._skip_body()
+            raise ApiError(415, f"send JSON with 'Content-Type: application/json' (got {media or 'none'!r})")
         if length is None:
             self.close_connection = True
             raise ApiError(411, "a JSON body with a Content-Length is required")
@@ -166,20 +304,20 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"body is not valid JSON: {err}") from None
         if not isinstance(body, dict):
             raise ApiError(422, f"body must be a JSON object, got {type_name(body)}")
+        self._items = items_of(body)
+        chars, limit = text_chars(body), self.app.config.max_request_chars
+        if chars > limit:
+            raise ApiError(413, f"body holds {chars} characters of text; the limit is {limit} per request")
         return body
 
     def _send(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload, allow_nan=False).encode("ascii")
         if self.app.closing:
             self.close_connection = True
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status == 503:
-            self.send_header("Retry-After", "1")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
+        extra = {"Retry-After": "1"} if status == 503 else {}
+        if status == 401:
+            extra["WWW-Authenticate"] = 'Bearer realm="pmi-reward"'
+        data = _response(status, payload, extra, self.close_connection)
+        self.log_request(status)
         self.wfile.write(data)
 
 

@@ -3,11 +3,11 @@
 Routes: ``POST /get_reward`` (OpenRLHF), ``POST /score``, ``POST /rerank`` (``endpoints``) and ``GET /health``
 (here: liveness, the scorer's description, counters); ``docs/serving.md`` has the full protocol.
 
-Concurrent requests are merged into encoder batches (``MicroBatcher``); bodies and pair counts are bounded
-(413), malformed input gets a 4xx with a message naming the field (never a 5xx), each request has a time
-limit (503), and ``close()`` drains in-flight requests before it stops. Built on the standard library's
-threaded HTTP server: the work is one encoder call per micro-batch on one worker thread, so an async
-framework would add dependencies without adding throughput.
+Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, items and
+characters per request are bounded (413), malformed input gets a 4xx with a message naming the field (never a
+5xx), each request has a time limit (503), connections are capped (503) and closed when idle, and ``close()``
+drains in-flight requests, answering new ones 503, before it stops. Built on the standard library's threaded
+HTTP server (``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from ..rewards.options import RewardOptions
 from ..scoring.scorer import PMIScorer
 from .batching import MicroBatcher
-from .config import ServerConfig
+from .config import ServerConfig, is_loopback
 from .endpoints import ApiError, Endpoints
 from .handler import Handler, HTTPServer
 
@@ -43,7 +43,8 @@ class RewardServer:
     ) -> None:
         self.scorer, self.config = scorer, config or ServerConfig()
         options = (options or RewardOptions()).resolved(scorer.context_turns)
-        self.batcher = MicroBatcher(scorer, self.config.max_batch_pairs, self.config.max_wait_ms)
+        c = self.config
+        self.batcher = MicroBatcher(scorer, c.max_batch_pairs, c.max_wait_ms, c.max_batch_chars, c.chunk_pairs)
         self.api = Endpoints(self.batcher, self.config, options)
         self.routes: dict[str, tuple[str, Callable[[dict], dict]]] = {
             "/get_reward": ("POST", self.api.get_reward),
@@ -56,11 +57,21 @@ class RewardServer:
         self._started = time.time()
         self._lock = threading.Condition()
         self._connections: dict[socket.socket, bool] = {}  # open connection -> busy with a request
+        self._deadlines: dict[socket.socket, float] = {}  # connection -> when it must have sent its request
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
+        self._stopped = threading.Event()
         handler = type("Handler", (Handler,), {"app": self, "timeout": self.config.idle_timeout})
-        self.httpd = HTTPServer((self.config.host, self.config.port), handler)
+        self.httpd = HTTPServer((self.config.host, self.config.port), handler, self)
+        if not self.config.api_key and not is_loopback(self.config.host):
+            logger.warning(
+                "pmi-reward serve: LISTENING ON %s WITHOUT AN API KEY: anyone who can reach this port can use the "
+                "scorer. Set PMI_REWARD_API_KEY (or --api_key), or bind to 127.0.0.1 behind a reverse proxy "
+                "(docs/serving.md, Security).",
+                self.config.host,
+            )
+        threading.Thread(target=self._reap, name="pmi-reaper", daemon=True).start()
 
     @property
     def url(self) -> str:
@@ -81,14 +92,13 @@ class RewardServer:
         return self
 
     def close(self) -> None:
-        """Stop accepting, let in-flight requests finish (up to ``drain_timeout``), then stop the batcher."""
+        """Drain: answer new connections and requests 503, close idle keep-alive connections, let in-flight requests
+        finish (up to ``drain_timeout``); then stop listening and stop the batcher."""
         with self._lock:
             if self.closing:
                 return
             self.closing = True
             idle = [conn for conn, busy in self._connections.items() if not busy]
-        if self._serving.is_set():
-            self.httpd.shutdown()
         for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -99,6 +109,9 @@ class RewardServer:
                     self._inflight,
                     self.config.drain_timeout,
                 )
+        if self._serving.is_set():
+            self.httpd.shutdown()
+        self._stopped.set()
         self.batcher.close(timeout=self.config.drain_timeout)
         self.httpd.server_close()
         if self._thread is not None:
@@ -110,27 +123,58 @@ class RewardServer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # bookkeeping used by the handler
-    def _connect(self, conn: socket.socket, open_: bool) -> None:
+    # bookkeeping used by the HTTP layer
+    def _admit(self, conn: socket.socket) -> str | None:
+        """Take a new connection (None), or say why it is refused (over the cap, or draining)."""
         with self._lock:
-            if open_:
-                self._connections[conn] = False
+            if self.closing:
+                return "the server is shutting down; retry on another"
+            if len(self._connections) >= self.config.max_connections:
+                return f"too many connections (the limit is {self.config.max_connections}); retry"
+            self._connections[conn] = False
+            return None
+
+    def _disconnect(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.pop(conn, None)
+            self._deadlines.pop(conn, None)
+
+    def _waiting(self, conn: socket.socket, waiting: bool) -> None:
+        """A connection starts (True) or ends (False) waiting for its next request, which it must have sent
+        within ``idle_timeout``."""
+        with self._lock:
+            if waiting:
+                self._deadlines[conn] = time.monotonic() + self.config.idle_timeout
             else:
-                self._connections.pop(conn, None)
+                self._deadlines.pop(conn, None)
 
     def _busy(self, conn: socket.socket, busy: bool, status: int | None = None) -> None:
         with self._lock:
-            self._connections[conn] = busy
+            if conn in self._connections:
+                self._connections[conn] = busy
             self._inflight += 1 if busy else -1
             if status is not None:
                 self.responses[status] += 1
             self._lock.notify_all()
 
+    def _reap(self) -> None:
+        """Close connections that did not send a complete request in time (idle keep-alive, slow senders)."""
+        while not self._stopped.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                late = [conn for conn, deadline in self._deadlines.items() if deadline < now]
+                for conn in late:
+                    del self._deadlines[conn]
+            for conn in late:
+                logger.debug("pmi-reward serve: closing a connection idle for %.0f s", self.config.idle_timeout)
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
     # -- GET /health -------------------------------------------------------------------------------
     def health(self) -> dict:
         """Liveness and what is being served (clients read ``trained_context_turns`` from here)."""
         with self._lock:
-            inflight, responses = self._inflight, dict(self.responses)
+            inflight, responses, connections = self._inflight, dict(self.responses), len(self._connections)
         spec = self.scorer.encoder.spec
         return {
             "status": "draining" if self.closing else "ok",
@@ -144,6 +188,7 @@ class RewardServer:
             "batcher": self.batcher.stats.to_dict(),
             "queued": self.batcher.queued,
             "inflight": inflight,
+            "connections": connections,
             "responses": responses,
             "uptime_s": round(time.time() - self._started, 1),
         }

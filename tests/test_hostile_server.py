@@ -1,0 +1,290 @@
+"""Hostile clients against the reward server (issue 11): pathological chat templates, maximal requests beside small
+ones, floods of idle sockets, slow senders, garbled and smuggling-prone request lines, cross-origin content types,
+missing keys, and the SIGTERM drain.
+
+No assertion is on wall time (the machine is shared): each test checks an order of events or a count instead (the
+small request is answered while the large one is still being scored, the scorer was called in bounded batches, ...).
+The timings, measured once, are in docs/serving.md."""
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+from conftest import http, raw_http
+from test_server import SlowScorer
+
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.reward import PMIReward
+from pmi_reward.serving.server import RewardServer, ServerConfig
+
+KEY = "s3cret-key-for-tests"
+# small limits, so that a maximal request is quick to build
+LIMITS = dict(port=0, max_pairs=64, max_body_bytes=4 * 2**20, max_request_chars=1_000_000, request_timeout=30.0)
+
+
+@contextlib.contextmanager
+def serving(scorer, options=None, **config):
+    server = RewardServer(scorer, ServerConfig(**{**LIMITS, **config}), options).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def pairs(n: int, chars: int = 20) -> dict:
+    return {"pairs": [{"context": f"context {i} " + "x" * chars, "response": f"reply {i}"} for i in range(n)]}
+
+
+def in_thread(fn, *args) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(timed(fn, *args)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+# -- 1. bounded work per request ------------------------------------------------------------------------------
+def test_a_pathological_template_query_is_answered_and_parsed_after_the_cut(tiny_scorer, monkeypatch):
+    """``"[INST]" * 32000`` (192 kB) froze every endpoint for 58 s; now it is answered (no reply in it: empty_score),
+    and what is parsed is cut first: at most the last 4 x max_chars characters of a query, whole lines."""
+    import pmi_reward.data.conversation as conversation
+
+    parsed: list[int] = []
+    real = conversation.parse_chat
+
+    def recording(text, partial=False):
+        parsed.append(len(text))
+        return real(text, partial)
+
+    monkeypatch.setattr(conversation, "parse_chat", recording)
+    with serving(tiny_scorer, RewardOptions(max_chars=1000)) as server:
+        queries = ["[INST]" * 32000, "[INST]\n" * 32000 + "hi [/INST] Hello!"]
+        status, answer = http(server.url, "POST", "/get_reward", {"query": queries})
+        assert status == 200 and answer["rewards"][0] == -5.0 and answer["rewards"][1] > -5.0
+        assert parsed and max(parsed) < 4000  # the query's last 4 x max_chars characters, not its 192000+
+
+
+def test_total_characters_per_request_are_bounded_413(tiny_scorer):
+    """160 replies x 100k characters held the scorer for 30 s; a request over ``max_request_chars`` is refused."""
+    with serving(tiny_scorer) as server:
+        body = {"pairs": [{"context": "c", "response": "r" * 20_000}] * 60}  # 1.2M characters, 60 pairs
+        status, answer = http(server.url, "POST", "/score", body)
+        assert status == 413 and "characters of text" in answer["error"] and "1000000" in answer["error"]
+
+
+def test_a_1_pair_request_during_a_maximal_one_is_answered_before_it(tiny_scorer):
+    """Fair queueing: a 64-pair request is scored in 16 batches of 4 pairs; a 1-pair request sent during it is
+    taken into the next batch and answered while the large one is still being scored."""
+    slow = SlowScorer(tiny_scorer, 0.1)
+    with serving(slow, max_batch_pairs=4, chunk_pairs=4) as server:
+        big, big_out = in_thread(http, server.url, "POST", "/score", pairs(64))
+        while slow.calls < 2:  # the large request is being scored
+            time.sleep(0.01)
+        status, answer = http(server.url, "POST", "/score", pairs(1))
+        assert status == 200 and len(answer["scores"]) == 1
+        assert big.is_alive() and slow.calls < 16  # answered before the large request's last batch
+        big.join(60)
+        (status, answer), _ = big_out[0]
+        assert status == 200 and len(answer["scores"]) == 64 and slow.calls == 17
+        expected = tiny_scorer.score(
+            [p["context"] for p in pairs(64)["pairs"]], [p["response"] for p in pairs(64)["pairs"]]
+        )
+        assert answer["scores"] == pytest.approx(expected.tolist(), abs=1e-4)  # chunks keep their scores
+
+
+def test_health_answers_while_a_maximal_request_is_scored(tiny_scorer):
+    """A maximal request (64 pairs, 1M characters) is scored in batches bounded in characters; /health answers
+    meanwhile, five times, each while the request is still being scored."""
+    slow = SlowScorer(tiny_scorer, 0.05)
+    with serving(slow, max_batch_pairs=8, chunk_pairs=8, max_batch_chars=128 * 1024) as server:
+        body = {"pairs": [{"context": "hi " * 2600, "response": "yo " * 2600}] * 64}  # 998k characters
+        big, big_out = in_thread(http, server.url, "POST", "/score", body)
+        time.sleep(0.2)
+        for _ in range(5):
+            status, health = http(server.url, "GET", "/health")
+            assert status == 200 and health["inflight"] >= 1
+        assert big.is_alive(), "the maximal request ended before the probes; make it larger"
+        big.join(60)
+        assert big_out[0][0][0] == 200
+        assert slow.calls >= 8  # 998k characters in batches of at most 128k
+
+
+def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer):
+    """A request that times out (503) stops taking batches: the scorer is free for the others at once."""
+    slow = SlowScorer(tiny_scorer, 0.1)
+    with serving(slow, max_batch_pairs=4, chunk_pairs=4, request_timeout=0.3) as server:
+        status, _ = http(server.url, "POST", "/score", pairs(64))
+        assert status == 503
+        while server.batcher.queued:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the batch that was running, if any
+        calls = slow.calls
+        assert http(server.url, "POST", "/score", pairs(1))[0] == 200
+        assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
+
+
+# -- 3. the HTTP layer ----------------------------------------------------------------------------------------
+GARBLED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET /health\r\n\r\n",  # HTTP/0.9
+    b"GET /health HTTP/1.1 extra\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(40)) + b"\r\n\r\n",  # a TLS ClientHello
+    b"GET /health HTTP/2.0\r\n\r\n",
+    b"GET /health HTTP/1.x\r\n\r\n",
+    b"POST /score HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    b"POST /score HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+    b"POST /score HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: +2\r\n\r\n{}",
+    b"POST /score HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2, 2\r\n\r\n{}",
+    b"POST /score HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked"
+    b"\r\n\r\n{}",
+    b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n",
+    b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * 120 + b"\r\n",
+]
+
+
+@pytest.mark.parametrize("request_bytes", GARBLED, ids=range(len(GARBLED)))
+def test_garbled_requests_get_a_4xx_status_line_json_and_close(reward_server, request_bytes):
+    answer = raw_http(reward_server.url, request_bytes)  # reads until the server closes the connection
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    assert head.startswith(b"HTTP/1.1 4") and 400 <= status < 500, head
+    assert json.loads(body)["status"] == status and b"Connection: close" in head
+    assert b"Server: pmi-reward\r\n" in head and b"Python" not in head
+
+
+def test_posts_must_be_json_415(reward_server):
+    """A web page can POST text/plain or a form cross-origin without a preflight; only application/json is taken."""
+    body = json.dumps(pairs(1)).encode()
+    for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+        headers = {"Content-Type": media} if media else {"Content-Type": ""}
+        status, answer = http(reward_server.url, "POST", "/score", body, headers)
+        assert status == 415 and "application/json" in answer["error"]
+    assert (
+        http(reward_server.url, "POST", "/score", body, {"Content-Type": "application/json; charset=utf-8"})[0] == 200
+    )
+
+
+def test_the_api_key_is_required_on_every_route(tiny_scorer):
+    with serving(tiny_scorer, api_key=KEY) as server:
+        for method, path, body in (("GET", "/health", None), ("POST", "/score", pairs(1)), ("GET", "/nowhere", None)):
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": KEY},
+                {"Authorization": "Basic x"},
+            ):
+                status, answer = http(server.url, method, path, body, headers)
+                assert status == 401 and "API key" in answer["error"]
+        assert http(server.url, "GET", "/health", headers={"Authorization": f"Bearer {KEY}"})[0] == 200
+        assert http(server.url, "POST", "/score", pairs(1), {"Authorization": f"bearer {KEY}"})[0] == 200
+        head = raw_http(server.url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n").split(b"\r\n\r\n")[0]
+        assert b"WWW-Authenticate: Bearer" in head
+
+
+def test_clients_send_the_key(tiny_scorer, monkeypatch):
+    """RemotePMIReward, the verl adapter and the OpenRLHF reward function all authenticate."""
+    from pmi_reward.rewards.openrlhf import reward_func
+    from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
+    from pmi_reward.rewards.verl import compute_score_batch
+
+    prompts, replies = ["I love jazz.", "I ran ten miles."], ["Coltrane!", "Wow, how long did it take?"]
+    expected = PMIReward(tiny_scorer)(prompts, replies)
+    with serving(tiny_scorer, api_key=KEY) as server:
+        assert RemotePMIReward(server.url, api_key=KEY).score_sync(prompts, replies) == pytest.approx(expected)
+        with pytest.raises(RemoteRewardError, match="401"):
+            RemotePMIReward(server.url, on_failure="raise").score_sync(prompts, replies)
+        infos = [{"context": p} for p in prompts]
+        got = compute_score_batch(["d"] * 2, replies, [None] * 2, infos, url=server.url, api_key=KEY)
+        assert got == pytest.approx(expected)
+        monkeypatch.setenv("PMI_REWARD_API_KEY", KEY)
+        monkeypatch.setenv("PMI_REWARD_URL", server.url)
+        assert RemotePMIReward(server.url).score_sync(prompts, replies) == pytest.approx(expected)
+        answer = reward_func([f"{prompts[0]}\n{replies[0]}"], [f"{prompts[0]}\n"], [""])
+        assert answer["rewards"] == pytest.approx(expected[:1])
+
+
+def test_a_warning_when_listening_beyond_loopback_without_a_key(tiny_scorer, caplog):
+    with caplog.at_level(logging.WARNING, "pmi_reward.serving.server"):
+        RewardServer(tiny_scorer, ServerConfig(host="0.0.0.0", port=0)).close()
+        assert "WITHOUT AN API KEY" in caplog.text
+        caplog.clear()
+        RewardServer(tiny_scorer, ServerConfig(host="0.0.0.0", port=0, api_key=KEY)).close()
+        RewardServer(tiny_scorer, ServerConfig(host="127.0.0.1", port=0)).close()
+        assert "WITHOUT AN API KEY" not in caplog.text
+
+
+def test_each_request_is_logged_once_at_info(reward_server, caplog):
+    with caplog.at_level(logging.INFO, "pmi_reward.serving.access"):
+        http(reward_server.url, "POST", "/score?token=hidden", pairs(3), {"Authorization": "Bearer hidden"})
+        http(reward_server.url, "GET", "/nowhere")
+    lines = [r.getMessage() for r in caplog.records if r.name == "pmi_reward.serving.access"]
+    assert len(lines) == 2 and "hidden" not in caplog.text
+    assert '"POST /score" 200 items=3 ms=' in lines[0] and '"GET /nowhere" 404 items=- ms=' in lines[1]
+
+
+def test_connections_over_the_cap_get_503_at_once_and_no_thread(tiny_scorer):
+    """50 idle sockets against a cap of 8: 8 are held, the others get a 503 at once; threads stay bounded."""
+    with serving(tiny_scorer, max_connections=8, idle_timeout=30.0) as server:
+        before = threading.active_count()
+        host, port = server.httpd.server_address[:2]
+        idle = [socket.create_connection((host, port)) for _ in range(50)]
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 8
+        answer = raw_http(server.url, b"GET /health HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+        assert b"too many connections" in answer
+        for sock in idle:
+            sock.close()
+        time.sleep(0.5)
+        assert http(server.url, "GET", "/health")[0] == 200
+
+
+def test_idle_and_slow_connections_are_closed_after_idle_timeout(tiny_scorer):
+    """idle_timeout 0.5 s: a silent socket and one that sends a header byte every 0.2 s (it would need 200 s to
+    finish its request) are both closed by the server."""
+    with serving(tiny_scorer, idle_timeout=0.5) as server:
+        host, port = server.httpd.server_address[:2]
+        silent, slow = socket.create_connection((host, port)), socket.create_connection((host, port))
+        silent.settimeout(3)
+        start = time.perf_counter()
+        slowloris = b"GET /health HTTP/1.1\r\nX-Slow: " + b"a" * 1000
+        closed = False
+        for byte in slowloris:
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.2)
+            if time.perf_counter() - start > 60:
+                break
+        assert closed
+        silent.settimeout(60)
+        assert silent.recv(100) == b""
+        silent.close()
+        slow.close()
+
+
+def test_during_the_drain_new_connections_get_503_and_in_flight_requests_finish(tiny_scorer):
+    server = RewardServer(SlowScorer(tiny_scorer, 1.0), ServerConfig(**LIMITS)).start()
+    inflight, out = in_thread(http, server.url, "POST", "/score", pairs(1))
+    time.sleep(0.3)
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    time.sleep(0.2)
+    answer = raw_http(server.url, b"GET /health HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 503") and b"shutting down" in answer
+    inflight.join(10)
+    closer.join(10)
+    assert out[0][0][0] == 200
+    with pytest.raises(OSError):
+        http(server.url, "GET", "/health", timeout=2)
