@@ -204,7 +204,7 @@ def test_clients_send_the_key(tiny_scorer, monkeypatch):
             RemotePMIReward(server.url, on_failure="raise").score_sync(prompts, replies)
         infos = [{"context": p} for p in prompts]
         got = compute_score_batch(["d"] * 2, replies, [None] * 2, infos, url=server.url, api_key=KEY)
-        assert got == pytest.approx(expected)
+        assert [g["score"] for g in got] == pytest.approx(expected)
         monkeypatch.setenv("PMI_REWARD_API_KEY", KEY)
         monkeypatch.setenv("PMI_REWARD_URL", server.url)
         assert RemotePMIReward(server.url).score_sync(prompts, replies) == pytest.approx(expected)
