@@ -43,11 +43,11 @@ demo: $(STAMP)
 	$(BIN)/pmi-reward demo
 
 # the recommended reward scorer (configs/scorer/recommended.yaml) into outputs/scorer: Chit-Chat dialogues 0-1999,
-# plus the en study TRAINING split when ../shared is present (never its val/test/human files). An existing
-# outputs/scorer is kept: `make scorer SCORER_ARGS=--overwrite` replaces it.
+# plus the en study TRAINING split when ../shared is present (never its val/test/human files). Each run retrains it:
+# an existing outputs/scorer is replaced once the new one is complete.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
 scorer: $(STAMP)
-	$(BIN)/pmi-reward train --config scorer/recommended $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
+	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache
