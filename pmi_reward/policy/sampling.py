@@ -18,7 +18,15 @@ from ..rewards.rerank import Ranked, rerank
 from ..rewards.reward import PMIReward
 from ..scoring.scorer import PMIScorer
 
-__all__ = ["SamplingSettings", "sample_replies", "best_of_n"]
+__all__ = [
+    "SamplingSettings",
+    "Replies",
+    "stop_ids",
+    "split_generated",
+    "generate_replies",
+    "sample_replies",
+    "best_of_n",
+]
 
 
 @dataclass
@@ -32,16 +40,51 @@ class SamplingSettings:
     seed: int = 0
 
 
+@dataclass
+class Replies:
+    """Sampled replies, rows are prompts and columns their ``n`` samples: the text, the generated token ids (up to
+    and including the first end-of-sequence token) and whether generation was cut at ``max_new_tokens``."""
+
+    texts: list[list[str]]
+    tokens: list[list[list[int]]]
+    truncated: list[list[bool]]
+
+    def flat(self) -> list[str]:
+        return [t for row in self.texts for t in row]
+
+    def truncated_share(self) -> float:
+        """Share of replies that did not end with an end-of-sequence token (cut at the token limit)."""
+        flags = [f for row in self.truncated for f in row]
+        return sum(flags) / len(flags) if flags else 0.0
+
+
+def stop_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a generation: the model's and the tokenizer's EOS, and the pad token (which only
+    follows an EOS in a batch), as TRL counts a completion as not truncated."""
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    return {int(i) for i in ids if i is not None}
+
+
+def split_generated(row: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """A generated row as (its tokens up to and including the first stop token, whether it was cut: no stop)."""
+    for i, token in enumerate(row):
+        if token in stops:
+            return row[: i + 1], False
+    return row, True
+
+
 @torch.no_grad()
-def sample_replies(
+def generate_replies(
     model,
     tokenizer,
     prompts: Sequence[list[dict] | str],
     n: int = 1,
     settings: SamplingSettings | None = None,
     progress: bool | str = False,
-) -> list[list[str]]:
-    """``n`` sampled replies for each prompt (chat messages, or plain text used as is), as text.
+) -> Replies:
+    """``n`` sampled replies for each prompt (chat messages, or plain text used as is), with their tokens and
+    truncation flags.
 
     Prompts are rendered with the tokenizer's chat template and left-padded; each batch is seeded from
     ``settings.seed`` and its position, so a run is reproducible and two models see the same seeds.
@@ -58,7 +101,8 @@ def sample_replies(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    out: list[str] = []
+    stops = stop_ids(model, tokenizer)
+    out: list[tuple[list[int], bool]] = []
     starts = range(0, len(flat), settings.batch_size)
     try:
         for b, s in enumerate(
@@ -78,12 +122,29 @@ def sample_replies(
                 top_k=None,
                 pad_token_id=tokenizer.pad_token_id,
             )
-            out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+            out += [split_generated(row, stops) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
-    out = [o.strip() for o in out]
-    return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+    decoded = [t.strip() for t in tokenizer.batch_decode([tokens for tokens, _ in out], skip_special_tokens=True)]
+    rows = range(len(prompts))
+    return Replies(
+        texts=[decoded[i * n : (i + 1) * n] for i in rows],
+        tokens=[[tokens for tokens, _ in out[i * n : (i + 1) * n]] for i in rows],
+        truncated=[[cut for _, cut in out[i * n : (i + 1) * n]] for i in rows],
+    )
+
+
+def sample_replies(
+    model,
+    tokenizer,
+    prompts: Sequence[list[dict] | str],
+    n: int = 1,
+    settings: SamplingSettings | None = None,
+    progress: bool | str = False,
+) -> list[list[str]]:
+    """``n`` sampled replies for each prompt, as text (``generate_replies`` also gives tokens and truncation)."""
+    return generate_replies(model, tokenizer, prompts, n, settings, progress).texts
 
 
 def best_of_n(
