@@ -15,7 +15,8 @@ __all__ = ["RewardOptions"]
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """How raw PMI becomes a reward: raw -> minus baseline (``center``) -> times ``scale`` -> clipped.
+    """How raw PMI becomes a reward: raw -> minus the expected PMI at the reply's length (``length_baseline``)
+    -> minus baseline (``center``) -> times ``scale`` -> clipped.
 
     ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a context in
     the same call (a GRPO/RLOO group); a call in which a context has only one completion is refused
@@ -56,6 +57,13 @@ class RewardOptions:
     max_chars: int = field(
         default=100_000,
         metadata={"help": "longer contexts keep their end, longer replies their start (bounds tokenizing time)"},
+    )
+    length_baseline: str | None = field(
+        default=None,
+        metadata={
+            "help": "length-neutral PMI: a length-baseline JSON file (rewards.length); its expected PMI at the "
+            "reply's length is subtracted from raw PMI"
+        },
     )
     name: str = field(default="pmi_reward", metadata={"help": "the reward's name in TRL's logs"})
 

@@ -8,7 +8,8 @@ Only the scoring step differs, so for the same scorer and options they all retur
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
    both cut to ``max_chars``; unreadable ones are None.
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
-3. raw PMI -> rewards (``RewardPath.shape``): centred, scaled, clipped; ``empty_score`` for the rest (replies that
+3. raw PMI -> rewards (``RewardPath.shape``): minus the expected PMI at the reply's length (with a
+   ``length_baseline``), centred, scaled, clipped; ``empty_score`` for the rest (replies that
    are empty, unreadable or invisible: nothing but zero-width, control or blank characters). With
    ``center="group"`` a call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..data.conversation import completion_to_text, drop_think_blocks, prompt_to_context, strip_think
 from ..scoring.scorer import PMIScorer
+from .length import LengthBaseline, reply_words
 from .options import RewardOptions
 
 __all__ = [
@@ -167,6 +169,7 @@ class RewardPath:
         self.options = options
         self.__name__ = options.name
         self._warned_no_context = False
+        self.length_baseline = LengthBaseline.load(options.length_baseline) if options.length_baseline else None
 
     @staticmethod
     def samples(prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> tuple[list, list]:
@@ -201,14 +204,18 @@ class RewardPath:
         return RewardBatch(contexts, replies, valid, unfinished)
 
     def shape(self, batch: RewardBatch, raw: np.ndarray, log_metric: LogMetric | None = None) -> list[float | None]:
-        """Step 3: rewards from raw PMI (NaN where unscored): centred, scaled, clipped; ``empty_score`` for the rest."""
+        """Step 3: rewards from raw PMI (NaN where unscored): length-neutral (with a baseline), centred, scaled,
+        clipped; ``empty_score`` for the rest."""
         opts = self.options
         shaped = raw.copy()
+        if self.length_baseline is not None and batch.valid:
+            lengths = [reply_words(batch.replies[i] or "") for i in batch.valid]
+            shaped[batch.valid] -= self.length_baseline.expected(lengths)
         if opts.center == "group":
             for members in self.groups(batch).values():
                 scored = [i for i in members if math.isfinite(raw[i])]
                 if scored:
-                    shaped[scored] -= raw[scored].mean()
+                    shaped[scored] -= shaped[scored].mean()
         shaped *= opts.scale
         if opts.clip is not None:
             shaped = np.clip(shaped, -opts.clip, opts.clip)

@@ -1,0 +1,32 @@
+"""Several TRL reward functions as one, summed with weights as TRL's GRPO/RLOO sum them: None from one function
+counts as 0, None from every function makes the sample unscorable. Our PPO uses it for PMI + extra rewards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CombinedReward"]
+
+
+class CombinedReward:
+    """``reward(prompts, completions, **kwargs)``: the weighted sum of ``rewards``; ``seconds`` is the first
+    (PMI) reward's wall time, ``rewards[0].options`` its options."""
+
+    def __init__(self, rewards: list[Callable], weights: list[float] | None = None) -> None:
+        if weights is not None and len(weights) != len(rewards):
+            raise ValueError(f"got {len(weights)} reward_weights for {len(rewards)} reward functions")
+        self.rewards, self.weights = rewards, weights or [1.0] * len(rewards)
+        self.__name__ = "+".join(getattr(r, "__name__", type(r).__name__) for r in rewards)
+
+    @property
+    def seconds(self) -> float:
+        return getattr(self.rewards[0], "seconds", 0.0)
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        parts = [r(prompts=prompts, completions=completions, **kwargs) for r in self.rewards]
+        out: list[float | None] = []
+        for i in range(len(completions)):
+            got = [(w, p[i]) for w, p in zip(self.weights, parts, strict=True) if p[i] is not None]
+            out.append(sum(w * v for w, v in got) if got else None)
+        return out

@@ -1,0 +1,133 @@
+"""Reward options against reward hacking: the length-neutral PMI reward, the diversity reward and the truncation
+penalty each keep TRL's contract (one float or None per completion, a ``__name__``, numpy inputs, picklable)
+and do what they are for."""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from pmi_reward.rewards.combined import CombinedReward
+from pmi_reward.rewards.diversity import DiversityReward, diversity_reward, opening, repeated_ngram_share
+from pmi_reward.rewards.length import LengthBaseline, fit_length_baseline, reply_words
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.path import RewardPath
+from pmi_reward.rewards.reward import PMIReward
+from pmi_reward.rewards.truncation import TruncationPenalty, is_truncated
+
+PROMPT = [{"role": "user", "content": "I went hiking in Yosemite."}]
+OTHER = [{"role": "user", "content": "Who is your favourite singer?"}]
+
+
+class LengthScorer:
+    """A stand-in scorer whose PMI is pure length (0.1 nat per word) plus 1 for mentioning Half Dome."""
+
+    context_turns = 3
+
+    def score(self, contexts, replies):
+        return np.array([0.1 * reply_words(r) + ("Half Dome" in r) for r in replies], dtype=np.float32)
+
+
+def _contract(reward, prompts, completions, **kwargs):
+    out = reward(prompts=prompts, completions=completions, **kwargs)
+    assert isinstance(out, list) and len(out) == len(completions)
+    assert all(x is None or (isinstance(x, float) and math.isfinite(x)) for x in out)
+    assert isinstance(reward.__name__, str) and reward.__name__
+    return out
+
+
+@pytest.fixture
+def baseline_file(tmp_path):
+    human = [" ".join(["word"] * n) for n in range(1, 61)]
+    fitted = fit_length_baseline(LengthScorer().score(["c"] * len(human), human), human, bins=12)
+    return str(fitted.save(tmp_path / "length_baseline.json"))
+
+
+def test_length_baseline_fits_bins_and_round_trips(baseline_file):
+    loaded = LengthBaseline.load(baseline_file)
+    assert len(loaded.lengths) == 12 and sum(loaded.counts) == 60 and loaded.source["replies"] == 60
+    assert loaded.expected([loaded.lengths[2]])[0] == pytest.approx(loaded.pmi[2])
+    assert loaded.expected([0, 1000]).tolist() == [loaded.pmi[0], loaded.pmi[-1]]  # flat beyond the ends
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        LengthBaseline.load(baseline_file + ".missing")
+    with pytest.raises(ValueError, match="increasing"):
+        LengthBaseline((2.0, 1.0), (0.0, 0.0), (1, 1))
+
+
+def test_a_longer_reply_with_the_same_content_is_not_rewarded_more(baseline_file):
+    content = "Did you see Half Dome?"
+    padded = content + " It is a really really really really really really really big rock you know."
+    plain = PMIReward(LengthScorer(), empty_score=-5.0)
+    neutral = PMIReward(LengthScorer(), RewardOptions(empty_score=-5.0, length_baseline=baseline_file))
+    raw = plain([PROMPT, PROMPT], [content, padded])
+    assert raw[1] > raw[0] + 1.0  # raw PMI pays for length
+    fair = neutral([PROMPT, PROMPT], [content, padded])
+    assert fair[1] <= fair[0] + 1e-5  # the length-neutral form does not
+    assert fair[0] == pytest.approx(1.0, abs=0.2)  # what is left is the content (Half Dome)
+
+
+def test_length_neutral_reward_keeps_the_contract(baseline_file, tiny_scorer):
+    reward = PMIReward(LengthScorer(), RewardOptions(empty_score=None, length_baseline=baseline_file, center="group"))
+    out = _contract(reward, [PROMPT, PROMPT, PROMPT], np.array(["Half Dome!", "", "nice rock"]))
+    assert out[1] is None and out[0] + out[2] == pytest.approx(0.0, abs=1e-6)  # centred after the baseline
+    real = PMIReward(tiny_scorer, length_baseline=baseline_file)
+    assert _contract(real, [PROMPT], ["Half Dome!"])[0] is not None
+    # pickling keeps the options, and the path reloads the baseline from them (a full round trip rebuilds the
+    # scorer from its model files: tests/test_reward.py does it on MiniLM)
+    state = pickle.loads(pickle.dumps(real.__getstate__()))
+    assert RewardPath(RewardOptions(**state["options"])).length_baseline == LengthBaseline.load(baseline_file)
+
+
+def test_diversity_reward_penalises_repetition_and_alike_openings():
+    assert repeated_ngram_share("a b c a b c a b c") == pytest.approx(4 / 7)
+    assert repeated_ngram_share("I love the mountains in spring") == 0.0 and repeated_ngram_share("hi") == 0.0
+    assert opening("That's so cool, really!") == "thats so cool"
+    prompts = [PROMPT] * 3 + [OTHER]
+    completions = [
+        [{"role": "assistant", "content": "That is so cool! Where did you stay?"}],
+        [{"role": "assistant", "content": "That is so cool, I love hiking."}],
+        [{"role": "assistant", "content": "Did you see Half Dome?"}],
+        [{"role": "assistant", "content": "That is so cool and so cool and so cool."}],
+    ]
+    out = _contract(diversity_reward, prompts, completions)
+    assert out[0] == pytest.approx(-0.5) and out[1] == pytest.approx(-0.5)  # 1 of the 2 others opens alike
+    assert out[2] == 0.0  # a fresh opening, no repetition
+    assert out[3] < -0.2  # alone in its group, but it repeats itself
+
+
+def test_diversity_reward_contract_on_odd_inputs():
+    reward = DiversityReward(name="div")
+    replies = np.array(["same start here", "same start here too", ""])
+    out = _contract(reward, np.array(["ctx a", "ctx a", "ctx b"]), replies)
+    assert out == [-1.0, -1.0, 0.0]
+    assert _contract(reward, ["a", "a"], [None, [{"role": "assistant", "content": 3}]]) == [None, None]
+    assert reward(prompts=None, completions=["x y z", "x y z"]) == [0.0, 0.0]  # no prompts: no groups
+    assert pickle.loads(pickle.dumps(diversity_reward))(prompts=["a"], completions=["b"]) == [0.0]
+    with pytest.raises(ValueError, match="2 prompts but 1 completions"):
+        reward(prompts=["a", "b"], completions=["x"])
+
+
+def test_truncation_penalty_flags_completions_without_an_end_token():
+    penalty = TruncationPenalty({2, 0}, penalty=-2.0)
+    assert is_truncated([5, 6, 7], {2}) and not is_truncated([5, 2], {2}) and not is_truncated([], {2})
+    ids = [[5, 6, 2], np.array([5, 6, 7]), [5, 0]]
+    out = _contract(penalty, ["p"] * 3, ["a", "b", "c"], completion_ids=ids)
+    assert out == [0.0, -2.0, 0.0]
+    assert penalty(prompts=["p"], completions=["a"]) == [None]  # no ids: unscorable
+    assert pickle.loads(pickle.dumps(penalty)).stop_ids == {0, 2}
+    with pytest.raises(ValueError, match="end-of-sequence"):
+        TruncationPenalty([])
+
+
+def test_combined_reward_sums_like_trl():
+    def a(prompts, completions, **kw):
+        return [1.0, None, None]
+
+    def b(prompts, completions, **kw):
+        return [0.5, 2.0, None]
+
+    combined = CombinedReward([a, b], [1.0, -2.0])
+    assert combined(["p"] * 3, ["x"] * 3) == [0.0, -4.0, None] and combined.__name__ == "a+b"
+    with pytest.raises(ValueError, match="2 reward_weights for 1"):
+        CombinedReward([a], [1.0, 2.0])
