@@ -31,13 +31,14 @@ def dialogue_file(tmp_path, topic_dialogues):
     return str(path)
 
 
-def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer, reward):
+def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer, reward, **extra):
     script = ScriptArguments(dialogues=str(dialogue_file), first_dialogue=0, max_dialogues=None, scorer="unused")
-    args = config_cls(output_dir=str(tmp_path / "out"), **COMMON)
+    args = config_cls(output_dir=str(tmp_path / "out"), **{**COMMON, **extra})
+    rewards = reward if isinstance(reward, list) else [reward]
     summary = train_with_trl(
-        trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer, rewards=[reward]
+        trainer_cls, script, args, ModelConfig(), model=model, tokenizer=smol_tokenizer, rewards=rewards
     )
-    assert summary["steps"] == 2 and summary["prompts"] == 12
+    assert summary["steps"] == 2 and summary["prompts_used"] == 12
     assert summary["reward_seconds"] > 0 and 0 < summary["reward_share"] < 1
     saved = json.loads((tmp_path / "out" / "run_summary.json").read_text())
     assert saved["trainer"] == trainer_cls.__name__
@@ -48,6 +49,29 @@ def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer
 def test_grpo_two_steps(tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward):
     summary = _run(GRPOTrainer, GRPOConfig, tmp_path, dialogue_file, tiny_policy(), smol_tokenizer, tiny_reward)
     assert math.isfinite(summary["first_reward"]) and summary["mean_step_time"] > 0
+
+
+def test_grpo_masks_or_penalises_truncated_completions(
+    tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward
+):
+    from pmi_reward.policy.sampling import stop_ids
+    from pmi_reward.rewards.truncation import TruncationPenalty
+
+    model = tiny_policy()
+    penalty = TruncationPenalty(stop_ids(model, smol_tokenizer), -2.0)
+    summary = _run(
+        GRPOTrainer,
+        GRPOConfig,
+        tmp_path,
+        dialogue_file,
+        model,
+        smol_tokenizer,
+        [tiny_reward, penalty],
+        mask_truncated_completions=True,
+    )
+    # a random tiny policy rarely stops within 6 tokens: TRL's clipped ratio is logged and summarised
+    assert 0.0 <= summary["clipped_ratio_last10"] <= 1.0
+    assert summary["settings"]["mask_truncated_completions"] is True
 
 
 def test_rloo_two_steps(tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward):

@@ -9,7 +9,9 @@ disabled, or a frozen copy without LoRA); GAE on a value head over the policy's 
 whitened advantages; ``ppo_epochs`` passes of clipped policy and value losses over mini-batches. Runs on
 accelerate: each process rolls out its own prompts, gradients and whitening statistics are pooled. A reply
 the reward cannot score (None) carries no learning signal, as in TRL's GRPO and RLOO: it is masked out of the
-losses and the advantage statistics.
+losses and the advantage statistics. Extra reward functions and the truncation penalty are summed with PMI
+(``reward_weights``, as in TRL); ``mask_truncated_completions`` leaves replies cut at ``max_new_tokens`` out
+of the losses, as TRL's option does; ``--cpu_budget_seconds`` stops after that much CPU time.
 """
 
 from __future__ import annotations
@@ -32,10 +34,21 @@ from tqdm.auto import tqdm
 from trl import ModelConfig
 
 from ..configs import parse_args
+from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
-from .ppo_core import gae, ppo_loss, shaped_rewards, token_logprobs, whiten
+from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
 from .prompts import build_prompts
-from .trainers import ScriptArguments, build_rewards, cpu_seconds, lora_config, policy_from, write_summary
+from .trainers import (
+    LAST_N,
+    ScriptArguments,
+    build_rewards,
+    cpu_seconds,
+    last_mean,
+    lora_config,
+    policy_from,
+    run_provenance,
+    write_summary,
+)
 
 
 @dataclass
@@ -58,6 +71,12 @@ class PPOConfig:
     whiten_advantages: bool = True
     max_new_tokens: int = 32
     temperature: float = 0.8  # the policy is the tempered softmax; log-probs use the same temperature
+    mask_truncated_completions: bool = field(
+        default=False, metadata={"help": "leave replies cut at max_new_tokens out of the losses (as TRL's option)"}
+    )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "weights of the reward functions (PMI, extras, penalty); default all 1"}
+    )
     seed: int = 0
     use_cpu: bool = field(default=True, metadata={"help": "run on CPU even when a GPU is visible"})
 
@@ -94,15 +113,6 @@ def response_stats(model: torch.nn.Module, batch: dict, temperature: float) -> t
     return token_logprobs(logits[:, :-1] / temperature, batch["response"]), values[:, p - 1 : -1]
 
 
-def response_mask(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
-    """1 on real response tokens: up to and including the first EOS."""
-    is_eos = torch.zeros_like(response, dtype=torch.bool)
-    for e in eos_ids:
-        is_eos |= response == e
-    after = (is_eos.cumsum(1) - is_eos.long()) > 0
-    return (~after).float()
-
-
 @torch.no_grad()
 def rollout(
     model, ref_model, tokenizer, prompts: list, reward: Callable, cfg: PPOConfig, accelerator: Accelerator
@@ -122,7 +132,9 @@ def rollout(
     )
     p = enc["input_ids"].shape[1]
     eos = policy.lm.generation_config.eos_token_id
-    mask = response_mask(seq[:, p:], set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id})
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
+    mask = response_mask(seq[:, p:], eos_ids)
+    truncated = truncated_rows(seq[:, p:], eos_ids)
     response = seq[:, p:].masked_fill(mask == 0, tokenizer.pad_token_id)
     batch = {
         "ids": torch.cat([enc["input_ids"], response], 1),
@@ -132,11 +144,14 @@ def rollout(
         "prompt_len": p,
     }
     replies = tokenizer.batch_decode(response, skip_special_tokens=True)
-    scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies])
+    ids = [row[m.bool()].tolist() for row, m in zip(response.cpu(), mask.cpu(), strict=True)]
+    scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies], completion_ids=ids)
     # None: unscorable. Such a reply gets no learning signal (masked out of losses and statistics), as in TRL.
     batch["scored"] = torch.tensor([s is not None for s in scores], device=accelerator.device)
     batch["scores"] = torch.tensor([0.0 if s is None else s for s in scores], device=accelerator.device)
-    batch["loss_mask"] = mask * batch["scored"][:, None]
+    batch["truncated"] = truncated
+    keep = batch["scored"] & ~truncated if cfg.mask_truncated_completions else batch["scored"]
+    batch["loss_mask"] = mask * keep[:, None]
     batch["logprobs"], batch["values"] = response_stats(model, batch, cfg.temperature)
     if ref_model is None:  # LoRA: the reference is the policy with its adapter switched off
         with policy.lm.disable_adapter():
@@ -200,13 +215,20 @@ def ppo_step(
     batch["advantages"] = advantages
     stats = ppo_update(policy, optimizer, accelerator, batch, cfg)
     scored = batch["scored"].float()
-    per_process = [(batch["scores"] * scored).sum(), scored.sum(), kl.sum(1).mean(), batch["mask"].sum(1).mean()]
+    per_process = [
+        (batch["scores"] * scored).sum(),
+        scored.sum(),
+        kl.sum(1).mean(),
+        batch["mask"].sum(1).mean(),
+        batch["truncated"].float().mean(),
+    ]
     pooled = accelerator.gather(torch.stack(per_process)[None])
     totals, means = pooled.sum(0), pooled.mean(0)
     return {
         "score": (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan"),  # over the scorable replies
         "kl": means[2].item(),
         "response_tokens": means[3].item(),
+        "clipped_ratio": means[4].item(),
         "unscorable": 1.0 - totals[1].item() / len(pooled) / len(prompts),
         **stats,
         "example": batch["replies"][0],
@@ -228,7 +250,10 @@ def train_ppo(
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
         model, tokenizer = policy_from(model_args)
-    reward = reward or build_rewards(script_args, reward_options)[0]
+    if reward is None:
+        reward = CombinedReward(
+            build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights
+        )
     policy, ref_model = _policies(model, model_args, script_args.lora_top_layers, accelerator)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate)
     policy, optimizer = accelerator.prepare(policy, optimizer)
@@ -252,26 +277,47 @@ def train_ppo(
             with log_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         bar.set_postfix(score=f"{row['score']:+.2f}", kl=f"{row['kl']:.3f}", len=f"{row['response_tokens']:.0f}")
+        if _budget_spent(script_args.cpu_budget_seconds, cpu_start, accelerator):
+            break
     total = time.perf_counter() - start
     accelerator.wait_for_everyone()
     summary = {
         "trainer": "PPO",
-        "steps": cfg.steps,
-        "prompts": len(prompts),
+        "steps": len(history),
+        "prompts_used": len(prompts),
         "processes": accelerator.num_processes,
         "first_reward": history[0]["score"],
         "last_reward": history[-1]["score"],
         "last_kl": history[-1]["kl"],
+        f"reward_last{LAST_N}": last_mean(history, "score"),
+        f"kl_last{LAST_N}": last_mean(history, "kl"),
+        f"clipped_ratio_last{LAST_N}": last_mean(history, "clipped_ratio"),
+        f"completion_length_last{LAST_N}": last_mean(history, "response_tokens"),
         "train_seconds": round(total, 1),
         "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1),
+        "stopped_by_cpu_budget": len(history) < cfg.steps,
         "load_average": round(os.getloadavg()[0], 2),
         "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
         "config": asdict(cfg),
+        **run_provenance(script_args, _pmi_options(reward), asdict(cfg)),
     }
     if accelerator.is_main_process:
         _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)
         write_summary(cfg.output_dir, summary)
     return summary
+
+
+def _budget_spent(budget: float | None, cpu_start: float, accelerator: Accelerator) -> bool:
+    """Whether any process has used ``budget`` CPU seconds (all processes stop together)."""
+    if budget is None:
+        return False
+    spent = torch.tensor([float(cpu_seconds() - cpu_start >= budget)], device=accelerator.device)
+    return bool(accelerator.gather(spent).max().item())
+
+
+def _pmi_options(reward: Any) -> RewardOptions | None:
+    first = reward.rewards[0] if isinstance(reward, CombinedReward) else reward
+    return getattr(first, "options", None)
 
 
 def _save(policy: PolicyWithValue, tokenizer, output_dir: str) -> None:

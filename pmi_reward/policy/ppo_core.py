@@ -10,7 +10,16 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["token_logprobs", "masked_mean", "whiten", "shaped_rewards", "gae", "ppo_loss"]
+__all__ = [
+    "token_logprobs",
+    "masked_mean",
+    "whiten",
+    "shaped_rewards",
+    "gae",
+    "ppo_loss",
+    "response_mask",
+    "truncated_rows",
+]
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -96,3 +105,22 @@ def ppo_loss(
             "approx_kl": masked_mean(0.5 * (logprobs - old_logprobs) ** 2, mask).item(),
         }
     return policy_loss + vf_coef * value_loss, stats
+
+
+def _is_eos(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
+    is_eos = torch.zeros_like(response, dtype=torch.bool)
+    for e in eos_ids:
+        is_eos |= response == e
+    return is_eos
+
+
+def response_mask(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
+    """1 on real response tokens: up to and including the first EOS."""
+    is_eos = _is_eos(response, eos_ids)
+    after = (is_eos.cumsum(1) - is_eos.long()) > 0
+    return (~after).float()
+
+
+def truncated_rows(response: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
+    """True for responses with no EOS: generation was cut at ``max_new_tokens``."""
+    return ~_is_eos(response, eos_ids).any(1)

@@ -16,7 +16,7 @@ import os
 import resource
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
+from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
+from ..rewards.truncation import TruncationPenalty
 from .loading import load_policy
 from .prompts import PromptArguments, build_prompts
+from .sampling import stop_ids
 
 __all__ = [
     "ScriptArguments",
@@ -55,6 +58,21 @@ class ScriptArguments(PromptArguments):
         default=None,
         metadata={"help": "put LoRA only on the top N transformer layers (backprop stops below them: faster on CPU)"},
     )
+    length_neutral: bool = field(
+        default=False,
+        metadata={
+            "help": "length-neutral PMI: fit the reward scorer's mean PMI of the training prompts' human replies by "
+            "length (saved as length_baseline.json in output_dir) and subtract it (unless --length_baseline is given)"
+        },
+    )
+    truncation_penalty: float | None = field(
+        default=None,
+        metadata={"help": "add this reward (e.g. -2) to completions cut at the token limit (a reward function last)"},
+    )
+    cpu_budget_seconds: float | None = field(
+        default=None,
+        metadata={"help": "stop training once the process has used this much CPU time (equal-cost comparisons)"},
+    )
 
 
 def policy_from(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -78,10 +96,47 @@ def _import(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def build_rewards(args: ScriptArguments, options: RewardOptions | None = None) -> list[Callable]:
-    """``PMIReward`` first, then the extra reward functions in the order given."""
-    pmi = PMIReward.from_pretrained(args.scorer, options=options or RewardOptions())
-    return [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
+def fit_prompt_length_baseline(args: ScriptArguments, reward: PMIReward, path: str | Path) -> Path:
+    """Fit the reward scorer's mean PMI of the training prompts' human replies by length and save it (the
+    baseline of the length-neutral reward; no judge involved)."""
+    data = build_prompts(args)
+    if "reference" not in data.column_names:
+        raise ValueError(
+            "--length_neutral needs prompts cut from dialogues (their human replies); give --length_baseline"
+        )
+    plain = PMIReward(
+        reward.scorer, RewardOptions(empty_score=None, max_context_turns=reward.options.max_context_turns)
+    )
+    scores = [float("nan") if s is None else s for s in plain(list(data["prompt"]), list(data["reference"]))]
+    source = {
+        "scorer": args.scorer,
+        "dialogues": args.dialogues,
+        "first_dialogue": args.first_dialogue,
+        "max_dialogues": args.max_dialogues,
+    }
+    return fit_length_baseline(scores, list(data["reference"]), source=source).save(path)
+
+
+def build_rewards(
+    args: ScriptArguments,
+    options: RewardOptions | None = None,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    output_dir: str | None = None,
+) -> list[Callable]:
+    """``PMIReward`` first (length-neutral with ``--length_neutral``), then the extra reward functions in the order
+    given, then the truncation penalty when asked for (it needs the policy's ``model`` and ``tokenizer``)."""
+    options = options or RewardOptions()
+    pmi = PMIReward.from_pretrained(args.scorer, options=options)
+    if args.length_neutral and options.length_baseline is None:
+        path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json")
+        pmi = PMIReward(pmi.scorer, replace(pmi.options, length_baseline=str(path)))
+    rewards: list[Callable] = [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
+    if args.truncation_penalty is not None:
+        if model is None or tokenizer is None:
+            raise ValueError("--truncation_penalty needs the policy's model and tokenizer (its end-of-sequence ids)")
+        rewards.append(TruncationPenalty(stop_ids(model, tokenizer), args.truncation_penalty))
+    return rewards
 
 
 def cpu_seconds() -> float:
@@ -91,13 +146,19 @@ def cpu_seconds() -> float:
 
 
 class RewardTimer(TrainerCallback):
-    """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share)."""
+    """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share); with a CPU
+    budget, stops training once the budget is spent."""
 
-    def __init__(self, reward: Any) -> None:  # a reward that counts its own ``seconds`` (PMIReward does)
+    def __init__(self, reward: Any, cpu_budget: float | None = None) -> None:  # a reward that counts its ``seconds``
         self.reward, self.start, self.seconds, self.cpu = reward, 0.0, 0.0, 0.0
+        self.cpu_budget, self.stopped_by_budget = cpu_budget, False
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
         self.reward.seconds, self.start, self.cpu = 0.0, time.perf_counter(), cpu_seconds()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if self.cpu_budget is not None and cpu_seconds() - self.cpu >= self.cpu_budget:
+            control.should_training_stop = self.stopped_by_budget = True
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
         self.seconds, self.cpu = time.perf_counter() - self.start, cpu_seconds() - self.cpu
@@ -107,6 +168,7 @@ class RewardTimer(TrainerCallback):
         return {
             "train_seconds": round(self.seconds, 1),
             "train_cpu_seconds": round(self.cpu, 1),
+            "stopped_by_cpu_budget": self.stopped_by_budget,
             "load_average": round(os.getloadavg()[0], 2),
             "reward_seconds": round(self.reward.seconds, 2),
             "reward_share": round(self.reward.seconds / total, 4),
@@ -117,9 +179,52 @@ def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
     """Write ``run_summary.json`` next to the saved policy and print it."""
     path = Path(output_dir) / "run_summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+    path.write_text(json.dumps(summary, indent=2, default=str))
+    print(json.dumps(summary, indent=2, default=str))
     return path
+
+
+LAST_N = 10  # run summaries average the last N logged steps (the per-step figures swing a lot)
+
+# the settings of a TRL run that a trials log needs (the whole config is in the trainer's own output)
+TRL_SETTINGS = (
+    "seed",
+    "learning_rate",
+    "max_steps",
+    "per_device_train_batch_size",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "loss_type",
+    "scale_rewards",
+    "beta",
+    "epsilon",
+    "mask_truncated_completions",
+    "reward_weights",
+)
+
+
+def run_provenance(script_args: ScriptArguments, reward_options: RewardOptions | None, settings: dict) -> dict:
+    """What a run summary records about a run's inputs: prompts, reward and the main settings."""
+    return {
+        "prompts": {
+            k: getattr(script_args, k) for k in ("dialogues", "prompt_file", "first_dialogue", "max_dialogues")
+        },
+        "reward": {
+            "scorer": script_args.scorer,
+            "extra_reward_funcs": script_args.extra_reward_funcs,
+            "length_neutral": script_args.length_neutral,
+            "truncation_penalty": script_args.truncation_penalty,
+            "options": asdict(reward_options or RewardOptions()),
+        },
+        "settings": settings,
+    }
+
+
+def last_mean(history: list[dict], key: str, n: int = LAST_N) -> float | None:
+    """Mean of ``key`` over the last ``n`` logged entries that have it."""
+    values = [h[key] for h in history if h.get(key) is not None][-n:]
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def train_with_trl(
@@ -140,8 +245,11 @@ def train_with_trl(
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args)
-    rewards = rewards or build_rewards(script_args, reward_options)
-    timer = RewardTimer(rewards[0])
+    rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) == len(rewards) - 1 and script_args.truncation_penalty is not None:
+        training_args.reward_weights = [*weights, 1.0]  # the penalty added last counts as given
+    timer = RewardTimer(rewards[0], script_args.cpu_budget_seconds)
     trainer = trainer_cls(
         model=model,
         reward_funcs=rewards,
@@ -154,14 +262,20 @@ def train_with_trl(
     trainer.train()
     trainer.save_model(training_args.output_dir)
     logged = [h for h in trainer.state.log_history if "reward" in h]
+    settings = {k: getattr(training_args, k) for k in TRL_SETTINGS if hasattr(training_args, k)}
     summary = {
         "trainer": trainer_cls.__name__,
         "steps": trainer.state.global_step,
-        "prompts": len(dataset),
+        "prompts_used": len(dataset),
         "first_reward": logged[0]["reward"] if logged else None,
         "last_reward": logged[-1]["reward"] if logged else None,
+        f"reward_last{LAST_N}": last_mean(logged, "reward"),
+        f"clipped_ratio_last{LAST_N}": last_mean(logged, "completions/clipped_ratio"),
+        f"completion_length_last{LAST_N}": last_mean(logged, "completions/mean_length"),
+        f"kl_last{LAST_N}": last_mean(logged, "kl"),
         "mean_step_time": _mean(h.get("step_time") for h in logged),
         **timer.summary(),
+        **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings),
     }
     write_summary(training_args.output_dir, summary)
     return summary
