@@ -1,0 +1,196 @@
+"""Rejection-sampling fine-tuning (RFT, a.k.a. best-of-n distillation or ReST/expert iteration) with the PMI reward.
+
+    pmi-reward rft --config recipes/smollm2-135m/tune/rft.yaml
+
+Each round: take the next ``prompts_per_round`` training prompts, sample ``samples_per_prompt`` replies from
+the current policy, score them with the reward functions (PMI, plus any extras and the truncation penalty,
+summed), keep each prompt's best reply (never one cut at the token limit with ``drop_truncated``; only above
+``keep_min_score`` if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the
+reply only; LoRA as the other trainers). ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent.
+The cheap baseline users reach for before RL: no value model, no reference forward, no on-policy loss.
+Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores of all samples and of the
+kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import Dataset
+from transformers import set_seed
+from trl import ModelConfig, SFTConfig, SFTTrainer
+
+from ..configs import parse_args
+from ..rewards.combined import CombinedReward
+from ..rewards.options import RewardOptions
+from .prompts import build_prompts
+from .sampling import Replies, SamplingSettings, generate_replies
+from .trainers import (
+    LAST_N,
+    ScriptArguments,
+    build_rewards,
+    cpu_seconds,
+    last_mean,
+    lora_config,
+    policy_from,
+    run_provenance,
+    write_summary,
+)
+
+__all__ = ["RFTConfig", "ARGUMENTS", "select_best", "train_rft", "rft_main"]
+
+
+@dataclass
+class RFTConfig:
+    """Rounds of sampling and selection (the SFT step's settings are TRL's ``SFTConfig``)."""
+
+    rounds: int = field(default=4, metadata={"help": "sample-select-SFT rounds"})
+    prompts_per_round: int = field(default=64, metadata={"help": "training prompts sampled per round"})
+    samples_per_prompt: int = field(default=8, metadata={"help": "replies sampled per prompt (n of best-of-n)"})
+    keep_min_score: float | None = field(default=None, metadata={"help": "keep a best reply only at this reward"})
+    drop_truncated: bool = field(default=True, metadata={"help": "never keep a reply cut at the token limit"})
+    rollout_max_new_tokens: int = field(default=64, metadata={"help": "token limit of the sampled replies"})
+    rollout_temperature: float = 1.0
+    rollout_top_p: float = 1.0
+    rollout_batch_size: int = field(default=32, metadata={"help": "sequences per generate call"})
+
+
+ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)
+
+
+def select_best(
+    prompts: list, replies: Replies, scores: np.ndarray, drop_truncated: bool = True, min_score: float | None = None
+) -> list[dict]:
+    """Each prompt's best reply by ``scores`` (prompts, samples) as a prompt-completion row; prompts whose
+    candidates are all unscorable (NaN), cut (with ``drop_truncated``) or below ``min_score`` are skipped."""
+    rows = []
+    for i, prompt in enumerate(prompts):
+        ok = np.isfinite(scores[i]) & np.array([bool(t.strip()) for t in replies.texts[i]])
+        if drop_truncated:
+            ok &= ~np.array(replies.truncated[i], dtype=bool)
+        if not ok.any():
+            continue
+        best = int(np.argmax(np.where(ok, scores[i], -np.inf)))
+        if min_score is not None and scores[i, best] < min_score:
+            continue
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": [{"role": "assistant", "content": replies.texts[i][best]}],
+                "score": float(scores[i, best]),
+            }
+        )
+    return rows
+
+
+def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarray:
+    flat_p = [p for p, row in zip(prompts, replies.texts, strict=True) for _ in row]
+    flat_c = [[{"role": "assistant", "content": t}] for row in replies.texts for t in row]
+    ids = [t for row in replies.tokens for t in row]
+    out = [np.nan if s is None else s for s in reward(flat_p, flat_c, completion_ids=ids)]
+    return np.asarray(out, dtype=np.float64).reshape(len(prompts), -1)
+
+
+def _sft(model, tokenizer, rows: list[dict], sft_args: SFTConfig, peft_config) -> Any:
+    """One SFT pass on the kept rows; the (LoRA-wrapped) model it leaves."""
+    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    trainer = SFTTrainer(
+        model=model, args=sft_args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
+    )
+    trainer.train()
+    return trainer.model
+
+
+def train_rft(  # the round loop reads top to bottom: sample, score, select, fine-tune, log
+    cfg: RFTConfig,
+    script_args: ScriptArguments,
+    sft_args: SFTConfig,
+    model_args: ModelConfig,
+    model=None,
+    tokenizer=None,
+    rewards: list | None = None,
+    reward_options: RewardOptions | None = None,
+) -> dict:
+    """Run RFT; save the policy, a per-round log and a run summary."""
+    set_seed(sft_args.seed)
+    prompts = list(build_prompts(script_args)["prompt"])
+    if model is None:
+        model, tokenizer = policy_from(model_args)
+    reward = CombinedReward(
+        rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir)
+    )
+    peft_config = lora_config(model_args, model, script_args.lora_top_layers)
+    out = Path(sft_args.output_dir or "outputs/rft")
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "rft_log.jsonl"
+    log_path.write_text("")
+    order = np.random.default_rng(sft_args.seed).permutation(len(prompts))
+    history: list[dict] = []
+    start, cpu_start = time.perf_counter(), cpu_seconds()
+    for r in range(cfg.rounds):
+        if script_args.cpu_budget_seconds is not None and cpu_seconds() - cpu_start >= script_args.cpu_budget_seconds:
+            break
+        t0 = time.perf_counter()
+        first = r * cfg.prompts_per_round
+        take = [prompts[order[(first + j) % len(prompts)]] for j in range(cfg.prompts_per_round)]
+        settings = SamplingSettings(
+            max_new_tokens=cfg.rollout_max_new_tokens,
+            temperature=cfg.rollout_temperature,
+            top_p=cfg.rollout_top_p,
+            batch_size=cfg.rollout_batch_size,
+            seed=sft_args.seed * 1000 + r,
+        )
+        replies = generate_replies(model, tokenizer, take, cfg.samples_per_prompt, settings, f"rft round {r + 1}")
+        scores = _score(reward, take, replies)
+        rows = select_best(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
+        if rows:
+            model = _sft(model, tokenizer, rows, sft_args, peft_config)
+            peft_config = None  # the adapter now sits on the model: later rounds train it further
+        row = {
+            "round": r + 1,
+            "score": float(np.nanmean(scores)),
+            "kept": len(rows),
+            "kept_score": float(np.mean([x["score"] for x in rows])) if rows else None,
+            "clipped_ratio": replies.truncated_share(),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "example": rows[0]["completion"][0]["content"] if rows else None,
+        }
+        history.append(row)
+        with log_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row))
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    total = time.perf_counter() - start
+    summary = {
+        "trainer": "RFT",
+        "steps": len(history),
+        "prompts_used": len(prompts),
+        "first_reward": history[0]["score"] if history else None,
+        "last_reward": history[-1]["score"] if history else None,
+        f"reward_last{LAST_N}": last_mean(history, "score"),
+        f"clipped_ratio_last{LAST_N}": last_mean(history, "clipped_ratio"),
+        "train_seconds": round(total, 1),
+        "train_cpu_seconds": round(cpu_seconds() - cpu_start, 1),
+        "stopped_by_cpu_budget": len(history) < cfg.rounds,
+        "reward_share": round(reward.seconds / max(total, 1e-9), 4),
+        "config": asdict(cfg),
+        **run_provenance(
+            script_args,
+            getattr(reward.rewards[0], "options", reward_options),
+            {"seed": sft_args.seed, "learning_rate": sft_args.learning_rate, "epochs": sft_args.num_train_epochs},
+        ),
+    }
+    write_summary(str(out), summary)
+    return summary
+
+
+def rft_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
+    """RFT's command: script, reward, RFT, SFT and model options from YAML and flags; train; the run summary."""
+    script_args, reward_options, cfg, sft_args, model_args = parse_args(ARGUMENTS, argv, prog)
+    return train_rft(cfg, script_args, sft_args, model_args, reward_options=reward_options)

@@ -1,0 +1,48 @@
+"""Rejection-sampling fine-tuning: the selection of each prompt's best reply, and one round on a tiny policy."""
+
+import json
+
+import numpy as np
+from trl import ModelConfig, SFTConfig
+
+from pmi_reward.policy.rft import RFTConfig, select_best, train_rft
+from pmi_reward.policy.sampling import Replies
+from pmi_reward.policy.trainers import ScriptArguments
+
+
+def test_select_best_skips_cut_empty_unscorable_and_low_replies():
+    prompts = ["p0", "p1", "p2", "p3"]
+    replies = Replies(
+        [["a", "b", "c"], ["d", "", "f"], ["g", "h", "i"], ["j", "k", "l"]],
+        [[[1]] * 3] * 4,
+        [[False, True, False], [False, False, True], [True, True, True], [False, False, False]],
+    )
+    scores = np.array([[1.0, 5.0, 2.0], [np.nan, 9.0, 3.0], [1.0, 2.0, 3.0], [-3.0, -2.0, -4.0]])
+    rows = select_best(prompts, replies, scores)
+    # p0: "b" is cut -> "c"; p1: "" is empty, "f" cut, "d" unscorable -> none; p2: all cut; p3: "k"
+    assert [(r["prompt"], r["completion"][0]["content"]) for r in rows] == [("p0", "c"), ("p3", "k")]
+    assert [r["prompt"] for r in select_best(prompts, replies, scores, min_score=0.0)] == ["p0"]
+    assert select_best(prompts, replies, scores, drop_truncated=False)[0]["completion"][0]["content"] == "b"
+
+
+def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward):
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
+    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
+    sft = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        activation_checkpointing=False,
+    )
+    summary = train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
+    assert summary["trainer"] == "RFT" and summary["steps"] == 2
+    log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in log] == [1, 2] and all(0 <= r["clipped_ratio"] <= 1 for r in log)
+    assert (tmp_path / "out" / "run_summary.json").is_file()
