@@ -1,5 +1,5 @@
-"""Engagement-gain evaluation: metrics on known inputs, bootstrap CIs, the full comparison on tiny policies,
-loading LoRA adapters, the independence note and the report files."""
+"""Engagement-gain evaluation: metrics on known inputs, bootstrap CIs, the full comparison on tiny policies
+(a panel of judges, best-of-n rows, KL, diagnostics, the report and sample files), loading LoRA adapters."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,9 @@ from pmi_reward.evaluation.metrics import copies_context, distinct_n, is_generic
 from pmi_reward.evaluation.report import plot_distributions
 from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies
 from pmi_reward.policy.loading import load_policy
-from pmi_reward.policy.report import independence_note, policy_table
+from pmi_reward.policy.panel import Judge
+from pmi_reward.policy.report import report_text
+from pmi_reward.policy.samples import sample_records, samples_markdown
 from pmi_reward.policy.sampling import SamplingSettings
 
 
@@ -51,6 +53,17 @@ def test_bootstrap_ci_is_seeded_covers_the_mean_and_narrows_with_more_contexts()
     assert d == pytest.approx(3.0) and dlo == pytest.approx(3.0) and dhi == pytest.approx(3.0)  # paired: no noise
 
 
+def _judges(scorer) -> list[Judge]:
+    reward = {"encoder": "tiny", "training": {"seed": 0}, "data": {"dialogues": "chitchat", "n_dialogues": [8]}}
+    twin = Judge("twin", "x", scorer, {**reward, "best_val_auc": 0.8})
+    other = Judge("other-enc", "y", scorer, {"encoder": "other", "data": {"train_file": "en.csv"}, "best_val_auc": 0.7})
+    from pmi_reward.policy.panel import relation
+
+    for j in (twin, other):
+        j.shares = relation(j.meta, reward)
+    return [twin, other]
+
+
 def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scorer, tmp_path):
     prompts = [
         turns_to_messages(t)
@@ -61,27 +74,44 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
         )
     ]
     base, other = tiny_policy(0), tiny_policy(1)
-    args, settings = EvalArguments(samples=2), SamplingSettings(max_new_tokens=4, batch_size=8, seed=1234)
+    judges = _judges(tiny_scorer)
+    args = EvalArguments(samples=2, best_of_n=[2, 4])
+    settings = SamplingSettings(max_new_tokens=4, batch_size=8, seed=1234)
     out = evaluate_policies(
         {"base": (base, smol_tokenizer), "same": (base, smol_tokenizer), "other": (other, smol_tokenizer)},
         prompts,
-        tiny_scorer,
+        judges,
         tiny_scorer,
         args,
         settings,
         references=["Coltrane.", "Yes!", "Pasta?"],
     )
     rows = {r["policy"]: r for r in out["rows"]}
-    assert list(rows) == ["base", "same", "other", "human reference"]
-    assert "gain" not in rows["base"]
-    assert rows["same"]["gain"] == pytest.approx(0.0, abs=1e-6) and rows["same"]["win_rate"] == pytest.approx(0.5)
+    assert list(rows) == ["base", "same", "other", "best-of-2", "best-of-4", "human reference"]
+    assert "gain" not in rows["base"]["judges"]["twin"] and "verdict" not in rows["base"]
+    same = rows["same"]["judges"]["twin"]
+    assert same["gain"] == pytest.approx(0.0, abs=1e-6) and same["win_rate"] == pytest.approx(0.5)
+    assert same["len_adj_gain"] == pytest.approx(0.0, abs=1e-6) and same["binned_gain"] == pytest.approx(0.0, abs=1e-6)
+    assert rows["same"]["kl_reply"] == pytest.approx(0.0, abs=1e-4)  # the same weights: no divergence
+    assert rows["other"]["kl_reply"] is not None and rows["best-of-4"]["kl_is_bound"]
+    assert "val AUC 0.700" in rows["other"]["verdict"] and "other-enc" in rows["other"]["verdict"]
     for r in rows.values():
-        assert r["pmi_lo"] <= r["pmi_mean"] <= r["pmi_hi"] and 0 <= r["distinct_2"] <= 1
-        assert r["reward_pmi"] == pytest.approx(r["pmi_mean"])  # same scorer on both sides here
-    assert np.asarray(out["scores"]["other"]).shape == (3, 2) and len(out["samples"]) == 3
-    table = policy_table(out["rows"])
-    assert table.count("\n") == 5 and "human reference" in table
-    assert plot_distributions(out["scores"], tmp_path / "h.png").stat().st_size > 1000
+        for g in r["judges"].values():
+            assert g["pmi_lo"] <= g["pmi_mean"] <= g["pmi_hi"]
+        assert 0 <= r["distinct_2"] <= 1 and 0 <= r["top20_openings"] <= 1 and 0 <= r["questions"] <= 1
+        assert r["reward_pmi"] == pytest.approx(r["judges"]["twin"]["pmi_mean"])  # same scorer on both sides
+    # best-of-n: one reply per group of n from a pool of lcm(2, 4) = 4 samples
+    assert [len(x) for x in out["replies"]["best-of-2"].texts] == [2, 2, 2]
+    assert [len(x) for x in out["replies"]["best-of-4"].texts] == [1, 1, 1]
+    assert np.asarray(out["scores"]["twin"]["other"]).shape == (3, 2)
+    text = report_text(out, judges, None)
+    assert "Reward-hacking diagnostics" in text and "0.800" in text and "best-of-4" in text
+    records = sample_records(out, ["Coltrane.", "Yes!", "Pasta?"])
+    assert len(records) == 3 and records[0]["reference"] == "Coltrane."
+    assert set(records[0]["other"][0]) == {"reply", "pmi", "tokens", "cut"}
+    md = samples_markdown(out, prompts, n_contexts=2)
+    assert md.count("## ") == 2 and "| best-of-4 |" in md
+    assert plot_distributions(out["scores"]["twin"], tmp_path / "h.png").stat().st_size > 1000
 
 
 def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_path):
@@ -100,20 +130,3 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     assert tok.padding_side == "left" and not hasattr(model, "peft_config")
     plain, _ = load_policy(str(tmp_path / "base"))
     torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
-
-
-def test_independence_note():
-    reward = {
-        "encoder": "minilm",
-        "training": {"seed": 0},
-        "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]},
-    }
-    indep = {
-        "encoder": "minilm",
-        "training": {"seed": 1},
-        "data": {"dialogues": "chitchat", "skip_dialogues": 1000, "n_dialogues": [800, 100, 100]},
-    }
-    note = independence_note(indep, reward)
-    assert "a different seed, disjoint training dialogues" in note and "chitchat dialogues 1000-2000" in note
-    assert "NOT independent" in independence_note(reward, reward)
-    assert "not checked" in independence_note(indep, None)

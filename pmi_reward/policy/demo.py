@@ -1,11 +1,15 @@
-"""``make demo``: the main job on the embedded default, offline, on a CPU, in under 30 minutes.
+"""``make demo``: the main job on the embedded default, offline, on a CPU, in about 25 minutes.
 
-1. Train a reward scorer (MiniLM) on Chit-Chat dialogues 0-249, and show what it rewards.
-2. Train an evaluation scorer on dialogues 250-499 with another seed: independent of the reward.
-3. GRPO on SmolLM2-135M-Instruct with PMIReward (LoRA on the top layers), prompts from dialogues 2000+.
-4. Evaluate base vs tuned on held-out contexts (dialogues 3700+) with the evaluation scorer; print the table.
+1. Train a reward scorer (MiniLM, seed 0) on Chit-Chat dialogues 0-249, and show what it rewards.
+2. Train the judges: MiniLM on dialogues 250-499 (seed 1), and SmolLM2-135M last-token embeddings on
+   dialogues 500+ (seed 2): another encoder, other data, another seed, so it shares nothing with the reward.
+3. GRPO on SmolLM2-135M-Instruct with PMIReward (LoRA on the top layers), prompts from dialogues 2000-3399,
+   completions cut at the token limit masked out of the loss.
+4. Evaluate base vs tuned on held-out contexts (dialogues 3700+) with the judge panel and the reward-hacking
+   diagnostics; print the report.
 
-Every step reads a config that ships with the package (``pmi_reward/configs``), so an installed wheel runs it.
+Every step reads configs that ship with the package (``pmi_reward/configs``), so an installed wheel runs it; the
+scorers' dialogue ranges sit in ``demo/scorers/*.yaml`` (checked against the protocol by the tests).
 """
 
 from __future__ import annotations
@@ -24,8 +28,7 @@ from ..scoring.scorer import PMIScorer
 from ..training.job import ARGUMENTS as TRAIN_ARGUMENTS
 from ..training.job import train_scorer
 from . import evaluate
-from .report import policy_table
-from .trainers import cpu_seconds, trl_main
+from .trainers import LAST_N, cpu_seconds, trl_main
 
 __all__ = ["DemoArguments", "run_demo"]
 
@@ -46,8 +49,8 @@ CANDIDATES = [
 @dataclass
 class DemoArguments:
     output_dir: str = "outputs/demo"
-    scorer_dialogues: int = field(default=250, metadata={"help": "dialogues per scorer (encoded once, then cached)"})
-    scorer_config: str = field(default="scorer/minilm", metadata={"help": "the scorers' config (path or shipped)"})
+    scorer_config: str = field(default="scorer/minilm", metadata={"help": "MiniLM scorers' config (path or shipped)"})
+    judge_config: str = field(default="scorer/smollm2", metadata={"help": "the SmolLM2 judge's config"})
     grpo_config: str = field(default="demo/grpo", metadata={"help": "the GRPO run's config (path or shipped)"})
     eval_config: str = field(default="demo/evaluate", metadata={"help": "the evaluation's config (path or shipped)"})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default: ~/.cache/pmi_reward)"})
@@ -67,26 +70,26 @@ def _train_scorer(argv: list[str]) -> None:
 
 
 def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: read top to bottom
-    out, n = Path(args.output_dir), args.scorer_dialogues
+    out = Path(args.output_dir)
     cache = ["--cache_dir", args.cache_dir] if args.cache_dir else []
     times: dict[str, tuple[float, float]] = {}
     start = (time.perf_counter(), cpu_seconds())
-    base = ["--config", args.scorer_config, "--dialogues", "chitchat", "--max_dialogues", str(n), "--overwrite", *cache]
 
-    t = _stage(f"1/4 reward scorer: MiniLM, seed 0, chitchat dialogues 0-{n - 1}")
-    _train_scorer(base + ["--output_dir", str(out / "reward-scorer")])
+    def train(config: str, data: str, name: str) -> None:
+        _train_scorer(["--config", config, "--config", data, "--output_dir", str(out / name), "--overwrite", *cache])
+
+    t = _stage("1/4 reward scorer: MiniLM, seed 0, chitchat dialogues 0-249")
+    train(args.scorer_config, "demo/scorers/reward", "reward-scorer")
     scorer = PMIScorer.from_pretrained(out / "reward-scorer")
     print("\n  PMI  reply   (context: " + CONTEXT.replace("\n", " / ") + ")")
     for text, value in rerank(scorer, CONTEXT, CANDIDATES):
         print(f"{value:+6.2f}  {text}")
     _done(times, "reward scorer", t)
 
-    t = _stage(f"2/4 evaluation scorer: MiniLM, seed 1, chitchat dialogues {n}-{2 * n - 1} (disjoint)")
-    _train_scorer(
-        base
-        + ["--skip_dialogues", str(n), "--seed", "1", "--split_seed", "1", "--output_dir", str(out / "eval-scorer")]
-    )
-    _done(times, "evaluation scorer", t)
+    t = _stage("2/4 judges: MiniLM (seed 1, dialogues 250-499) and SmolLM2-135M (seed 2, other dialogues)")
+    train(args.scorer_config, "demo/scorers/judge_minilm", "judge-minilm")
+    train(args.judge_config, "demo/scorers/judge_smollm2", "judge-smollm2")
+    _done(times, "judges", t)
 
     t = _stage("3/4 GRPO on SmolLM2-135M-Instruct with PMIReward")
     summary = trl_main(
@@ -97,7 +100,8 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
     )
     _done(times, "GRPO", t)
 
-    t = _stage("4/4 engagement gain on held-out contexts (evaluation scorer)")
+    t = _stage("4/4 engagement gain on held-out contexts: the judge panel and the reward-hacking diagnostics")
+    judges = [f"minilm={out / 'judge-minilm'}", f"smollm2={out / 'judge-smollm2'}"]
     result = evaluate.run_evaluation(
         *parse_args(
             evaluate.ARGUMENTS,
@@ -106,8 +110,8 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
                 args.eval_config,
                 "--tuned",
                 str(out / "grpo"),
-                "--scorer",
-                str(out / "eval-scorer"),
+                "--judges",
+                *judges,
                 "--reward_scorer",
                 str(out / "reward-scorer"),
                 "--output_dir",
@@ -124,8 +128,8 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
     print("  " + ", ".join(f"{k}: {w / 60:.1f} min" for k, (w, _) in times.items() if k != "total"))
     print(
         f"  GRPO: {summary['steps']} steps, reward mean {summary['first_reward']:+.2f} -> "
-        f"{summary['last_reward']:+.2f}, reward share of training time {summary['reward_share']:.1%}"
+        f"{summary['last_reward']:+.2f}, clipped ratio (last {LAST_N} steps) {summary[f'clipped_ratio_last{LAST_N}']}, "
+        f"reward share of training time {summary['reward_share']:.1%}"
     )
-    print(f"  report: {out / 'eval' / 'results.md'}, plot: {out / 'eval' / 'pmi_hist.png'}\n")
-    print(policy_table(result["rows"]))
+    print(f"  report: {out / 'eval' / 'results.md'}, samples: {out / 'eval' / 'samples.md'}\n")
     return {"times": times, "grpo": summary, "rows": result["rows"]}

@@ -1,19 +1,22 @@
-"""Engagement gain of tuned policies over their base, judged by a scorer independent of the training reward.
+"""Engagement gain of tuned policies over their base, judged by a panel of scorers unlike the training reward.
 
-    pmi-reward evaluate-policy --config recipes/smollm2-135m/evaluate.yaml --tuned outputs/policies/grpo
+    pmi-reward evaluate-policy --config recipes/smollm2-135m/final/evaluate.yaml --tuned outputs/policies/grpo-s0
 
-For held-out dialogue contexts, every policy samples ``samples`` replies under the same settings and
-seeds; the evaluation scorer (trained on other dialogues and/or with another seed or encoder than the
-reward's, so that a reward hack does not grade itself) scores them. Reported per policy: mean PMI with a
-bootstrap CI over contexts, the paired gain over base with its CI, win-rate over base, the reward
-scorer's mean (a gap to the evaluation scorer hints at reward hacking), reply length, distinct-1/2, and
-the shares of generic, context-copying and empty replies. Writes ``results.md``, ``results.json``,
-``samples.jsonl`` and ``pmi_hist.png`` into ``output_dir``.
+For dialogue contexts of one range (tuning or held-out), every policy samples ``samples`` replies under the
+same settings and seeds (best-of-n rows rerank a pool of the base's samples with the reward). Each judge
+(``panel``) scores them; per policy and judge: mean PMI with a bootstrap CI over contexts, the paired gain
+over base with its CI, the gain after a linear length effect (``diagnostics``) and inside length bins, the
+win-rate; per policy: the reward scorer's mean, reply length, the share cut at the token limit, diversity
+within and across contexts, template openings, questions, generic, copied and empty replies, and the KL to
+the base (``divergence``). A gain counts when every judge that shares nothing with the reward sees it.
+Writes ``results.md``, ``results.json``, ``samples.jsonl``, ``samples.md`` and ``pmi_hist.png`` into
+``output_dir`` (and appends one line per policy to ``log_file``: the trials log, in the order run).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,26 +27,23 @@ from ..data.conversation import prompt_to_context
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
 from ..rewards.reward import PMIReward
-from ..scoring.scorer import PMIScorer
+from .best_of_n import best_of_n_kl_bound, best_of_n_replies
+from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
+from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
+from .panel import Judge, load_judges, verdict
 from .prompts import PromptArguments, build_prompts
-from .report import independence_note, policy_table, provenance_of
-from .sampling import SamplingSettings, sample_replies
+from .sampling import Replies, SamplingSettings, generate_replies
 
-__all__ = [
-    "EvalPromptArguments",
-    "EvalArguments",
-    "ARGUMENTS",
-    "policy_metrics",
-    "score_grid",
-    "evaluate_policies",
-    "run_evaluation",
-]
+__all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "text_metrics", "score_grid", "evaluate_policies"]
+
+HUMAN = "human reference"
 
 
 @dataclass
 class EvalPromptArguments(PromptArguments):
-    """Held-out contexts: by default the last chitchat dialogues, used by no scorer and no training run."""
+    """Evaluation contexts: by default the held-out chitchat dialogues (3700+), used by no scorer and no training
+    run; the tuning contexts are 3400-3699 (``pmi_reward.policy.protocol``)."""
 
     first_dialogue: int = 3700
     max_dialogues: int | None = None
@@ -53,31 +53,39 @@ class EvalPromptArguments(PromptArguments):
 
 @dataclass
 class EvalArguments:
-    """Which policies, which scorers, how many replies each (how they are sampled is ``SamplingSettings``)."""
+    """Which policies, which judges, how many replies each (how they are sampled is ``SamplingSettings``)."""
 
     tuned: list[str] = field(default_factory=list, metadata={"help": "tuned policy dirs (full or LoRA adapter)"})
     base_model: str = field(default=DEFAULT_POLICY, metadata={"help": "the policy before tuning"})
-    scorer: str = field(default="outputs/scorers/eval-minilm-s1", metadata={"help": "independent evaluation scorer"})
-    reward_scorer: str | None = field(default=None, metadata={"help": "the training reward's scorer (reported beside)"})
+    judges: list[str] = field(
+        default_factory=lambda: ["minilm=outputs/scorers/judge-minilm"],
+        metadata={"help": "the judge panel: name=scorer_dir (or scorer_dir) per judge"},
+    )
+    reward_scorer: str | None = field(
+        default=None, metadata={"help": "the training reward's scorer: compared with each judge, reported beside"}
+    )
     samples: int = field(default=4, metadata={"help": "replies sampled per context and policy"})
     include_reference: bool = field(default=True, metadata={"help": "also score the human reply of each context"})
+    best_of_n: list[int] = field(
+        default_factory=list, metadata={"help": "best-of-n rows of the base, reranked by the reward (e.g. 4 8 16)"}
+    )
+    kl: bool = field(default=True, metadata={"help": "measure each tuned policy's KL to the base on its replies"})
+    sample_contexts: int = field(default=30, metadata={"help": "contexts shown side by side in samples.md"})
+    log_file: str | None = field(default=None, metadata={"help": "append one JSON line per policy (a trials log)"})
     output_dir: str = "outputs/eval"
 
 
 ARGUMENTS = (EvalPromptArguments, EvalArguments, SamplingSettings)
 
 
-def policy_metrics(pmi: np.ndarray, replies: list[list[str]], contexts: list[str]) -> dict[str, float]:
-    """Text and score statistics of one policy's replies (rows: contexts, columns: samples)."""
+def text_metrics(replies: list[list[str]], contexts: list[str]) -> dict[str, float]:
+    """Length, diversity and the shares of generic, context-copying and empty replies (rows: contexts)."""
     flat = [r for row in replies for r in row]
-    pmi_ci = mean_ci(pmi)
     return {
-        "pmi_mean": pmi_ci.value,
-        "pmi_lo": pmi_ci.low,
-        "pmi_hi": pmi_ci.high,
         "words": float(np.mean([len(words(r)) for r in flat])),
         "distinct_1": distinct_n(flat, 1),
         "distinct_2": distinct_n(flat, 2),
+        **text_diagnostics(replies),
         "generic": float(np.mean([is_generic(r) for r in flat])),
         "copy": float(np.mean([copies_context(r, c) for c, row in zip(contexts, replies, strict=True) for r in row])),
         "empty": float(np.mean([not r.strip() for r in flat])),
@@ -85,107 +93,196 @@ def policy_metrics(pmi: np.ndarray, replies: list[list[str]], contexts: list[str
 
 
 def score_grid(reward: PMIReward, prompts: list, replies: list[list[str]]) -> np.ndarray:
-    """(contexts, samples) PMI of each reply."""
+    """(contexts, samples) PMI of each reply (NaN where the reward returns None)."""
     flat_p = [p for p, row in zip(prompts, replies, strict=True) for _ in row]
     flat_r = [r for row in replies for r in row]
-    return np.asarray(reward(flat_p, flat_r), dtype=np.float64).reshape(len(replies), -1)
+    out = [np.nan if s is None else s for s in reward(flat_p, flat_r)]
+    return np.asarray(out, dtype=np.float64).reshape(len(replies), -1)
 
 
-def evaluate_policies(
+def _sample(policies: dict, prompts: list, args: EvalArguments, settings: SamplingSettings) -> dict[str, Replies]:
+    return {
+        name: generate_replies(model, tok, prompts, args.samples, settings, f"sampling {name}")
+        for name, (model, tok) in policies.items()
+    }
+
+
+def _best_of_n(
+    base: tuple, prompts: list, reward: PMIReward | None, args: EvalArguments, settings: SamplingSettings
+) -> dict[str, Replies]:
+    """Best-of-n rows from one pool of max(n) samples per context of the base (its own seeds)."""
+    if not args.best_of_n:
+        return {}
+    if reward is None:
+        raise ValueError("--best_of_n reranks with the reward: give --reward_scorer")
+    pool_size = int(np.lcm.reduce(args.best_of_n))
+    pool_settings = SamplingSettings(**{**asdict(settings), "seed": settings.seed + 1})
+    model, tokenizer = base
+    pool = generate_replies(
+        model, tokenizer, prompts, pool_size, pool_settings, f"sampling best-of-n pool ({pool_size})"
+    )
+    scores = score_grid(reward, prompts, pool.texts)
+    return {f"best-of-{n}": best_of_n_replies(pool, scores, n) for n in sorted(args.best_of_n)}
+
+
+def _judge_row(scores: np.ndarray, base: np.ndarray, lengths: np.ndarray, base_len: np.ndarray, edges) -> dict:
+    pmi = mean_ci(scores)
+    row: dict[str, Any] = {"pmi_mean": pmi.value, "pmi_lo": pmi.low, "pmi_hi": pmi.high}
+    if scores is base:
+        return row
+    gain = mean_ci(row_means(scores) - row_means(base))  # paired: contexts resampled together
+    adjusted = length_adjusted_gain(scores, base, lengths, base_len)
+    binned = binned_gain(scores, base, lengths, base_len, edges)
+    return {
+        **row,
+        "gain": gain.value,
+        "gain_lo": gain.low,
+        "gain_hi": gain.high,
+        "len_adj_gain": adjusted.value,
+        "len_adj_lo": adjusted.low,
+        "len_adj_hi": adjusted.high,
+        "binned_gain": binned["gain"],
+        "bins": binned["bins"],
+        "win_rate": win_rate(scores, base),
+    }
+
+
+def _kl(name: str, policies: dict, base: str, replies: Replies, prompts: list, settings, args) -> dict:
+    if name.startswith("best-of-"):
+        return {"kl_reply": best_of_n_kl_bound(int(name.split("-")[-1])), "kl_token": None, "kl_is_bound": True}
+    if name == base:
+        return {"kl_reply": 0.0, "kl_token": 0.0}
+    if name not in policies or not args.kl:
+        return {}
+    (model, tok), (base_model, _) = policies[name], policies[base]
+    return kl_to_base(model, base_model, tok, prompts, replies.tokens, settings.temperature, settings.batch_size)
+
+
+def evaluate_policies(  # one pass: sample, score with every judge, summarise; each step is a helper above
     policies: dict,
     prompts: list,
-    scorer: PMIScorer,
-    reward_scorer: PMIScorer | None,
+    judges: list[Judge],
+    reward_scorer: Any | None,
     args: EvalArguments,
     settings: SamplingSettings | None = None,
     references: list[str] | None = None,
 ) -> dict:
-    """Sample, score and summarise every policy (the first one is the base); returns rows and samples."""
-    # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty")
-    judge = PMIReward(scorer, empty_score=0.0)
-    train_judge = PMIReward(reward_scorer, empty_score=0.0) if reward_scorer else None
-    contexts = [prompt_to_context(p) or "" for p in prompts]
+    """Sample, score and summarise every policy (the first one is the base); returns rows, judges and samples."""
     settings = settings or SamplingSettings()
-    replies = {
-        name: sample_replies(model, tok, prompts, args.samples, settings, f"sampling {name}")
-        for name, (model, tok) in policies.items()
-    }
-    if references is not None:
-        replies["human reference"] = [[r] for r in references]
-    scores = {name: score_grid(judge, prompts, rows) for name, rows in replies.items()}
+    # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty")
+    reward = PMIReward(reward_scorer, empty_score=0.0) if reward_scorer is not None else None
+    contexts = [prompt_to_context(p) or "" for p in prompts]
     base = next(iter(policies))
+    replies = _sample(policies, prompts, args, settings)
+    replies.update(_best_of_n(policies[base], prompts, reward, args, settings))
+    if references is not None:
+        replies[HUMAN] = Replies([[r] for r in references], [[[]] for _ in references], [[False] for _ in references])
+    scores = {
+        j.name: {n: score_grid(PMIReward(j.scorer, empty_score=0.0), prompts, r.texts) for n, r in replies.items()}
+        for j in judges
+    }
+    lengths = {n: reply_lengths(r.texts) for n, r in replies.items()}
+    edges = length_edges(lengths[base])
     rows = []
-    for name in replies:
-        row: dict[str, Any] = {"policy": name, **policy_metrics(scores[name], replies[name], contexts)}
-        if name != base:
-            gain = mean_ci(row_means(scores[name]) - row_means(scores[base]))  # paired: contexts resampled together
-            row["gain"], row["gain_lo"], row["gain_hi"] = gain.value, gain.low, gain.high
-            row["win_rate"] = win_rate(scores[name], scores[base])
-        if train_judge is not None:
-            row["reward_pmi"] = float(score_grid(train_judge, prompts, replies[name]).mean())
-        rows.append(row)
-    samples = [
-        {
-            "context": c,
-            **{
-                n: [{"reply": r, "pmi": round(float(s), 3)} for r, s in zip(replies[n][i], scores[n][i], strict=True)]
-                for n in replies
-            },
+    for name, rep in replies.items():
+        row: dict[str, Any] = {"policy": name, **text_metrics(rep.texts, contexts)}
+        row["tokens"] = float(np.mean([len(t) for r in rep.tokens for t in r])) if name != HUMAN else None
+        row["cut"] = rep.truncated_share() if name != HUMAN else None
+        row.update(_kl(name, policies, base, rep, prompts, settings, args))
+        if reward is not None:
+            row["reward_pmi"] = float(np.nanmean(score_grid(reward, prompts, rep.texts)))
+        row["judges"] = {
+            j.name: _judge_row(scores[j.name][name], scores[j.name][base], lengths[name], lengths[base], edges)
+            for j in judges
         }
-        for i, c in enumerate(contexts)
+        if name != base:
+            gains = {k: (v["gain"], v["gain_lo"], v["gain_hi"]) for k, v in row["judges"].items()}
+            row["verdict"] = verdict(gains, judges)
+        rows.append(row)
+    return {
+        "rows": rows,
+        "replies": replies,
+        "contexts": contexts,
+        "scores": {j: {n: s.tolist() for n, s in by.items()} for j, by in scores.items()},
+        "length_edges": edges,
+    }
+
+
+def judge_info(judges: list[Judge]) -> list[dict]:
+    """What results.json and the report say about each judge."""
+    return [
+        {
+            "name": j.name,
+            "path": j.path,
+            "val_auc": j.val_auc,
+            "test_auc": j.meta.get("test_auc"),
+            "encoder": j.meta.get("encoder"),
+            "shares": j.shares,
+            "independent": j.independent,
+        }
+        for j in judges
     ]
-    return {"rows": rows, "samples": samples, "scores": {n: s.tolist() for n, s in scores.items()}}
 
 
 def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settings: SamplingSettings) -> dict:
-    """Load the scorers and policies, evaluate, write the report files into ``args.output_dir``."""
+    """Load the judges, the reward scorer and the policies, evaluate, write the report files into ``output_dir``."""
+    from .protocol import Entry, run_warnings, span
+    from .report import write_report
+    from .samples import write_samples
+
     data = build_prompts(prompt_args)
     prompts = list(data["prompt"])
     references = list(data["reference"]) if args.include_reference and "reference" in data.column_names else None
-    scorer = PMIScorer.from_pretrained(args.scorer)
-    reward_scorer = (
-        PMIScorer.from_pretrained(args.reward_scorer, encoder=_shared(scorer, args.reward_scorer))
-        if args.reward_scorer
-        else None
-    )
-    note = independence_note(provenance_of(scorer), provenance_of(reward_scorer) if reward_scorer else None)
-    print(note)
+    judges, reward_scorer, reward_meta = load_judges(args.judges, args.reward_scorer)
     policies = {"base": load_policy(args.base_model)}
+    summaries = {}
     for path in args.tuned:
-        policies[Path(path).name] = load_policy(path)
-    result = evaluate_policies(policies, prompts, scorer, reward_scorer, args, settings, references)
+        name = Path(path.rstrip("/")).name
+        if name in policies:
+            raise ValueError(f"two tuned policies are named {name!r}: give their directories distinct names")
+        policies[name] = load_policy(path)
+        summary = Path(path) / "run_summary.json"
+        summaries[name] = json.loads(summary.read_text()) if summary.is_file() else {}
+    warnings = []
+    if not prompt_args.prompt_file:
+        where = Entry(
+            "evaluation",
+            "evaluation",
+            prompt_args.dialogues,
+            span(prompt_args.first_dialogue, prompt_args.max_dialogues),
+        )
+        metas = {j.name: j.meta for j in judges} | ({"reward": reward_meta} if reward_meta else {})
+        warnings = run_warnings(where, metas, summaries)
+    for w in warnings:
+        print(f"WARNING: {w}")
+    start = time.perf_counter()
+    result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references)
+    result.update(judges=judge_info(judges), warnings=warnings, seconds=round(time.perf_counter() - start, 1))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = policy_table(result["rows"])
-    header = (
-        f"{len(prompts)} held-out contexts x {args.samples} samples per policy "
-        f"(T={settings.temperature}, top_p={settings.top_p}, max_new_tokens={settings.max_new_tokens}, "
-        f"seed={settings.seed}).\n{note}\n\n"
-    )
-    (out / "results.md").write_text(header + table + "\n")
-    (out / "results.json").write_text(
-        json.dumps(
-            {
-                "rows": result["rows"],
-                "note": note,
-                "args": asdict(args),
-                "sampling": asdict(settings),
-                "prompts": asdict(prompt_args),
-            },
-            indent=1,
-        )
-    )
-    with (out / "samples.jsonl").open("w") as f:
-        for s in result["samples"]:
-            f.write(json.dumps(s, ensure_ascii=False) + "\n")
-    plot_distributions(result["scores"], out / "pmi_hist.png")
-    print("\n" + table)
+    text = write_report(out, result, judges, reward_meta, prompt_args, args, settings)
+    write_samples(out, result, prompts, references, args.sample_contexts)
+    main_judge = next((j.name for j in judges if j.independent), judges[0].name)
+    plot_distributions(result["scores"][main_judge], out / "pmi_hist.png")
+    if args.log_file:
+        _log_trials(Path(args.log_file), result, args, prompt_args, summaries)
+    print("\n" + text)
     return result
 
 
-def _shared(scorer: PMIScorer, other_dir: str):
-    """The evaluation scorer's encoder when the reward scorer uses the same one (load it once)."""
-    from ..scoring.encoder import EncoderSpec
-
-    spec = EncoderSpec.from_dict(PMIScorer.read_config(other_dir)["encoder"])
-    return scorer.encoder if scorer.encoder.spec.embeds_like(spec) else None
+def _log_trials(path: Path, result: dict, args: EvalArguments, prompt_args, summaries: dict) -> None:
+    """One line per policy: when, where, its training run's summary, and its row (the trials log)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths = dict(zip([Path(p.rstrip("/")).name for p in args.tuned], args.tuned, strict=True))
+    with path.open("a") as f:
+        for row in result["rows"]:
+            line = {
+                "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "eval_dir": args.output_dir,
+                "contexts": f"{prompt_args.dialogues} {prompt_args.first_dialogue}+",
+                "policy": row["policy"],
+                "path": paths.get(row["policy"]),
+                "run": summaries.get(row["policy"], {}),
+                "row": row,
+            }
+            f.write(json.dumps(line, default=str) + "\n")

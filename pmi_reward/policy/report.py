@@ -1,87 +1,207 @@
-"""How a policy evaluation is shown: the table of policies, and the note on how independent the judge is."""
+"""How a policy evaluation is shown: the judges and what they share with the reward, the panel's gains with a
+verdict per policy, the reward-hacking diagnostics, and the gain inside reply-length bins.
+
+``write_report`` writes ``results.md`` (these tables) and ``results.json`` (the rows and the run's settings).
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ..evaluation.report import markdown_table
-from ..scoring.scorer import PMIScorer
+from .panel import Judge, describe
 
-__all__ = ["policy_table", "provenance_of", "independence_note"]
-
-
-def _ci(row: dict, key: str) -> str:
-    return f"{row[key + '_mean' if key == 'pmi' else key]:+.2f} [{row[key + '_lo']:+.2f}, {row[key + '_hi']:+.2f}]"
+__all__ = ["judges_table", "panel_table", "diagnostics_table", "bins_table", "report_text", "write_report"]
 
 
-def policy_table(rows: list[dict]) -> str:
-    """One line per policy: PMI with CI, gain over base with CI, win-rate and the text statistics."""
-    has_reward = any("reward_pmi" in r for r in rows)
-    head = ["policy", "PMI (eval scorer) [95% CI]", "gain vs base [95% CI]", "win-rate"]
-    head += ["PMI (reward scorer)"] if has_reward else []
-    head += ["words", "distinct-1", "distinct-2", "generic", "copy", "empty"]
+def _ci(row: dict, key: str, lo: str, hi: str) -> str:
+    if row.get(key) is None:
+        return ""
+    return f"{row[key]:+.2f} [{row[lo]:+.2f}, {row[hi]:+.2f}]"
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None, fmt: str = ".3f") -> str:
+    return "" if value is None or value != value else format(value, fmt)
+
+
+def judges_table(judges: list[Judge], reward_meta: dict | None) -> str:
+    """One line per judge: what it is, its validation AUC and what it shares with the reward scorer."""
     lines = []
-    for r in rows:
-        cells = [
-            r["policy"],
-            _ci(r, "pmi"),
-            _ci(r, "gain") if "gain" in r else "",
-            f"{r['win_rate']:.1%}" if "win_rate" in r else "",
-        ]
-        cells += [f"{r['reward_pmi']:+.2f}" if "reward_pmi" in r else ""] if has_reward else []
-        cells += [
-            f"{r['words']:.1f}",
-            f"{r['distinct_1']:.3f}",
-            f"{r['distinct_2']:.3f}",
-            f"{r['generic']:.1%}",
-            f"{r['copy']:.1%}",
-            f"{r['empty']:.1%}",
-        ]
-        lines.append(cells)
+    if reward_meta is not None:
+        auc = reward_meta.get("best_val_auc")
+        lines.append(["reward scorer", describe(reward_meta), _num(auc), "", "", "", ""])
+    for j in judges:
+        s = j.shares
+        lines.append(
+            [
+                j.name,
+                describe(j.meta),
+                _num(j.val_auc),
+                ("yes" if s["encoder"] else "no") if s else "?",
+                s.get("data", "?") if s else "?",
+                ("yes" if s["seed"] else "no") if s else "?",
+                "**yes**" if j.independent else "no",
+            ]
+        )
+    head = [
+        "judge",
+        "encoder, seed, training data",
+        "val AUC",
+        "same encoder",
+        "training data vs reward",
+        "same seed",
+        "shares nothing",
+    ]
     return markdown_table(head, lines)
 
 
-def provenance_of(scorer: PMIScorer) -> dict[str, Any]:
-    """What ``independence_note`` compares: the scorer's provenance and its encoder."""
-    return {**scorer.metadata, "encoder": scorer.encoder.spec.model}
+def panel_table(rows: list[dict], judges: list[Judge]) -> str:
+    """One line per policy and judge: PMI, gain over base, length-adjusted gain, win-rate (judge's val AUC beside)."""
+    lines = []
+    for r in rows:
+        for j in judges:
+            g = r["judges"][j.name]
+            lines.append(
+                [
+                    r["policy"],
+                    f"{j.name}{' (independent)' if j.independent else ''}",
+                    _num(j.val_auc),
+                    _ci(g, "pmi_mean", "pmi_lo", "pmi_hi"),
+                    _ci(g, "gain", "gain_lo", "gain_hi"),
+                    _ci(g, "len_adj_gain", "len_adj_lo", "len_adj_hi"),
+                    _pct(g.get("win_rate")),
+                ]
+            )
+    head = [
+        "policy",
+        "judge",
+        "judge val AUC",
+        "PMI [95% CI]",
+        "gain vs base [95% CI]",
+        "length-adjusted gain [95% CI]",
+        "win-rate",
+    ]
+    return markdown_table(head, lines)
 
 
-def _describe(meta: dict) -> str:
-    data, model = meta.get("data") or {}, meta.get("encoder", "?")
-    seed = (meta.get("training") or {}).get("seed", "?")
-    if "dialogues" in data:
-        first = data.get("skip_dialogues", 0)
-        n = sum(data.get("n_dialogues") or [0])
-        where = f"{data['dialogues']} dialogues {first}-{first + n}"
-    else:
-        where = f"pairs {data.get('train_file', '?')}"
-    return f"{model} encoder, seed {seed}, {where}"
+def diagnostics_table(rows: list[dict]) -> str:
+    """One line per policy: the reward's view, length, truncation, diversity, templates, questions, KL."""
+    lines = []
+    for r in rows:
+        kl = r.get("kl_reply")
+        kl_text = "" if kl is None else (f"<= {kl:.2f}" if r.get("kl_is_bound") else f"{kl:.2f}")
+        lines.append(
+            [
+                r["policy"],
+                _num(r.get("reward_pmi"), "+.2f"),
+                f"{r['words']:.1f}",
+                _num(r.get("tokens"), ".1f"),
+                _pct(r.get("cut")),
+                _num(r["distinct_2"]),
+                _num(r["distinct_2_within"]),
+                _num(r["distinct_2_across"]),
+                _pct(r["top20_openings"]),
+                _pct(r["questions"]),
+                _pct(r["generic"]),
+                _pct(r["copy"]),
+                _pct(r["empty"]),
+                kl_text,
+                _num(r.get("kl_token")),
+            ]
+        )
+    head = [
+        "policy",
+        "PMI (reward scorer)",
+        "words",
+        "tokens",
+        "cut at limit",
+        "distinct-2",
+        "distinct-2 within",
+        "distinct-2 across",
+        "top-20 openings",
+        "questions",
+        "generic",
+        "copy",
+        "empty",
+        "KL/reply",
+        "KL/token",
+    ]
+    return markdown_table(head, lines)
 
 
-def independence_note(eval_meta: dict, reward_meta: dict | None) -> str:
-    """Say how the evaluation scorer differs from the reward's (encoder, seed, training data), from
-    ``provenance_of`` each."""
-    if reward_meta is None:
-        return f"Evaluation scorer: {_describe(eval_meta)} (reward scorer not given: independence not checked)."
-    differences = []
-    if eval_meta.get("encoder") != reward_meta.get("encoder"):
-        differences.append("a different encoder")
-    if (eval_meta.get("training") or {}).get("seed") != (reward_meta.get("training") or {}).get("seed"):
-        differences.append("a different seed")
-    e, r = eval_meta.get("data") or {}, reward_meta.get("data") or {}
-    if e.get("dialogues") and e.get("dialogues") == r.get("dialogues"):
-        e0, r0 = e.get("skip_dialogues", 0), r.get("skip_dialogues", 0)
-        e1, r1 = e0 + sum(e.get("n_dialogues") or [0]), r0 + sum(r.get("n_dialogues") or [0])
-        if e1 <= r0 or r1 <= e0:
-            differences.append("disjoint training dialogues")
-    elif e != r:
-        differences.append("different training data")
-    verdict = (
-        "independent of the reward: " + ", ".join(differences)
-        if differences
-        else "NOT independent of the reward scorer (same encoder, seed and data): gains may be reward hacking"
-    )
+def bins_table(rows: list[dict], judges: list[Judge]) -> str:
+    """Gain inside each reply-length bin (bins from the base's length quartiles), per policy and judge."""
+    first = next((r for r in rows if "bins" in r["judges"][judges[0].name]), None)
+    if first is None:
+        return ""
+    labels = [b["bin"] for b in first["judges"][judges[0].name]["bins"]]
+    lines = []
+    for r in rows:
+        for j in judges:
+            g = r["judges"][j.name]
+            if "bins" not in g:
+                continue
+            cells = [
+                f"{b['gain']:+.2f} ({b['n_policy']}/{b['n_base']})"
+                if b["gain"] == b["gain"]
+                else f"– ({b['n_policy']}/{b['n_base']})"
+                for b in g["bins"]
+            ]
+            lines.append([r["policy"], j.name, *cells, _num(g["binned_gain"], "+.2f")])
+    return markdown_table(["policy", "judge", *labels, "weighted"], lines)
+
+
+def report_text(result: dict, judges: list[Judge], reward_meta: dict | None, header: str = "") -> str:
+    """The whole markdown report of an evaluation."""
+    rows = result["rows"]
+    verdicts = "\n".join(f"- **{r['policy']}**: {r['verdict']}" for r in rows if "verdict" in r)
+    warnings = "".join(f"\n> WARNING: {w}\n" for w in result.get("warnings", []))
     return (
-        f"Evaluation scorer: {_describe(eval_meta)}. Reward scorer: {_describe(reward_meta)}. "
-        f"The evaluation scorer is {verdict}."
+        f"{header}{warnings}\n### Judges\n\n{judges_table(judges, reward_meta)}\n\n"
+        "A gain counts when every judge that shares nothing with the reward (another encoder and no training "
+        "data in common; a shared seed number is then moot) has a 95% CI above 0.\n\n"
+        f"### Engagement gain by judge\n\n{panel_table(rows, judges)}\n\n{verdicts}\n\n"
+        f"### Reward-hacking diagnostics\n\n{diagnostics_table(rows)}\n\n"
+        "cut at limit: generation did not end with EOS. Distinct-2 within: over the samples of one context, "
+        "averaged; across: one reply per context. top-20 openings: share of replies opening (first 3 words) with "
+        "one of the 20 most frequent openings. KL: mean over the policy's replies of log pi/pi_base (nats; "
+        "best-of-n: the analytic bound).\n\n"
+        f"### Gain inside reply-length bins (policy/base replies per bin)\n\n{bins_table(rows, judges)}\n"
     )
+
+
+def write_report(
+    out: Path, result: dict, judges: list[Judge], reward_meta: dict | None, prompt_args, args, settings
+) -> str:
+    """Write ``results.md`` and ``results.json``; return the markdown."""
+    n_contexts = len(result["contexts"])
+    first, count = prompt_args.first_dialogue, prompt_args.max_dialogues
+    where = f"{first}-{first + count - 1}" if count else f"{first}+"
+    header = (
+        f"{n_contexts} contexts ({prompt_args.dialogues} dialogues {where})"
+        f" x {args.samples} samples per policy (T={settings.temperature}, top_p={settings.top_p}, "
+        f"max_new_tokens={settings.max_new_tokens}, seed={settings.seed}); bootstrap CIs over contexts. "
+        f"Evaluation took {result.get('seconds', 0) / 60:.1f} min.\n"
+    )
+    text = report_text(result, judges, reward_meta, header)
+    (out / "results.md").write_text(text)
+    payload: dict[str, Any] = {
+        "rows": result["rows"],
+        "judges": result.get("judges"),
+        "reward_scorer": reward_meta,
+        "warnings": result.get("warnings", []),
+        "length_edges": result.get("length_edges"),
+        "seconds": result.get("seconds"),
+        "args": asdict(args),
+        "sampling": asdict(settings),
+        "prompts": asdict(prompt_args),
+    }
+    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
+    return text

@@ -1,0 +1,161 @@
+"""A panel of judges for policy evaluation, and what each shares with the training reward.
+
+A judge is a saved scorer named ``name=directory`` (or just a directory, named after it). From the scorers'
+metadata (never from their internals) each judge is compared with the reward scorer: the same encoder model,
+the same training seed, and the training data: the same or overlapping dialogues of one corpus, disjoint
+dialogues of one corpus, or different data altogether. A judge that shares nothing (another encoder and no
+training dialogue or pair file in common; the seed is then moot: one number drives two unrelated
+initialisations and data orders) cannot be fooled by the reward's own quirks in the same way; a gain counts
+when every such judge sees it (its 95% CI excludes 0). Each judge's validation AUC is printed beside the
+verdict: a judge that cannot rank replies cannot confirm a gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..scoring.encoder import EncoderSpec, TextEncoder
+from ..scoring.scorer import PMIScorer
+
+__all__ = ["Judge", "parse_judge", "training_range", "relation", "load_judges", "describe", "verdict"]
+
+
+@dataclass
+class Judge:
+    """A judge's name, directory, scorer and provenance (``meta``), and its relation to the reward scorer."""
+
+    name: str
+    path: str
+    scorer: PMIScorer
+    meta: dict[str, Any]
+    shares: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def val_auc(self) -> float | None:
+        return self.meta.get("best_val_auc")
+
+    @property
+    def independent(self) -> bool:
+        """Shares nothing with the reward: another encoder and no training data in common (False if not checked).
+        A shared seed number matters only for a twin (same encoder or data), which is not independent anyway."""
+        return bool(self.shares) and not (self.shares["encoder"] or self.shares["data_shared"])
+
+
+def parse_judge(spec: str) -> tuple[str, str]:
+    """``name=directory`` (or a directory, named after its last component) as (name, directory)."""
+    name, sep, path = spec.partition("=")
+    if not sep:
+        path = spec
+        name = Path(spec.rstrip("/")).name or spec
+    if not name or not path:
+        raise ValueError(f"judge {spec!r}: expected name=scorer_dir or scorer_dir")
+    return name, path
+
+
+def _provenance(scorer: PMIScorer) -> dict[str, Any]:
+    return {**scorer.metadata, "encoder": scorer.encoder.spec.model}
+
+
+def training_range(meta: dict) -> tuple[str, int, int] | None:
+    """(corpus, first, stop) of the dialogues a scorer was trained on (validation and test splits included), or
+    None when it was trained on pair files."""
+    data = meta.get("data") or {}
+    if not data.get("dialogues"):
+        return None
+    first = int(data.get("skip_dialogues") or 0)
+    return str(data["dialogues"]), first, first + int(sum(data.get("n_dialogues") or [0]))
+
+
+def _data_relation(judge: dict, reward: dict) -> str:
+    j, r = training_range(judge), training_range(reward)
+    if j and r:
+        if j[0] != r[0]:
+            return "different"
+        if j == r:
+            return "same dialogues"
+        return "overlapping dialogues" if j[1] < r[2] and r[1] < j[2] else "disjoint dialogues of one corpus"
+    if j or r:
+        return "different"
+    jd, rd = judge.get("data") or {}, reward.get("data") or {}
+    files = {"train_file", "val_file", "test_file"}
+    jf = {Path(str(jd[k])).resolve() for k in files if jd.get(k)}
+    rf = {Path(str(rd[k])).resolve() for k in files if rd.get(k)}
+    return "shared pair files" if jf & rf else "different"
+
+
+def relation(judge_meta: dict, reward_meta: dict) -> dict[str, Any]:
+    """What a judge shares with the reward scorer, from both scorers' provenance (metadata + encoder model)."""
+    data = _data_relation(judge_meta, reward_meta)
+    seed = (judge_meta.get("training") or {}).get("seed")
+    return {
+        "encoder": judge_meta.get("encoder") == reward_meta.get("encoder"),
+        "seed": seed is not None and seed == (reward_meta.get("training") or {}).get("seed"),
+        "data": data,
+        "data_shared": data in ("same dialogues", "overlapping dialogues", "shared pair files"),
+    }
+
+
+def _load(path: str, loaded: list[TextEncoder]) -> PMIScorer:
+    """A scorer, sharing an already loaded encoder that embeds the same way."""
+    spec = EncoderSpec.from_dict(PMIScorer.read_config(path)["encoder"])
+    encoder = next((e for e in loaded if e.spec.embeds_like(spec)), None)
+    scorer = PMIScorer.from_pretrained(path, encoder=encoder)
+    if encoder is None:
+        loaded.append(scorer.encoder)
+    return scorer
+
+
+def load_judges(specs: list[str], reward_dir: str | None) -> tuple[list[Judge], PMIScorer | None, dict | None]:
+    """The judges (compared with the reward scorer when given), the reward scorer and its provenance."""
+    if not specs:
+        raise ValueError("evaluate-policy needs at least one judge (--judges name=scorer_dir ...)")
+    loaded: list[TextEncoder] = []
+    reward = _load(reward_dir, loaded) if reward_dir else None
+    reward_meta = _provenance(reward) if reward else None
+    judges = []
+    for spec in specs:
+        name, path = parse_judge(spec)
+        scorer = _load(path, loaded)
+        meta = _provenance(scorer)
+        judges.append(Judge(name, path, scorer, meta, relation(meta, reward_meta) if reward_meta else {}))
+    if len({j.name for j in judges}) != len(judges):
+        raise ValueError(f"judge names must differ: {[j.name for j in judges]}")
+    return judges, reward, reward_meta
+
+
+def describe(meta: dict) -> str:
+    """``minilm, seed 1, chitchat dialogues 1000-1999`` (or the pair file it was trained on)."""
+    seed = (meta.get("training") or {}).get("seed", "?")
+    span = training_range(meta)
+    where = (
+        f"{span[0]} dialogues {span[1]}-{span[2] - 1}"
+        if span
+        else f"pairs {(meta.get('data') or {}).get('train_file', '?')}"
+    )
+    return f"{meta.get('encoder', '?')}, seed {seed}, {where}"
+
+
+def _auc_text(judge: Judge) -> str:
+    return f"val AUC {judge.val_auc:.3f}" if judge.val_auc is not None else "val AUC unknown"
+
+
+def verdict(gains: dict[str, tuple[float, float, float]], judges: list[Judge]) -> str:
+    """Whether a policy's gain counts: every judge that shares nothing with the reward has a CI above 0 (or
+    every one below 0: a loss). ``gains`` maps judge name to (gain, low, high). Each independent judge is named
+    with its gain and validation AUC."""
+    independent = [j for j in judges if j.independent]
+    if not independent:
+        return "no judge shares nothing with the reward: no verdict"
+    lows = [gains[j.name][1] for j in independent]
+    highs = [gains[j.name][2] for j in independent]
+    names = "; ".join(
+        f"{j.name} {gains[j.name][0]:+.2f} [{gains[j.name][1]:+.2f}, {gains[j.name][2]:+.2f}], {_auc_text(j)}"
+        for j in independent
+    )
+    if all(lo > 0 for lo in lows):
+        return f"gain counts: every independent judge ({names}) sees it, CI above 0"
+    if all(hi < 0 for hi in highs):
+        return f"loss: every independent judge ({names}) has its CI below 0"
+    return f"not established: the independent judges ({names}) do not all exclude 0"

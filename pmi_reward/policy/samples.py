@@ -1,0 +1,66 @@
+"""The generations behind an evaluation, to read: ``samples.jsonl`` (every reply of every policy with each judge's
+PMI, its length in tokens and whether it was cut) and ``samples.md`` (the first contexts, each with the base's,
+every policy's first reply and the human reply side by side)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..data.conversation import prompt_to_context
+
+__all__ = ["sample_records", "samples_markdown", "write_samples"]
+
+
+def sample_records(result: dict, references: list[str] | None) -> list[dict]:
+    """One record per context: the context, the human reply, and per policy its replies with scores."""
+    replies, scores = result["replies"], result["scores"]
+    records = []
+    for i, context in enumerate(result["contexts"]):
+        record: dict = {"context": context}
+        if references is not None:
+            record["reference"] = references[i]
+        for name, rep in replies.items():
+            record[name] = [
+                {
+                    "reply": text,
+                    "pmi": {j: round(float(by[name][i][k]), 3) for j, by in scores.items()},
+                    "tokens": len(rep.tokens[i][k]),
+                    "cut": bool(rep.truncated[i][k]),
+                }
+                for k, text in enumerate(rep.texts[i])
+            ]
+        records.append(record)
+    return records
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|") or "*(empty)*"
+
+
+def samples_markdown(result: dict, prompts: list, n_contexts: int = 30) -> str:
+    """The first ``n_contexts`` contexts with each policy's first reply (PMI by every judge) side by side."""
+    judges = list(result["scores"])
+    parts = [
+        f"# Sampled replies, side by side\n\nThe first {min(n_contexts, len(prompts))} evaluation contexts (fixed by "
+        "the evaluation's config), each policy's first sampled reply, and the human reply. PMI in nats by "
+        f"judge ({', '.join(judges)}); *cut*: the reply hit the token limit.\n"
+    ]
+    for i in range(min(n_contexts, len(prompts))):
+        turns = (prompt_to_context(prompts[i]) or "").split("\n")
+        context = "\n".join(f"> {t}" for t in turns)
+        lines = [f"## {i + 1}\n\n{context}\n", f"| policy | reply | PMI ({' / '.join(judges)}) |", "|---|---|---|"]
+        for name, rep in result["replies"].items():
+            pmi = " / ".join(f"{result['scores'][j][name][i][0]:+.2f}" for j in judges)
+            cut = " *(cut)*" if rep.truncated[i][0] else ""
+            lines.append(f"| {name} | {_cell(rep.texts[i][0])}{cut} | {pmi} |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def write_samples(out: Path, result: dict, prompts: list, references: list[str] | None, n_contexts: int) -> None:
+    """Write ``samples.jsonl`` and ``samples.md`` into ``out``."""
+    with (out / "samples.jsonl").open("w") as f:
+        for record in sample_records(result, references):
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    (out / "samples.md").write_text(samples_markdown(result, prompts, n_contexts))

@@ -1,0 +1,115 @@
+"""Reward-hacking diagnostics (length-binned and length-adjusted gain, diversity, templates, questions), the
+judge panel (what a judge shares with the reward, the verdict with each judge's AUC) and best-of-n."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pmi_reward.evaluation.metrics import mean_ci, row_means
+from pmi_reward.policy.best_of_n import best_of_n_kl_bound, best_of_n_replies
+from pmi_reward.policy.diagnostics import (
+    binned_gain,
+    length_adjusted_gain,
+    length_edges,
+    opening_share,
+    question_rate,
+    reply_lengths,
+    text_diagnostics,
+)
+from pmi_reward.policy.panel import Judge, describe, parse_judge, relation, training_range, verdict
+from pmi_reward.policy.sampling import Replies
+
+
+def test_length_binned_and_adjusted_gain_equal_the_plain_gain_when_lengths_are_equal():
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.0, 1.0, (40, 4))
+    policy = base + 0.7 + rng.normal(0.0, 0.3, (40, 4))
+    lengths = np.full((40, 4), 12.0)
+    plain = mean_ci(row_means(policy) - row_means(base)).value
+    binned = binned_gain(policy, base, lengths, lengths, length_edges(lengths))
+    assert len(binned["bins"]) == 1 and binned["gain"] == pytest.approx(plain)
+    assert length_adjusted_gain(policy, base, lengths, lengths).value == pytest.approx(plain)
+    # different lengths per context but the same within each context pair: still the plain gain
+    varied = np.repeat(rng.integers(3, 30, (40, 1)).astype(float), 4, axis=1)
+    assert length_adjusted_gain(policy, base, varied, varied).value == pytest.approx(plain)
+
+
+def test_a_gain_bought_by_length_vanishes_inside_bins_and_after_the_regression():
+    rng = np.random.default_rng(1)
+    base_len = rng.integers(5, 40, (60, 4)).astype(float)
+    policy_len = base_len + 10.0  # the policy only talks longer
+    base, policy = 0.1 * base_len, 0.1 * policy_len  # and PMI is pure length: +1 nat "gain"
+    plain = float(np.mean(policy - base))
+    assert plain == pytest.approx(1.0)
+    adjusted = length_adjusted_gain(policy + rng.normal(0, 1e-3, policy.shape), base, policy_len, base_len)
+    assert abs(adjusted.value) < 0.05 and adjusted.low <= adjusted.value <= adjusted.high
+    both = np.concatenate([base_len, policy_len], axis=1)
+    binned = binned_gain(policy, base, policy_len, base_len, length_edges(both, bins=8))
+    assert abs(binned["gain"]) < 0.5 * plain  # inside a bin, lengths (and so PMI) barely differ
+    assert sum(b["n_policy"] for b in binned["bins"]) == policy.size
+
+
+def test_text_diagnostics_see_sameness_templates_and_questions():
+    same = [["I love that so much!"] * 3, ["I love that so much!"] * 3]
+    varied = [["Where did you go?", "That sounds fun.", "Nice, I have been there too"], ["Who won?", "Ugh", "Ok!"]]
+    d_same, d_varied = text_diagnostics(same), text_diagnostics(varied)
+    assert d_same["distinct_2_within"] < d_varied["distinct_2_within"]
+    assert d_same["distinct_2_across"] < d_varied["distinct_2_across"]
+    assert d_same["top20_openings"] == 1.0 and opening_share([f"w{i} x y" for i in range(40)]) == 0.5
+    assert d_same["questions"] == 0.0 and question_rate(["a?", "b", "c?", "d"]) == 0.5
+    assert reply_lengths([["a b", ""], ["c", "d e f"]]).tolist() == [[2, 0], [1, 3]]
+
+
+REWARD = {
+    "encoder": "minilm",
+    "training": {"seed": 0},
+    "data": {"dialogues": "chitchat", "skip_dialogues": 0, "n_dialogues": [800, 100, 100]},
+}
+
+
+def test_relation_tells_a_twin_from_a_judge_that_shares_nothing():
+    twin = {**REWARD, "training": {"seed": 1}, "data": {**REWARD["data"], "skip_dialogues": 1000}}
+    smol = {"encoder": "smollm2-135m-instruct", "training": {"seed": 0}, "data": {"train_file": "en/train.csv"}}
+    minilm_en = {"encoder": "minilm", "training": {"seed": 0}, "data": {"train_file": "en/train.csv"}}
+    r_twin, r_smol, r_en = relation(twin, REWARD), relation(smol, REWARD), relation(minilm_en, REWARD)
+    assert r_twin == {"encoder": True, "seed": False, "data": "disjoint dialogues of one corpus", "data_shared": False}
+    assert r_smol["data"] == "different" and not r_smol["encoder"] and r_smol["seed"]
+    assert relation(REWARD, REWARD)["data"] == "same dialogues"
+    leaky = {**twin, "data": {**REWARD["data"], "skip_dialogues": 500}}
+    assert relation(leaky, REWARD)["data_shared"]
+    judges = [Judge(n, n, None, m, r) for n, m, r in (("twin", twin, r_twin), ("smol", smol, r_smol))]
+    judges.append(Judge("minilm-en", "p", None, minilm_en, r_en))
+    assert [j.independent for j in judges] == [False, True, False]  # same seed number is moot across encoders
+    assert training_range(twin) == ("chitchat", 1000, 2000) and training_range(smol) is None
+    assert describe(twin) == "minilm, seed 1, chitchat dialogues 1000-1999"
+    assert parse_judge("a=/x/y") == ("a", "/x/y") and parse_judge("/s/sc-lines/") == ("sc-lines", "/s/sc-lines/")
+
+
+def test_verdict_needs_every_independent_judge_and_prints_their_auc():
+    def judge(name, independent, auc):
+        shares = {"encoder": not independent, "seed": False, "data": "different", "data_shared": False}
+        return Judge(name, name, None, {"best_val_auc": auc}, shares)
+
+    panel = [judge("twin", False, 0.85), judge("a", True, 0.80), judge("b", True, None)]
+    up = {"twin": (1.0, 0.5, 1.5), "a": (0.4, 0.1, 0.7), "b": (0.3, 0.05, 0.6)}
+    text = verdict(up, panel)
+    assert text.startswith("gain counts") and "val AUC 0.800" in text and "val AUC unknown" in text
+    assert "twin" not in text
+    assert verdict({**up, "b": (0.3, -0.1, 0.6)}, panel).startswith("not established")
+    assert verdict({**up, "a": (-1, -2, -0.5), "b": (-1, -2, -0.1)}, panel).startswith("loss")
+    assert verdict(up, panel[:1]).startswith("no judge shares nothing")
+
+
+def test_best_of_n_keeps_the_reward_favourite_of_each_disjoint_group():
+    texts = [[f"r{i}" for i in range(8)], [f"s{i}" for i in range(8)]]
+    pool = Replies(texts, [[[i] for i in range(8)]] * 2, [[i == 7 for i in range(8)]] * 2)
+    scores = np.array([[0, 5, 1, 2, 9, 1, 1, 3], [np.nan, np.nan, np.nan, 1, 0, 0, 0, np.nan]], dtype=float)
+    b4 = best_of_n_replies(pool, scores, 4)
+    assert b4.texts == [["r1", "r4"], ["s3", "s4"]]
+    b8 = best_of_n_replies(pool, scores, 8)
+    assert b8.texts == [["r4"], ["s3"]] and b8.truncated == [[False], [False]]
+    assert best_of_n_replies(pool, scores, 1).texts == texts
+    with pytest.raises(ValueError, match="multiple of 3"):
+        best_of_n_replies(pool, scores, 3)
+    assert best_of_n_kl_bound(1) == 0.0 and best_of_n_kl_bound(16) == pytest.approx(math.log(16) - 15 / 16)
