@@ -91,11 +91,23 @@ def _arguments(name: str):
 
     from pmi_reward.evaluation.scorer_report import EvaluateArguments
     from pmi_reward.evaluation.study import ARGUMENTS as STUDY
-    from pmi_reward.policy import evaluate, ppo, trainers
+    from pmi_reward.policy import evaluate, ppo, rft, trainers
     from pmi_reward.training.job import ARGUMENTS as TRAIN
 
     trl = (trainers.ScriptArguments, RewardOptions)
     scorer_recipe = (_recipe("recipes/scorer/run.py").ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig)
+    methods = {
+        "grpo": (*trl, GRPOConfig, ModelConfig),
+        "rloo": (*trl, RLOOConfig, ModelConfig),
+        "ppo": ppo.ARGUMENTS,
+        "rft": rft.ARGUMENTS,
+        "evaluate": evaluate.ARGUMENTS,
+    }
+    recipe = "recipes/smollm2-135m/"
+    if name.startswith(("demo/scorers/", recipe + "scorers/")):
+        return TRAIN, []
+    if name.startswith((recipe + "tune/", recipe + "final/")):
+        return methods[Path(name).stem], []
     return {
         "scorer/minilm": (TRAIN, []),
         "scorer/smollm2": (TRAIN, []),

@@ -3,18 +3,22 @@
 A command's options are dataclasses; ``parse_args`` fills them from an optional YAML file (``--config``)
 and then from flags, with TRL's ``TrlParser``. ``--config`` takes a file path or the name of a config that
 ships here, e.g. ``scorer/minilm`` for ``pmi_reward/configs/scorer/minilm.yaml``, so that an installed
-wheel needs no checkout. Each config has one home: the ones the CLI and the demo read live here, the
-recipes' own next to their recipe.
+wheel needs no checkout. ``--config`` may be given more than once (``--config scorer/minilm --config
+data.yaml``): later files override earlier ones key by key, so a data range can sit in its own small file while
+the scorer's settings stay in theirs. Each config has one home: the ones the CLI and the demo read live here,
+the recipes' own next to their recipe.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_DIR", "config_path", "shipped_configs", "parse_args"]
+__all__ = ["CONFIG_DIR", "config_path", "shipped_configs", "merged_config", "parse_args"]
 
 CONFIG_DIR = Path(__file__).resolve().parent
 
@@ -38,16 +42,49 @@ def config_path(name_or_path: str | Path) -> str:
     )
 
 
+def merged_config(names: Sequence[str]) -> dict:
+    """The YAML files (paths or shipped names) merged in order, later keys winning."""
+    import yaml
+
+    merged: dict = {}
+    for name in names:
+        values = yaml.safe_load(Path(config_path(name)).read_text()) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"--config {name}: expected a mapping of option names to values")
+        merged.update(values)
+    return merged
+
+
+def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
+    """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several."""
+    names, rest, i = [], [], 0
+    while i < len(args):
+        if args[i] == "--config" and i + 1 < len(args):
+            names.append(args[i + 1])
+            i += 2
+        else:
+            rest.append(args[i])
+            i += 1
+    if not names:
+        return rest
+    if len(names) == 1:
+        return ["--config", config_path(names[0]), *rest]
+    import yaml
+
+    merged = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmi-reward-config-"))) / "merged.yaml"
+    merged.write_text(yaml.safe_dump(merged_config(names)))
+    return ["--config", str(merged), *rest]
+
+
 def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
-    """Instances of ``types`` from ``--config`` YAML (a path or a shipped name) and flags, flags winning."""
+    """Instances of ``types`` from ``--config`` YAML (paths or shipped names; several merge in order) and flags,
+    flags winning."""
     from trl import TrlParser
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--config" in args and args.index("--config") + 1 < len(args):
-        at = args.index("--config") + 1
-        args[at] = config_path(args[at])
     epilog = (
         f"--config FILE.yaml, or the name of a shipped config ({', '.join(shipped_configs())}), sets any of "
         "these options; flags override it."
     )
-    return tuple(TrlParser(tuple(types), prog=prog, epilog=epilog).parse_args_and_config(args))
+    with ExitStack() as stack:
+        args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack)
+        return tuple(TrlParser(tuple(types), prog=prog, epilog=epilog).parse_args_and_config(args))
