@@ -22,7 +22,9 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 
 import torch
 from loadtest import run_load, score_bodies
@@ -69,10 +71,20 @@ def start_server(
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    assert process.stderr is not None
     for line in process.stderr:
         if match := re.search(r"listening on (http://\S+)", line):
+            threading.Thread(target=forward_log, args=(process.stderr,), daemon=True).start()
             return process, match.group(1)
     raise RuntimeError("pmi-reward serve did not start")
+
+
+def forward_log(stream: IO[str]) -> None:
+    """Read the server's log to its end, passing on all but the access log (a line per request): a pipe nobody reads
+    fills up (64 kB), then the server's logging blocks, and with it every request."""
+    for line in stream:
+        if not re.search(r" INFO .* items=", line):
+            sys.stderr.write(line)
 
 
 def _arguments() -> argparse.Namespace:

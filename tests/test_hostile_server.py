@@ -4,7 +4,7 @@ missing keys, and the SIGTERM drain.
 
 No assertion is on wall time (the machine is shared): each test checks an order of events or a count instead (the
 small request is answered while the large one is still being scored, the scorer was called in bounded batches, ...).
-The timings, measured once, are in docs/serving.md."""
+The timings, measured once with the MiniLM scorer (benchmarks/health_latency.py), are in docs/serving.md."""
 
 import contextlib
 import json
@@ -12,13 +12,18 @@ import logging
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from conftest import http, raw_http
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_server import SlowScorer
 
+import pmi_reward.serving.handler as handler
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.reward import PMIReward
+from pmi_reward.serving.handler import json_values
 from pmi_reward.serving.server import RewardServer, ServerConfig
 
 KEY = "s3cret-key-for-tests"
@@ -118,6 +123,56 @@ def test_health_answers_while_a_maximal_request_is_scored(tiny_scorer):
         assert slow.calls >= 8  # 998k characters in batches of at most 128k
 
 
+def marks(value) -> int:
+    """Brackets, braces, commas and colons of ``value`` written as JSON (outside its strings)."""
+    if isinstance(value, dict):
+        return 1 + max(len(value) - 1, 0) + len(value) + sum(marks(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + max(len(value) - 1, 0) + sum(marks(v) for v in value)
+    return 0
+
+
+TRICKY = st.text(alphabet=st.sampled_from(',:[{}]"\\ \n\u00e9\u200b\U0001f600ab'), max_size=12)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TRICKY,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(TRICKY, inner, max_size=5),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(JSON_VALUES, st.integers(1, 60), st.booleans(), st.sampled_from([None, 1]))
+def test_json_values_refuses_exactly_the_bodies_with_too_many_values(value, limit, ascii_only, indent):
+    """A body is over the limit exactly when it has ``limit`` or more marks outside its strings, whatever its strings
+    hold (commas, colons, brackets, escaped quotes and backslashes, non-ASCII, written escaped or not)."""
+    text = json.dumps(value, ensure_ascii=ascii_only, indent=indent)
+    assert (json_values(text, limit) > limit) == (marks(value) >= limit)
+
+
+def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed(tiny_scorer, monkeypatch):
+    """16 MiB of ``[0,0,...]`` held the interpreter lock for seconds in ``json.loads`` (every request and /health
+    waited); too many values are refused 413 without parsing, while texts full of JSON punctuation are not
+    mistaken for values."""
+    parsed: list[int] = []
+
+    def loads(text, **kwargs):
+        parsed.append(len(text))
+        return json.loads(text, **kwargs)
+
+    monkeypatch.setattr(
+        handler, "json", SimpleNamespace(dumps=json.dumps, detect_encoding=json.detect_encoding, loads=loads)
+    )
+    with serving(tiny_scorer, max_json_values=1000) as server:
+        status, answer = http(server.url, "POST", "/score", b'{"pairs": [' + b"0," * 500_000 + b"0]}")
+        assert status == 413 and "1000 JSON values" in answer["error"] and not parsed
+        text = ',:[{"\\' * 300  # 1800 characters of JSON punctuation, quotes and backslashes
+        body = {"pairs": [{"context": f"{i} {text}", "response": f"{text} {i}"} for i in range(8)]}
+        status, answer = http(server.url, "POST", "/score", body)
+        assert status == 200 and len(answer["scores"]) == 8 and len(parsed) == 1
+        unterminated = b'{"pairs": ["' + b'\\",' * 2000  # scanned as far as its broken string, then refused
+        assert http(server.url, "POST", "/score", unterminated)[0] == 400
+
+
 def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer):
     """A request that times out (503) stops taking batches: the scorer is free for the others at once."""
     slow = SlowScorer(tiny_scorer, 0.1)
@@ -130,6 +185,37 @@ def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer):
         calls = slow.calls
         assert http(server.url, "POST", "/score", pairs(1))[0] == 200
         assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
+
+
+def test_the_time_limit_runs_from_the_requests_arrival(tiny_scorer, monkeypatch):
+    """``request_timeout`` covers parsing and validation too, not only the wait for scores: a request whose parsing
+    took the whole limit gets 503 without being queued for scoring."""
+    import pmi_reward.serving.endpoints as endpoints
+
+    slow = SlowScorer(tiny_scorer, 0.0)
+    real = endpoints.split_query
+
+    def slow_split(*args, **kwargs):
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(endpoints, "split_query", slow_split)
+    with serving(slow, request_timeout=0.3) as server:
+        status, answer = http(server.url, "POST", "/get_reward", {"query": ["Hi!\nHello."]})
+        assert status == 503 and "parsing the request took it all" in answer["error"] and slow.calls == 0
+        status, answer = http(server.url, "POST", "/score", pairs(2))  # no slow parsing: scored in time
+        assert status == 200 and slow.calls == 1
+
+
+def test_a_server_closed_before_it_serves_does_not_serve(tiny_scorer):
+    """A SIGTERM between start-up and ``serve_forever()`` used to leave the server polling a closed socket forever
+    (at 100% CPU, never exiting); now ``serve_forever()`` returns at once."""
+    server = RewardServer(tiny_scorer, ServerConfig(port=0))
+    server.close()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
 
 
 # -- 3. the HTTP layer ----------------------------------------------------------------------------------------

@@ -42,8 +42,18 @@ class ServerConfig:
     max_request_chars: int = field(
         default=4_000_000, metadata={"help": "characters of text per request (all its strings); more: 413"}
     )
+    max_json_values: int = field(
+        default=131_072,
+        metadata={
+            "help": "JSON values per request body (strings, numbers, lists, objects, keys); more: 413 before the body "
+            "is parsed (parsing holds the interpreter: a 16 MiB body of [0,0,...] froze every request for seconds)"
+        },
+    )
     max_connections: int = field(default=256, metadata={"help": "open connections; more get 503 at once"})
-    request_timeout: float = field(default=60.0, metadata={"help": "seconds a request may wait for scores; then 503"})
+    request_timeout: float = field(
+        default=60.0,
+        metadata={"help": "seconds from a request's arrival (its body read) to its scores, parsing included; then 503"},
+    )
     drain_timeout: float = field(default=30.0, metadata={"help": "seconds shutdown waits for in-flight requests"})
     idle_timeout: float = field(
         default=30.0,
@@ -67,6 +77,7 @@ class ServerConfig:
             "max_body_bytes",
             "max_pairs",
             "max_request_chars",
+            "max_json_values",
             "max_connections",
         ):
             if getattr(self, name) < 1:

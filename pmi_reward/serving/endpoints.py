@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,7 @@ from ..data.conversation import split_query
 from ..rewards.options import RewardOptions
 from ..rewards.path import GroupError, RewardPath, cut_context, cut_reply, readable, visible
 from ..rewards.rerank import ranking
-from .batching import MicroBatcher
+from .batching import MicroBatcher, ScoreTimeout
 from .config import ServerConfig
 
 __all__ = ["ApiError", "Endpoints", "type_name", "items_of", "text_chars"]
@@ -110,12 +112,27 @@ class Endpoints:
     def options(self) -> RewardOptions:
         return self.path.options
 
-    def _score(self, contexts: list[str], responses: list[str]) -> np.ndarray:
-        if not contexts:
-            return np.zeros(0)
-        return self.batcher.score(contexts, responses, timeout=self.config.request_timeout)
+    def _scorer(self, deadline: float | None) -> Callable[[list[str], list[str]], np.ndarray]:
+        """Scores pairs through the batcher by ``deadline`` (``time.monotonic()``; default: ``request_timeout`` from
+        now), or raises ``ScoreTimeout``: a request's time limit runs from its arrival, not from its scoring."""
+        limit = self.config.request_timeout
+        if deadline is None:
+            deadline = time.monotonic() + limit
 
-    def score_pairs(self, body: dict) -> dict:
+        def score(contexts: list[str], responses: list[str]) -> np.ndarray:
+            if not contexts:
+                return np.zeros(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ScoreTimeout(f"not scored within {limit:g} s (reading and parsing the request took it all)")
+            try:
+                return self.batcher.score(contexts, responses, timeout=left)
+            except ScoreTimeout:
+                raise ScoreTimeout(f"not scored within {limit:g} s (queue: {self.batcher.queued} requests)") from None
+
+        return score
+
+    def score_pairs(self, body: dict, deadline: float | None = None) -> dict:
         """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable:
         a response with nothing visible in it, or a pair the scorer fails on). Texts are cut as rewards cut them:
         contexts keep their last, responses their first ``max_chars``."""
@@ -133,10 +150,10 @@ class Endpoints:
                 responses.append(response)
                 shown.append(i)
         scores = np.full(len(pairs), np.nan)
-        scores[shown] = self._score(contexts, responses)
+        scores[shown] = self._scorer(deadline)(contexts, responses)
         return {"scores": [_number(s) for s in scores]}
 
-    def rerank(self, body: dict) -> dict:
+    def rerank(self, body: dict, deadline: float | None = None) -> dict:
         """``{"context": str | messages, "candidates": [...], "top_k": int?}`` -> candidates best first."""
         context = body.get("context")
         if not isinstance(context, (str, list)):
@@ -148,12 +165,12 @@ class Endpoints:
         top_k = body.get("top_k")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ApiError(422, f"'top_k' must be a positive integer, got {top_k!r}")
-        batch, raw = self.path.measure([context] * len(candidates), candidates, self._score)
+        batch, raw = self.path.measure([context] * len(candidates), candidates, self._scorer(deadline))
         replies = batch.replies
         ranked = [{"index": i, "response": replies[i], "score": _number(raw[i])} for i in ranking(raw.tolist())]
         return {"ranked": ranked[:top_k] if top_k else ranked, "scores": [_number(s) for s in raw]}
 
-    def get_reward(self, body: dict) -> dict:
+    def get_reward(self, body: dict, deadline: float | None = None) -> dict:
         """OpenRLHF's ``{"query", "prompts", "labels"}`` -> ``{"rewards", "scores", "extra_logs"}``.
 
         ``rewards`` are shaped by the server's options; ``scores`` (OpenRLHF's 0-1 value for dynamic filtering)
@@ -174,7 +191,7 @@ class Endpoints:
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)
         try:
-            result = self.path.run(contexts, replies, self._score)
+            result = self.path.run(contexts, replies, self._scorer(deadline))
         except GroupError as err:
             self._warn_group(err)
             raise ApiError(422, f"this server runs with --center group: {err}") from None

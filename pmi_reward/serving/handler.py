@@ -3,7 +3,8 @@
 The standard library reads request lines and headers (``http.server``); what it lets through is checked here
 before any body is read: the API key (``Authorization: Bearer``, compared in constant time), the route and
 method, ``Content-Type: application/json`` (a cross-origin page cannot send that without a preflight), exactly
-one well-formed ``Content-Length`` and no ``Transfer-Encoding`` (no request smuggling behind a proxy). Every
+one well-formed ``Content-Length`` and no ``Transfer-Encoding`` (no request smuggling behind a proxy); a body's
+JSON values are counted before it is parsed (``json_values``: the parser holds the interpreter lock). Every
 answer is JSON with a status line, errors as ``{"error": message, "status": code}``; each request is logged once
 at INFO on ``pmi_reward.serving.access`` (client, method, path, status, items, milliseconds; never a body or key).
 Connections over the server's cap, and every new one while it drains, get a ``503`` from ``Refuser`` without a
@@ -25,25 +26,59 @@ from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 from .batching import BatcherClosed, ScoreTimeout
 from .config import ServerConfig
 from .endpoints import ApiError, items_of, text_chars, type_name
 
-__all__ = ["HTTPServer", "Handler", "App", "Refuser"]
+__all__ = ["HTTPServer", "Handler", "App", "Refuser", "json_values"]
 
 logger = logging.getLogger("pmi_reward.serving.server")
 access = logging.getLogger("pmi_reward.serving.access")
 
 _DIGITS = re.compile(r"[0-9]{1,15}")
+_MARKS = '[{,:"'  # where a JSON value's place begins (brackets, braces, commas, colons), and strings
+
+
+def json_values(text: str, limit: int) -> int:
+    """How many JSON values (keys included) a body holds at most: one more than its brackets, braces, commas and
+    colons outside strings, counted only up to ``limit + 1``, before anything is parsed.
+
+    ``json.loads`` holds the interpreter lock for the whole parse, in time linear in the number of values (a 16 MiB
+    body of ``[0,0,...]``: seconds, with every other request and ``/health`` waiting), so that number is what must be
+    bounded. A body whose raw count of those characters is within ``limit`` is not scanned (nearly every body).
+    Otherwise the scan takes one step per mark and per string, at most ``2 x limit + 1`` steps (a string that is
+    not the whole body follows a mark), other threads running between them; strings are skipped by the C string
+    scanner of ``json`` (escapes and all, no longer than parsing them will take), marks found with ``str.find``."""
+    raw = text.count(",") + text.count(":") + text.count("[") + text.count("{")
+    if raw < limit:
+        return raw + 1
+    following = {mark: text.find(mark) for mark in _MARKS}  # each mark's next place at or after pos (-1: none)
+    count = pos = 0
+    while count < limit:
+        for mark, at in following.items():
+            if 0 <= at < pos:
+                following[mark] = text.find(mark, pos)
+        at = min((at for at in following.values() if at >= 0), default=-1)
+        if at < 0:
+            break
+        if text[at] == '"':
+            try:
+                pos = scanstring(text, at + 1)[1]
+            except ValueError:  # not a valid string: the parser will refuse the body
+                break
+        else:
+            count, pos = count + 1, at + 1
+    return count + 1
 
 
 class App(Protocol):
     """What the HTTP layer needs from its server (``RewardServer``): the routes, the limits, and the bookkeeping of
     open connections and in-flight requests that the connection cap, the idle timeout and the drain rely on."""
 
-    routes: dict[str, tuple[str, Callable[[dict], dict]]]
+    routes: dict[str, tuple[str, Callable[[dict, float], dict]]]
     config: ServerConfig
     closing: bool
 
@@ -138,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.server_version  # no Python version in the Server header
 
     def handle_one_request(self) -> None:
-        self._start, self._logged = time.perf_counter(), False
+        self._start, self._logged, self._arrived = time.perf_counter(), False, time.monotonic()
         self._items: int | None = None
         self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
         super().handle_one_request()
@@ -187,7 +222,7 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
         finally:
-            self.app._busy(self.connection, False, code)
+            self.app._busy(self.connection, False, int(code))
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -235,9 +270,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = self._read_json()
             else:
                 self._skip_body()
-                body = {}
+                self._arrived, body = time.monotonic(), {}
             self.app._waiting(self.connection, False)
-            return 200, endpoint(body)
+            return 200, endpoint(body, self._arrived + self.app.config.request_timeout)
         except ApiError as err:
             return err.status, {"error": err.message, "status": err.status}
         except (ScoreTimeout, BatcherClosed) as err:
@@ -295,11 +330,19 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the unread body makes the connection unusable
             raise ApiError(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
         data = self.rfile.read(length)
+        self._arrived = time.monotonic()  # the request's time limit starts: parsing and scoring count against it
         if len(data) < length:
             self.close_connection = True
             raise ApiError(400, f"body ended after {len(data)} of {length} bytes")
         try:
-            body = json.loads(data, parse_constant=_reject_constant)
+            text = data.decode(json.detect_encoding(data), "surrogatepass")  # as json.loads decodes bytes
+        except ValueError as err:
+            raise ApiError(400, f"body is not valid JSON: {err}") from None
+        values = self.app.config.max_json_values
+        if json_values(text, values) > values:
+            raise ApiError(413, f"body holds more than {values} JSON values (the limit per request); send fewer items")
+        try:
+            body = json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ApiError(400, f"body is not valid JSON: {err}") from None
         if not isinstance(body, dict):

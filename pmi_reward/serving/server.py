@@ -3,11 +3,12 @@
 Routes: ``POST /get_reward`` (OpenRLHF), ``POST /score``, ``POST /rerank`` (``endpoints``) and ``GET /health``
 (here: liveness, the scorer's description, counters); ``docs/serving.md`` has the full protocol.
 
-Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, items and
-characters per request are bounded (413), malformed input gets a 4xx with a message naming the field (never a
-5xx), each request has a time limit (503), connections are capped (503) and closed when idle, and ``close()``
-drains in-flight requests, answering new ones 503, before it stops. Built on the standard library's threaded
-HTTP server (``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
+Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, JSON
+values, items and characters per request are bounded (413), malformed input gets a 4xx with a message naming the
+field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (503) and
+closed when idle, and ``close()`` drains in-flight requests, answering new ones 503, before it stops. Built on the
+standard library's threaded HTTP server (``handler``), which checks what its parser lets through;
+``docs/serving.md`` (Security).
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ class RewardServer:
         c = self.config
         self.batcher = MicroBatcher(scorer, c.max_batch_pairs, c.max_wait_ms, c.max_batch_chars, c.chunk_pairs)
         self.api = Endpoints(self.batcher, self.config, options)
-        self.routes: dict[str, tuple[str, Callable[[dict], dict]]] = {
+        self.routes: dict[str, tuple[str, Callable[[dict, float], dict]]] = {
             "/get_reward": ("POST", self.api.get_reward),
             "/score": ("POST", self.api.score_pairs),
             "/rerank": ("POST", self.api.rerank),
-            "/health": ("GET", lambda body: self.health()),
+            "/health": ("GET", lambda body, deadline: self.health()),
         }
         self.responses: Counter = Counter()
         self.closing = False
@@ -61,6 +62,7 @@ class RewardServer:
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
+        self._running = False  # serve_forever() has started its loop (or is about to)
         self._stopped = threading.Event()
         handler = type("Handler", (Handler,), {"app": self, "timeout": self.config.idle_timeout})
         self.httpd = HTTPServer((self.config.host, self.config.port), handler, self)
@@ -80,9 +82,13 @@ class RewardServer:
 
     # -- life cycle ---------------------------------------------------------------------------------
     def serve_forever(self) -> None:
-        """Serve until ``close()`` (from another thread or a signal handler)."""
+        """Serve until ``close()`` (from another thread or a signal handler); at once if it was closed already (a
+        SIGTERM between start-up and this call)."""
+        with self._lock:
+            self._running = not self.closing
         self._serving.set()
-        self.httpd.serve_forever(poll_interval=0.1)
+        if self._running:
+            self.httpd.serve_forever(poll_interval=0.1)
 
     def start(self) -> RewardServer:
         """Serve from a background thread; returns once the server accepts connections."""
@@ -98,6 +104,7 @@ class RewardServer:
             if self.closing:
                 return
             self.closing = True
+            running = self._running  # serve_forever() runs, or never will: it checks ``closing`` under this lock
             idle = [conn for conn, busy in self._connections.items() if not busy]
         for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
             with contextlib.suppress(OSError):
@@ -109,7 +116,7 @@ class RewardServer:
                     self._inflight,
                     self.config.drain_timeout,
                 )
-        if self._serving.is_set():
+        if running:
             self.httpd.shutdown()
         self._stopped.set()
         self.batcher.close(timeout=self.config.drain_timeout)
