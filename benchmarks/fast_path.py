@@ -2,15 +2,15 @@
 
 Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies), embedded by a bare float32 torch
 forward of the scorer's encoder (pre-tokenized, length-sorted, only ``model(**batch)`` timed, as in
-``throughput.py``), by ``PMIScorer.score`` in float32 torch, and by ``PMIScorer.score`` on the fast path
-(``--backend``/``--quantize``), all without an embedding cache, at ``--threads`` threads; runs alternate, the
-fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the mix the
-scorer was trained with (its metadata; ``NegativeSpec``'s default if it has none), scored by the float32 scorer
-and by the fast one: ROC-AUC of each, and how far the fast path's
+``throughput.py``), by ``PMIScorer.score`` in float32 torch, and by ``PMIScorer.score`` on the fast path for each
+of ``--quantize`` (comma-separated: ``none``, ``int8``, ``int8-block``) with ``--backend``, all without an embedding
+cache, at ``--threads`` threads; runs alternate, the fastest of ``--repeats`` is compared. Accuracy: every pair of
+``--input`` and seeded negatives of the mix the scorer was trained with (its metadata; ``NegativeSpec``'s default
+if it has none), scored by the float32 scorer and by each fast one: ROC-AUC of each, and how far the fast path's
 PMI is from float32's (share of scores within 0.1 nat, quantiles of the gap). Accuracy uses the embedding cache
-(``--cache_dir``): the fast path's embeddings have their own keys, so nothing mixes.
+(``--cache_dir``): each runtime's embeddings have their own keys, so nothing mixes.
 
-    python benchmarks/fast_path.py --scorer outputs/scorer-minilm-en --backend onnx --quantize int8 --threads 1
+    python benchmarks/fast_path.py --scorer outputs/scorer --backend onnx --quantize int8,int8-block --threads 1
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--scorer", required=True, help="a scorer directory or Hub repo id")
     parser.add_argument("--input", default="../shared/data/pmiscore/datasets/empirical/en/test.csv")
     parser.add_argument("--backend", default="onnx")
-    parser.add_argument("--quantize", default="int8")
+    parser.add_argument("--quantize", default="int8,int8-block", help="comma-separated: none, int8, int8-block")
     parser.add_argument("--pairs", type=int, default=512, help="pairs timed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -59,8 +59,8 @@ def _timed_texts(path: str, n: int) -> tuple[list[str], list[str]]:
     return contexts, replies
 
 
-def speed(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> dict:
-    """Pairs/s of the bare float32 forward, the float32 scorer and the fast scorer on the same texts."""
+def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMIScorer]) -> dict:
+    """Pairs/s of the bare float32 forward, the float32 scorer and each fast scorer on the same texts."""
     contexts, replies = _timed_texts(args.input, args.pairs)
     batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode)
 
@@ -72,7 +72,7 @@ def speed(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> di
     runs = {
         "bare float32 forward": bare,
         "scorer, float32 torch": lambda: reference.score(contexts, replies),
-        f"scorer, {args.backend} {args.quantize}": lambda: fast.score(contexts, replies),
+        **{f"scorer, {args.backend} {q}": (lambda s=s: s.score(contexts, replies)) for q, s in fast.items()},
     }
     for fn in runs.values():
         fn()  # warm-up (and the fast path's one-off graph build)
@@ -92,57 +92,62 @@ def speed(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> di
     }
 
 
-def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: PMIScorer) -> dict:
-    """AUC of both scorers on the whole file (positives against seeded negatives) and the PMI gap."""
+def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMIScorer]) -> dict:
+    """AUC of every scorer on the whole file (positives against seeded negatives) and each fast one's PMI gap."""
     pairs = load_pairs(Path(args.input))
     trained = reference.metadata.get("training") or {}
     spec = NegativeSpec(**{k: trained[k] for k in NegativeSpec.__dataclass_fields__ if k in trained})
     scored = {}
-    for name, scorer in (("float32", reference), ("fast", fast)):
+    for name, scorer in (("float32", reference), *fast.items()):
         pos, neg = score_with_negatives(scorer, pairs, spec, seed=args.seed, progress=True)
         assert neg is not None
-        scored[name] = (pos, neg)
-    labels = np.r_[np.ones(len(pairs)), np.zeros(scored["float32"][1].size)]
-    auc = {k: float(roc_auc_score(labels, np.r_[p, n.ravel()])) for k, (p, n) in scored.items()}
-    gap = np.abs(
-        np.r_[scored["fast"][0], scored["fast"][1].ravel()] - np.r_[scored["float32"][0], scored["float32"][1].ravel()]
-    )
-    return {
+        scored[name] = np.r_[pos, neg.ravel()]
+    labels = np.r_[np.ones(len(pairs)), np.zeros(scored["float32"].size - len(pairs))]
+    auc = {k: float(roc_auc_score(labels, v)) for k, v in scored.items()}
+    result: dict = {
         "file": args.input,
         "negatives": spec.counts(),
         "positives": len(pairs),
-        "scores": int(gap.size),
+        "scores": int(labels.size),
         "auc_float32": round(auc["float32"], 4),
-        "auc_fast": round(auc["fast"], 4),
-        "auc_delta": round(auc["fast"] - auc["float32"], 4),
-        "share_within_0.1_nat": round(float((gap <= 0.1).mean()), 4),
-        "gap_nat_p50_p95_p99_max": [round(float(q), 3) for q in np.quantile(gap, [0.5, 0.95, 0.99, 1.0])],
     }
+    for name in fast:
+        gap = np.abs(scored[name] - scored["float32"])
+        result[f"{args.backend} {name}"] = {
+            "auc": round(auc[name], 4),
+            "auc_delta": round(auc[name] - auc["float32"], 4),
+            "share_within_0.1_nat": round(float((gap <= 0.1).mean()), 4),
+            "gap_nat_p50_p95_p99_max": [round(float(q), 3) for q in np.quantile(gap, [0.5, 0.95, 0.99, 1.0])],
+        }
+    return result
 
 
 def main() -> int:
     args = _arguments()
     torch.set_num_threads(args.threads)
-    runtime = {"backend": args.backend, "quantize": args.quantize}
+    variants = [q.strip() for q in args.quantize.split(",") if q.strip()]
+    reference = PMIScorer.from_pretrained(args.scorer, device="cpu")
     timed = {
-        "reference": PMIScorer.from_pretrained(args.scorer, device="cpu"),
-        "fast": PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime),
+        q: PMIScorer.from_pretrained(args.scorer, device="cpu", backend=args.backend, quantize=q) for q in variants
     }
-    for scorer in timed.values():
+    for scorer in (reference, *timed.values()):
         scorer.encoder.set_batch_size(args.encode_batch_size)
     result = {
         "scorer": args.scorer,
         "threads": args.threads,
         "cpus": os.cpu_count(),
         "load1_start": round(os.getloadavg()[0], 2),
-        "speed": speed(args, timed["reference"], timed["fast"]),
+        "speed": speed(args, reference, timed),
     }
     result["load1_after_speed"] = round(os.getloadavg()[0], 2)
     cached = {
-        "reference": PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir),
-        "fast": PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir, **runtime),
+        q: PMIScorer.from_pretrained(
+            args.scorer, device="cpu", cache_dir=args.cache_dir, backend=args.backend, quantize=q
+        )
+        for q in variants
     }
-    result["accuracy"] = accuracy(args, cached["reference"], cached["fast"])
+    reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir)
+    result["accuracy"] = accuracy(args, reference, cached)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -1,5 +1,6 @@
-"""The fast CPU path (``backend="onnx"``, ``quantize="int8"``) on a tiny config-built BERT: same embeddings as torch
-(float32) or close ones (int8), cached graphs, separate embedding-cache entries, runtime choices never saved."""
+"""The fast CPU path (``backend="onnx"``, ``quantize="int8"`` or ``"int8-block"``) on a tiny config-built BERT: same
+embeddings as torch (float32) or close ones (int8), block-wise int8 weights stored as ONNX Runtime's
+``MatMulNBits`` reads them, cached graphs, separate embedding-cache entries, runtime choices never saved."""
 
 from __future__ import annotations
 
@@ -43,6 +44,59 @@ def test_onnx_float32_equals_torch_and_int8_stays_close(tiny_encoder):
     assert _cos(int8, reference).min() > 0.95 and not np.allclose(int8, reference, atol=1e-6)
 
 
+def test_block_quantize_round_trips_within_half_a_step():
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(45, 7)).astype(np.float32)  # K not a multiple of the block: zero-padded
+    weight[:, 3] = 0.0  # an all-zero column
+    weight[:16, 5] = np.abs(weight[:16, 5]) + 1.0  # a block of positives only: 0 must stay representable
+    codes, scale, zero = fast.block_quantize(weight, block=16)
+    assert codes.shape == (7, 3, 16) and scale.shape == zero.shape == (7, 3)
+    assert codes.dtype == zero.dtype == np.uint8 and scale.dtype == np.float32
+    restored = ((codes.astype(np.float32) - zero[..., None]) * scale[..., None]).reshape(7, 48).T[:45]
+    assert np.all(np.abs(restored - weight) <= scale.repeat(16, 1).T[:45] / 2 + 1e-6)
+    assert np.all(restored[:, 3] == 0.0) and np.all(codes[3] == zero[3][:, None])
+    assert np.all((codes[5, 0].astype(int) - zero[5, 0]) >= 0)
+
+
+def test_int8_block_graph_computes_the_block_dequantized_product(tmp_path):
+    """One MatMul, rewritten to MatMulNBits and run by ONNX Runtime, gives x @ the dequantized weight up to the
+    int8 rounding of x per block (a wrong packing layout would be off by O(1))."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    weight = rng.normal(size=(64, 24)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 24])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "mm.onnx")
+    fast._quantize_blocks(tmp_path / "mm.onnx", tmp_path / "mm.q.onnx")
+    quantized = onnx.load(tmp_path / "mm.q.onnx")
+    assert [n.op_type for n in quantized.graph.node] == ["MatMulNBits"]
+    assert "w" not in {t.name for t in quantized.graph.initializer}  # the float weight is gone
+    x = rng.normal(size=(5, 64)).astype(np.float32)
+    y = ort.InferenceSession(str(tmp_path / "mm.q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    codes, scale, zero = fast.block_quantize(weight)
+    restored = ((codes.astype(np.float32) - zero[..., None]) * scale[..., None]).reshape(24, 64).T
+    np.testing.assert_allclose(y, x @ restored, atol=0.05 * np.abs(x @ restored).max())
+    assert np.abs(y - x @ weight).max() > 0  # it really is quantized
+
+
+def test_int8_block_is_closer_to_float32_than_int8(tiny_encoder, onnx_cache):
+    reference = tiny_encoder.encode(TEXTS)
+    block = _twin(tiny_encoder, backend="onnx", quantize="int8-block").encode(TEXTS)
+    tensor = _twin(tiny_encoder, backend="onnx", quantize="int8").encode(TEXTS)
+    assert not np.allclose(block, reference, atol=1e-6)
+    assert np.abs(block - reference).max() < np.abs(tensor - reference).max()
+    assert _cos(block, reference).min() > 0.99
+    assert sorted(p.name for p in onnx_cache.glob("onnx/*/*.onnx")) == ["model.int8-block32.onnx", "model.int8.onnx"]
+
+
 def test_graphs_are_built_once_per_model(tiny_encoder, onnx_cache, monkeypatch):
     first = _twin(tiny_encoder, backend="onnx", quantize="int8")
     first.encode(TEXTS[:2])
@@ -76,6 +130,12 @@ def test_each_runtime_keeps_its_own_cache_entries(tiny_encoder, tmp_path):
 def test_runtime_choices_are_validated_and_never_saved(tiny_encoder, tmp_path):
     with pytest.raises(ValueError, match="needs backend='onnx'"):
         EncoderSpec(quantize="int8")
+    with pytest.raises(ValueError, match="needs backend='onnx'"):
+        EncoderSpec(quantize="int8-block")
+    with pytest.raises(ValueError, match="quantize must be"):
+        EncoderSpec(backend="onnx", quantize="int4")
+    with pytest.raises(ValueError, match="quantize must be"):
+        fast.onnx_files(tiny_encoder.model, -1, "int4")
     with pytest.raises(ValueError, match="backend must be"):
         EncoderSpec(backend="tensorrt")
     assert EncoderRuntime(backend="onnx").as_kwargs() == {"backend": "onnx"}

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["EncoderSpec", "EncoderRuntime", "TextEncoder", "pool_hidden", "RUNTIME_FIELDS"]
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
-BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8")
+BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
 RUNTIME_FIELDS = ("encode_batch_size", "dtype", "backend", "quantize")
 _UNSAVED = ("backend", "quantize")  # machine choices that config.json never records
@@ -55,7 +55,11 @@ class EncoderSpec:
         metadata={"help": "torch | onnx (ONNX Runtime with graph fusions, the fast CPU path: pmi-reward[fast])"},
     )
     quantize: str = field(
-        default="none", metadata={"help": "none | int8 (dynamic int8 weights; onnx backend; check accuracy first)"}
+        default="none",
+        metadata={
+            "help": "none | int8 (dynamic int8, fastest, ~0.2 nat noise) | int8-block (block-wise int8, ~0.03 nat); "
+            "onnx backend; check accuracy first"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -64,7 +68,7 @@ class EncoderSpec:
         if self.quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {self.quantize!r}")
         if self.quantize != "none" and self.backend != "onnx":
-            raise ValueError("quantize='int8' needs backend='onnx' (ONNX Runtime's dynamic quantization)")
+            raise ValueError(f"quantize={self.quantize!r} needs backend='onnx' (ONNX Runtime's int8 operators)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,7 +111,9 @@ class EncoderRuntime:
     accuracy suffices: ``benchmarks/RESULTS.md``); GPU: ``dtype bfloat16`` and a large ``encode_batch_size``."""
 
     backend: str | None = field(default=None, metadata={"help": "torch | onnx (ONNX Runtime: the fast CPU path)"})
-    quantize: str | None = field(default=None, metadata={"help": "none | int8 (dynamic int8 weights; onnx only)"})
+    quantize: str | None = field(
+        default=None, metadata={"help": "none | int8 | int8-block (int8 weights, onnx only: benchmarks/RESULTS.md)"}
+    )
     dtype: str | None = field(default=None, metadata={"help": "float32 | bfloat16 (on a GPU) | float16"})
 
     def as_kwargs(self) -> dict:
