@@ -70,7 +70,10 @@ def test_int8_block_graph_computes_the_block_dequantized_product(tmp_path):
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
         "one",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [  # the weight listed as a graph input too, as older exporters did
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 24]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 24])],
         [numpy_helper.from_array(weight, "w")],
     )
@@ -79,6 +82,7 @@ def test_int8_block_graph_computes_the_block_dequantized_product(tmp_path):
     quantized = onnx.load(tmp_path / "mm.q.onnx")
     assert [n.op_type for n in quantized.graph.node] == ["MatMulNBits"]
     assert "w" not in {t.name for t in quantized.graph.initializer}  # the float weight is gone
+    assert [i.name for i in quantized.graph.input] == ["x"]
     x = rng.normal(size=(5, 64)).astype(np.float32)
     y = ort.InferenceSession(str(tmp_path / "mm.q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     codes, scale, zero = fast.block_quantize(weight)

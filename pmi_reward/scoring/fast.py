@@ -174,8 +174,12 @@ def _quantize_blocks(source: Path, target: Path, block: int = BLOCK) -> None:
     del graph.node[:]
     graph.node.extend(nodes)
     kept = [t for t in graph.initializer if t.name in used or t.name not in weights]
+    dropped = {t.name for t in graph.initializer} - {t.name for t in kept}
     del graph.initializer[:]
     graph.initializer.extend(kept)
+    inputs = [i for i in graph.input if i.name not in dropped]  # older exports list weights as graph inputs too
+    del graph.input[:]
+    graph.input.extend(inputs)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     onnx.save(model, str(target))
