@@ -76,7 +76,7 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
             seen = scorers[judge.partition("=")[2]]
             assert seen is None or reward is None or not overlaps(seen.span, reward.span), (name, judge)
             checked += 1
-    assert checked == 8
+    assert checked == 6  # tune and final: judges (b) and (c); the demo: its two judges
 
 
 def test_problems_finds_overlaps_and_ranges_outside_their_band():
