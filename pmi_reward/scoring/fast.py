@@ -38,8 +38,8 @@ __all__ = ["OnnxBackbone", "onnx_files"]
 _OPSET = 17
 # op types whose weights int8 replaces: every matrix product (ORT's fused Attention included)
 _QUANTIZED_OPS = ["MatMul", "Attention", "Gemm"]
-BLOCK = 16  # int8-block: input rows per weight scale, and channels per activation scale at run time (32: 91.5%
-# of MiniLM PMI scores within 0.1 nat of float32, 16: 97%; benchmarks/RESULTS.md)
+BLOCK = 16  # int8-block: input rows per weight scale, and channels per activation scale at run time (32: 91-93%
+# of MiniLM PMI scores within 0.1 nat of float32, 16: 97.1%; benchmarks/RESULTS.md)
 _FILES = {"none": "model.fused.onnx", "int8": "model.int8.onnx", "int8-block": f"model.int8-block{BLOCK}.onnx"}
 
 
