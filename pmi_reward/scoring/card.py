@@ -104,6 +104,7 @@ def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
     hidden = " - ".join(str(h) for h in head.get("hidden", [])) or MISSING
     cap = _number(head.get("cap"), 0)
     mode = head.get("input_mode")
+    residual = "a * cos(u, v) + b (learned a, b) plus a correction by an " if head.get("residual") == "cosine" else ""
     inputs = (
         "separate context and reply embeddings u, v, read as [u, v, u*v]"
         if mode == "pair"
@@ -136,7 +137,7 @@ dialogue RL (TRL's GRPO/RLOO, OpenRLHF, verl), to rerank candidate replies, or t
 |---|---|
 | encoder | {described}; {pooling} pooling, up to {encoder.get("max_length", MISSING)} tokens per input |
 | head input | {inputs} |
-| head | MLP {hidden} (PReLU), soft cap {cap} |
+| head | {residual}MLP {hidden} (PReLU), soft cap {cap} |
 | context read | the last {config.get("context_turns") or "all"} turns, one per line, oldest first |
 | objective | `{training.get("objective", MISSING)}`{_OBJECTIVES.get(str(training.get("objective")), "")} |
 

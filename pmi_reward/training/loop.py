@@ -69,6 +69,13 @@ class TrainConfig:
     in_batch_negatives: bool = field(
         default=False, metadata={"help": "every other reply of the batch is a negative too (free once embedded)"}
     )
+    correction_l2: float = field(
+        default=0.0,
+        metadata={
+            "help": "residual heads: add this times the mean squared MLP correction (nats^2) to the loss, so that "
+            "the score stays near the scaled cosine"
+        },
+    )
 
 
 @dataclass
@@ -173,6 +180,23 @@ def _in_batch(head: PMIHead, u: torch.Tensor, v: torch.Tensor, resp: np.ndarray)
     return scores.masked_fill(clash, -head.config.cap) if clash.any() else scores
 
 
+def _fit_prior(
+    head: PMIHead, features: Any, pairs: PairSet, objective: Callable, seed: int, n: int = 4096, k: int = 3
+) -> None:
+    """Start a residual head at the best scaled cosine: fit a, b on ``n`` training positives and ``k`` random
+    replies each (the product of marginals, so that the start estimates PMI from the cosine alone; the mix's hard
+    negatives are the correction's to learn). Its own RNG: the rounds' draws stay those of any other head."""
+    rng = np.random.default_rng([seed, 2])
+    rows = np.sort(rng.choice(len(pairs), min(n, len(pairs)), replace=False))
+    negs = sample_negatives(pairs, NegativeSpec(k_random=k, k_context=0), rng)[rows]
+    ctx = pairs.ctx[rows]
+    features.prepare(np.r_[ctx, np.repeat(ctx, k)], np.r_[pairs.resp[rows], negs.ravel()])
+    with torch.no_grad():
+        cos_pos = head.prior_cosine(*features(ctx, pairs.resp[rows]))
+        cos_neg = head.prior_cosine(*features(np.repeat(ctx[:, None], k, 1), negs))
+    head.fit_prior(cos_pos, cos_neg, objective)
+
+
 def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.ndarray | None:
     if negs is None:
         return None
@@ -196,7 +220,10 @@ class _Run:
         self.tuned = (
             [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] if self.encoder is not None else []
         )
-        groups: list[dict] = [{"params": list(self.head.parameters())}]
+        prior = {id(p) for p in self.head.prior_parameters()}
+        groups: list[dict] = [{"params": [p for p in self.head.parameters() if id(p) not in prior]}]
+        if prior:  # a residual head's cosine scale and shift: no weight decay (it would shrink the scale to 0)
+            groups.append({"params": self.head.prior_parameters(), "weight_decay": 0.0})
         if self.tuned:
             groups.append({"params": [p for _, p in self.tuned], "lr": config.encoder_lr, "weight_decay": 0.0})
         self.optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
@@ -260,11 +287,13 @@ class _Run:
             c = pairs.ctx[b]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
             u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()])
-            scores = self.head(u, v)
+            scores, correction = self.head.scores_and_correction(u, v)
             neg = scores[len(b) :].view(len(b), k)
             if config.in_batch_negatives and len(b) > 1:
                 neg = torch.cat([neg, _in_batch(self.head, u[: len(b)], v[: len(b)], pairs.resp[b])], dim=1)
             loss = objective(scores[: len(b)], neg)
+            if config.correction_l2 and correction is not None:
+                loss = loss + config.correction_l2 * correction.square().mean()
             self.optim.zero_grad(set_to_none=True)
             loss.backward()
             self.optim.step()
@@ -318,6 +347,8 @@ def train_head(
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
     run = _Run(head_config, train_features, config, head)
+    if head is None and head_config.residual != "none":
+        _fit_prior(run.head, train_features, train_pairs, objective, config.seed)
     val_negs = val_negatives
     if val_negs is None:
         val_negs = sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))

@@ -1,4 +1,5 @@
-"""Tables (mean ± std over seeds, in the order the runs were tried) and the scaling plot from ``runs.jsonl``.
+"""Tables (mean ± std over seeds, in the order the runs were tried) and the scaling plot from ``runs.jsonl``;
+``--per_seed NAME ...`` adds one row per seed of those runs, their validation and test figures side by side.
 
 python recipes/scorer/report.py --runs outputs/scorer-recipe/runs.jsonl
 """
@@ -50,6 +51,23 @@ def table(stage: str, runs: list[dict]) -> str:
     return markdown_table(["run", "train pairs", "seeds", *cols], rows)
 
 
+# per seed: the validation figure the choice reads, then the test and human-set figures of the same seed
+PER_SEED = [("val", "auc_random"), ("test", "auc_random"), ("test", "auc_context"), ("test", "generic_mean")]
+PER_SEED += [("test", "spearman_relevant")]
+
+
+def per_seed_table(runs: list[dict], names: list[str]) -> str:
+    """One row per (run name, seed) of ``names``: validation AUC beside that seed's test figures ("-" where a
+    stage has not run)."""
+    by = {(r["stage"], r["name"], r["seed"]): r for r in runs}
+    rows = []
+    for name in names:
+        for seed in sorted({r["seed"] for r in runs if r["name"] == name}):
+            cells = [by.get((stage, name, seed), {}).get(col) for stage, col in PER_SEED]
+            rows.append([name, seed] + ["-" if c is None else f"{c:.3f}" for c in cells])
+    return markdown_table(["run", "seed", *(f"{stage} {col}" for stage, col in PER_SEED)], rows)
+
+
 def scaling_plot(runs: list[dict], name: str, path: Path) -> Path | None:
     points = sorted((p, rs) for (s, n, p), rs in groups(runs).items() if n == name and s == "val")
     if not points:
@@ -80,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="outputs/scorer-recipe/runs.jsonl")
     parser.add_argument("--scaling", default="scaling-chitchat", help="the run name of the scaling curve")
+    parser.add_argument("--per_seed", nargs="*", default=[], help="run names to list seed by seed")
     args = parser.parse_args(argv)
     runs = [json.loads(line) for line in Path(args.runs).read_text().splitlines() if line.strip()]
     out = Path(args.runs).parent
     text = "\n\n".join(f"## {stage}\n\n{table(stage, runs)}" for stage in ("val", "test"))
+    if args.per_seed:
+        text += f"\n\n## per seed\n\n{per_seed_table(runs, args.per_seed)}"
     plot = scaling_plot(runs, args.scaling, out / "scaling.png")
     (out / "results.md").write_text(text + "\n")
     print(text)

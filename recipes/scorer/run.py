@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.features import PairFeatures
 from pmi_reward.scoring.head import HeadConfig
 from pmi_reward.scoring.models import cache_root
+from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.fit import fit_scorer, mine_negatives
 from pmi_reward.training.loop import TrainConfig, score_index_pairs
@@ -60,6 +61,13 @@ class ScorerRecipeArguments:
     max_train_pairs: list[int] = field(default_factory=list, metadata={"help": "one run per size (scaling)"})
     n_boot: int = 1000
     output_dir: str = "outputs/scorer-recipe"
+    scorer_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "save each trained scorer under DIR/NAME/ (val stage) and load it from there instead of "
+            "retraining when the settings match (test stage): training is deterministic, so it is the same scorer"
+        },
+    )
 
 
 def training_pairs(args: ScorerRecipeArguments, root: Path) -> PairSet:
@@ -87,6 +95,46 @@ def subsample(pairs: PairSet, n: int, seed: int = 0) -> PairSet:
         [pairs.response_texts[i] for i in keep],
         [str(pairs.group[i]) for i in keep],
     )
+
+
+def train_or_reuse(
+    args: ScorerRecipeArguments,
+    train: PairSet,
+    val: PairSet,
+    encoder: TextEncoder,
+    config: TrainConfig,
+    head: HeadConfig,
+    negatives: NegativeSpec,
+) -> tuple[PMIScorer, dict]:
+    """A scorer of these settings and its log fields: loaded from ``scorer_dir`` when a scorer trained with the very
+    same settings (data, head, negatives, optimisation, seed) is saved there, else trained (and saved there)."""
+    settings = json.loads(
+        json.dumps(
+            {
+                "train_data": args.train_data,
+                "chitchat_range": args.chitchat_range,
+                "train_pairs": len(train),
+                "head": asdict(head),
+                "negatives": asdict(negatives),
+                "training": asdict(config),
+            }
+        )
+    )
+    where = Path(args.scorer_dir) / args.name / f"pairs{len(train)}-seed{config.seed}" if args.scorer_dir else None
+    if where is not None and (where / "config.json").is_file():
+        meta = PMIScorer.read_metadata(where)
+        if meta.get("recipe") == settings:
+            return PMIScorer.from_pretrained(where, encoder=encoder), meta["recipe_row"]
+    scorer, result = fit_scorer(
+        train, val, encoder, TEMPLATES["en"], config, head, negatives, metadata={"recipe": settings}, progress=False
+    )
+    row: dict = {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
+    if scorer.head.prior_parameters():  # a residual head: the cosine's learned scale and shift
+        row["prior_scale_shift"] = [round(p.detach().item(), 4) for p in scorer.head.prior_parameters()]
+    if where is not None:
+        scorer.metadata["recipe_row"] = row
+        scorer.save_pretrained(where)
+    return scorer, row
 
 
 class Scoring:
@@ -167,14 +215,19 @@ def main(argv: list[str] | None = None) -> int:
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
-                scorer, result = fit_scorer(train, val, encoder, TEMPLATES["en"], tc, head, negatives, progress=False)
-                row |= {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
+                scorer, fields = train_or_reuse(args, train, val, encoder, tc, head, negatives)
+                row |= fields
                 scoring = Scoring(encoder, scorer.head)
             else:
                 scoring = Scoring(encoder)
             row |= evaluate(scoring, eval_set, human, args.n_boot)
             row["seconds"] = round(time.perf_counter() - start, 1)
-            row["settings"] = {"train_data": args.train_data, "head": head.__dict__, "negatives": negatives.__dict__}
+            row["settings"] = {
+                "train_data": args.train_data,
+                "head": head.__dict__,
+                "negatives": negatives.__dict__,
+                "training": config.__dict__,
+            }
             with (out / "runs.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps({k: v for k, v in row.items() if k != "settings"}), flush=True)
