@@ -87,7 +87,7 @@ class MicroBatcher:
         scorer: PMIScorer,
         max_batch_pairs: int = 256,
         max_wait_ms: float = 2.0,
-        max_batch_chars: int = 512 * 1024,
+        max_batch_chars: int = 64 * 1024,
         chunk_pairs: int = 32,
     ) -> None:
         if max_batch_pairs < 1 or max_batch_chars < 1 or chunk_pairs < 1:
