@@ -1,14 +1,15 @@
 """The fast CPU scoring path against the bare float32 forward: speed on the same texts, and what it costs in accuracy.
 
-Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies), embedded by a bare float32 torch
-forward of the scorer's encoder (pre-tokenized, length-sorted, only ``model(**batch)`` timed, as in
-``throughput.py``), by ``PMIScorer.score`` in float32 torch, and by ``PMIScorer.score`` on the fast path for each
-of ``--quantize`` (comma-separated: ``none``, ``int8``, ``int8-block``) with ``--backend``, all without an embedding
-cache, at ``--threads`` threads; runs alternate, the fastest of ``--repeats`` is compared. Accuracy: every pair of
-``--input`` and seeded negatives of the mix the scorer was trained with (its metadata; ``NegativeSpec``'s default
-if it has none), scored by the float32 scorer and by each fast one: ROC-AUC of each, and how far the fast path's
-PMI is from float32's (share of scores within 0.1 nat, quantiles of the gap). Accuracy uses the embedding cache
-(``--cache_dir``): each runtime's embeddings have their own keys, so nothing mixes.
+Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies, and the context lines a scorer
+with line features embeds too), embedded by a bare float32 torch forward of the scorer's encoder (pre-tokenized,
+length-sorted, only ``model(**batch)`` timed, as in ``throughput.py``), by ``PMIScorer.score`` in float32 torch,
+and by ``PMIScorer.score`` on the fast path for each of ``--quantize`` (comma-separated: ``none``, ``int8``,
+``int8-block``) with ``--backend``, all without an embedding cache, at ``--threads`` threads; runs alternate, the
+fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the mix the
+scorer was trained with (its metadata; ``NegativeSpec``'s default if it has none), scored by the float32 scorer and
+by each fast one: ROC-AUC of each, and how far the fast path's PMI is from float32's (share of scores within 0.1
+nat, quantiles of the gap). Accuracy uses the embedding cache (``--cache_dir``): each runtime's embeddings have
+their own keys, so nothing mixes; ``--no_accuracy`` times only.
 
     python benchmarks/fast_path.py --scorer outputs/scorer --backend onnx --quantize int8,int8-block --threads 1
 """
@@ -46,6 +47,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--encode_batch_size", type=int, default=None, help="default: the scorer's")
     parser.add_argument("--cache_dir", default=str(cache_root() / "embeddings"), help="for the accuracy part")
     parser.add_argument("--seed", type=int, default=2)
+    parser.add_argument("--no_accuracy", action="store_true", help="time only")
     return parser.parse_args()
 
 
@@ -62,7 +64,7 @@ def _timed_texts(path: str, n: int) -> tuple[list[str], list[str]]:
 def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMIScorer]) -> dict:
     """Pairs/s of the bare float32 forward, the float32 scorer and each fast scorer on the same texts."""
     contexts, replies = _timed_texts(args.input, args.pairs)
-    batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode)
+    batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode, reference.head.config.line_turns)
 
     def bare() -> None:
         with torch.inference_mode():
@@ -140,6 +142,9 @@ def main() -> int:
         "speed": speed(args, reference, timed),
     }
     result["load1_after_speed"] = round(os.getloadavg()[0], 2)
+    if args.no_accuracy:
+        print(json.dumps(result, indent=1))
+        return 0
     cached = {
         q: PMIScorer.from_pretrained(
             args.scorer, device="cpu", cache_dir=args.cache_dir, backend=args.backend, quantize=q

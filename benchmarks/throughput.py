@@ -25,6 +25,7 @@ from trl import TrlParser
 
 from pmi_reward.data.pairs import load_pairs
 from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+from pmi_reward.scoring.features import newest_lines
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES, fill
@@ -50,8 +51,13 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bare_batches(encoder: TextEncoder, contexts: list[str], responses: list[str], mode: str) -> list[dict]:
-    """The token batches the scorer's encoder would run, padded per batch, longest first."""
+def bare_batches(
+    encoder: TextEncoder, contexts: list[str], responses: list[str], mode: str, line_turns: int = 0
+) -> list[dict]:
+    """The token batches the scorer's encoder would run, padded per batch, longest first.
+
+    ``line_turns``: a scorer with line features also embeds each context's newest lines, as replies are embedded.
+    """
     tok, n = encoder.tokenizer, encoder.spec.max_length
     if mode == "prompt":
         pair = TEMPLATES["en"].pair_template
@@ -61,7 +67,8 @@ def bare_batches(encoder: TextEncoder, contexts: list[str], responses: list[str]
         tok.truncation_side = "left"
         ids = tok(contexts, truncation=True, max_length=n)["input_ids"]
         tok.truncation_side = "right"
-        ids += tok(responses, truncation=True, max_length=n)["input_ids"]
+        lines = list(dict.fromkeys(line for c in contexts for line in newest_lines(c, line_turns)))
+        ids += tok(responses + lines, truncation=True, max_length=n)["input_ids"]
     ids.sort(key=len, reverse=True)
     bs = encoder.spec.encode_batch_size
     return [tok.pad({"input_ids": ids[s : s + bs]}, return_tensors="pt") for s in range(0, len(ids), bs)]
