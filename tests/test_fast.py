@@ -174,3 +174,18 @@ def test_minilm_scorer_on_the_fast_path(tmp_path):
     np.testing.assert_allclose(onnx, reference, atol=1e-4)
     int8 = PMIScorer.from_pretrained(tmp_path / "s", device="cpu", backend="onnx", quantize="int8")
     assert int8.encoder.spec.quantize == "int8" and np.abs(int8.score(contexts, replies) - reference).max() < 0.1
+
+
+def test_the_benchmarks_bare_forward_runs_the_texts_and_tokens_the_scorer_runs(tiny_encoder_factory):
+    """benchmarks/fast_path.py compares speeds "on the same texts": with line features the scorer also embeds each
+    context's newest lines, so the bare forward must too, or its pairs/s flatter it."""
+    from benchmarks.throughput import bare_batches
+
+    encoder = tiny_encoder_factory("bert", "mean")
+    scorer = PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim, hidden=[8], line_turns=2)))
+    contexts = ["hi there\nhow are you?\nfine, thanks", "I love pizza.\nwhat did you cook?", "one line only"]
+    replies = ["great to hear", "pasta tonight", "ok"]
+    scorer.score(contexts, replies)
+    batches = bare_batches(encoder, contexts, replies, "pair", line_turns=2)
+    assert sum(len(b["input_ids"]) for b in batches) == encoder.stats.texts == 3 + 3 + 5
+    assert sum(int(b["attention_mask"].sum()) for b in batches) == encoder.stats.tokens

@@ -36,7 +36,8 @@ class ServerConfig:
         default=64 * 1024,
         metadata={
             "help": "characters of text in one encoder call: bounds how long a batch runs, so how long a small "
-            "request waits behind a large one (~15 s for 64k on one CPU thread with MiniLM); raise it on a GPU"
+            "request waits behind a large one (with MiniLM on one CPU thread: <= 20.2 s, docs/serving.md); raise it "
+            "on a GPU"
         },
     )
     chunk_pairs: int = field(
