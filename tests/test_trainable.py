@@ -52,6 +52,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
     pretrained_key = enc.spec.fingerprint(enc.pooling)
     config = TrainConfig(
         batch_size=16,
+        encoder_batch_size=16,
         epochs=6,
         patience=6,
         lr=3e-3,
@@ -64,7 +65,9 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
     scorer, result = fit_scorer(
         train, val, enc, TEMPLATES["en"], config, HeadConfig(line_turns=2), NegativeSpec(2, 0, 1), progress=False
     )
-    losses, aucs = [h["loss"] for h in result.history], [h["val_auc"] for h in result.history]
+    assert result.history[0]["epoch"] == 0  # the warmed-up head on the pretrained encoder, validated first
+    losses = [h["loss"] for h in result.history[1:]]
+    aucs = [h["val_auc"] for h in result.history]
     assert losses[-1] < losses[0] and max(aucs) > aucs[0]
     assert scorer.encoder.spec.model == LOCAL_ENCODER and scorer.encoder.spec.revision
     assert scorer.metadata["base_encoder"] == "tiny-bert"  # what the model card names as the base model
@@ -76,3 +79,66 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
     assert (tmp_path / "s" / "encoder" / "config.json").is_file()
     loaded = PMIScorer.from_pretrained(tmp_path / "s")
     np.testing.assert_allclose(loaded.score(contexts, replies), before, atol=1e-5)
+
+
+def test_a_continued_head_is_round_0_and_never_lost(topic_dialogues, tiny_encoder_factory):
+    """Training that continues a head validates it first (round 0); when every round is worse (here a learning
+    rate that wrecks the head), the result is the start, unchanged."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    enc = tiny_encoder_factory("bert", "mean")
+    ft, fv = (TrainableFeatures(enc, TEMPLATES["en"], p) for p in (train, val))
+    spec = NegativeSpec(2, 0, 0)
+    warm = train_head(
+        HeadConfig(enc.dim), ft, train, fv, val, TrainConfig(batch_size=16, epochs=4), False, negatives=spec
+    )
+    start = {k: v.clone() for k, v in warm.head.state_dict().items()}
+    wreck = TrainConfig(batch_size=16, epochs=2, patience=5, lr=50.0)
+    result = train_head(HeadConfig(enc.dim), ft, train, fv, val, wreck, False, negatives=spec, head=warm.head)
+    assert [h["epoch"] for h in result.history] == [0, 1, 2]
+    assert result.history[0]["loss"] is None
+    assert max(h["val_auc"] for h in result.history[1:]) < result.history[0]["val_auc"]  # the rounds were worse
+    assert result.best_epoch == 0 and result.best_val_auc == result.history[0]["val_auc"]
+    assert all(torch.equal(v, start[k]) for k, v in result.head.state_dict().items())
+
+
+class _CountingFeatures(TrainableFeatures):
+    """Records how many positives each training batch held (contexts per call under grad / (1 + K))."""
+
+    def __init__(self, *args, k: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.k, self.batches = k, []
+
+    def __call__(self, ctx, resp):
+        if torch.is_grad_enabled():
+            self.batches.append(len(ctx) // (1 + self.k))
+        return super().__call__(ctx, resp)
+
+
+def test_encoder_training_steps_take_encoder_batch_size_positives(topic_dialogues, tiny_encoder_factory):
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    enc = tiny_encoder_factory("bert", "mean")
+    enc.model.requires_grad_(True)
+    ft = _CountingFeatures(enc, TEMPLATES["en"], train, k=2)
+    fv = TrainableFeatures(enc, TEMPLATES["en"], val)
+    config = TrainConfig(batch_size=64, encoder_batch_size=8, epochs=1, steps_per_round=3, train_encoder="full")
+    train_head(HeadConfig(enc.dim), ft, train, fv, val, config, False, negatives=NegativeSpec(2, 0, 0))
+    assert ft.batches == [8, 8, 8]
+
+
+def test_the_warm_up_is_the_frozen_training(topic_dialogues, tiny_encoder_factory):
+    """``warmup_rounds`` trains the head exactly as a frozen-encoder run of that many full rounds would (the encoder's
+    ``steps_per_round`` does not cut it short), so that fine-tuning starts from the frozen scorer (round 0)."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    spec = NegativeSpec(2, 0, 0)
+    frozen_config = TrainConfig(batch_size=8, epochs=3, patience=3)
+    _, frozen = fit_scorer(
+        train, val, tiny_encoder_factory(), TEMPLATES["en"], frozen_config, HeadConfig(), spec, progress=False
+    )
+    tuned_config = TrainConfig(
+        batch_size=8, warmup_rounds=3, patience=3, epochs=1, steps_per_round=1, train_encoder="full"
+    )
+    _, tuned = fit_scorer(
+        train, val, tiny_encoder_factory(), TEMPLATES["en"], tuned_config, HeadConfig(), spec, progress=False
+    )
+    assert tuned.history[0]["epoch"] == 0
+    assert tuned.history[0]["val_auc"] == pytest.approx(frozen.best_val_auc, abs=1e-6)

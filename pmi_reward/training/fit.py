@@ -69,7 +69,9 @@ def fit_scorer(
         if head_config.input_mode != "pair":
             raise ValueError("train_encoder fine-tunes pair-mode encoders (input_mode pair)")
         if config.warmup_rounds:  # the head alone first, on the frozen encoder's cached embeddings: cheap
-            warm = replace(config, train_encoder="none", epochs=config.warmup_rounds, checkpoint_dir=None)
+            warm = replace(
+                config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
+            )
             start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
         make_trainable(encoder, config.train_encoder)
         train_features, val_features = (

@@ -6,9 +6,11 @@ instead, so that every method sees the very same pairs). After each round the he
 validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
 kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
 with trainable parameters (``pmi_reward.training.trainable.TrainableFeatures``: the whole encoder or LoRA
-adapters) are trained along with the head, at ``encoder_lr``; a round is then ``steps_per_round`` batches, so that
-validation and checkpoints come often. Checkpoints hold the head, the optimizer, the RNGs and a trainable encoder,
-so a killed run resumes to the same result. Seeded and deterministic on CPU.
+adapters) are trained along with the head, at ``encoder_lr``, in batches of ``encoder_batch_size``; a round is
+then ``steps_per_round`` batches, so that validation and checkpoints come often. A head that training continues
+(``head``) is validated first as round 0, so the result is never worse on validation than the start. Checkpoints
+hold the head, the optimizer, the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded
+and deterministic on CPU (all but the rounds' wall-clock ``seconds``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ class TrainConfig:
     warmup_rounds: int = field(
         default=0, metadata={"help": "with train_encoder: rounds of the head alone on the frozen encoder first"}
     )
+    encoder_batch_size: int = field(
+        default=32,
+        metadata={
+            "help": "with train_encoder: positives per step while the encoder trains (the head's lr is scaled by "
+            "encoder_batch_size / batch_size then); the warm-up keeps batch_size"
+        },
+    )
     steps_per_round: int | None = field(
         default=None, metadata={"help": "batches per round (None: a full pass); validation after each round"}
     )
@@ -85,6 +94,10 @@ class TrainResult:
     best_val_auc: float
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+
+    def untimed_history(self) -> list[dict]:
+        """The rounds without their wall-clock ``seconds``: what a seeded run (or a resumed one) reproduces."""
+        return [{k: v for k, v in h.items() if k != "seconds"} for h in self.history]
 
     def summary(self) -> dict:
         return {
@@ -220,6 +233,9 @@ class _Run:
         self.tuned = (
             [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] if self.encoder is not None else []
         )
+        # smaller batches while the encoder trains: the head's lr follows the linear scaling rule
+        self.batch_size = config.encoder_batch_size if self.tuned else config.batch_size
+        lr *= self.batch_size / config.batch_size
         prior = {id(p) for p in self.head.prior_parameters()}
         groups: list[dict] = [{"params": [p for p in self.head.parameters() if id(p) not in prior]}]
         if prior:  # a residual head's cosine scale and shift: no weight decay (it would shrink the scale to 0)
@@ -274,16 +290,16 @@ class _Run:
         k = negs.shape[1]
         order = rng.permutation(len(pairs))
         if config.steps_per_round:
-            order = order[: config.steps_per_round * config.batch_size]
+            order = order[: config.steps_per_round * self.batch_size]
         features.prepare(
             np.r_[pairs.ctx[order], np.repeat(pairs.ctx[order], k)], np.r_[pairs.resp[order], negs[order].ravel()]
         )
         losses = []
         self.set_training(True)
-        starts = range(0, len(order), config.batch_size)
+        starts = range(0, len(order), self.batch_size)
         bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
         for s in bar:
-            b = order[s : s + config.batch_size]
+            b = order[s : s + self.batch_size]
             c = pairs.ctx[b]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
             u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()])
@@ -300,7 +316,7 @@ class _Run:
             losses.append(loss.item())
             bar.set_postfix(
                 loss=f"{loss.item():.4f}",
-                pairs_s=f"{bar.format_dict['n'] * config.batch_size / max(bar.format_dict['elapsed'], 1e-9):.1f}",
+                pairs_s=f"{bar.format_dict['n'] * self.batch_size / max(bar.format_dict['elapsed'], 1e-9):.1f}",
             )
         self.set_training(False)
         return float(np.mean(losses))
@@ -331,7 +347,8 @@ def train_head(
     Each round draws ``negatives`` (default ``NegativeSpec()``) for every training positive. Fixed
     ``train_negatives`` (n_train, K) response indices replace those draws in every round (the paper's
     protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
-    ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one.
+    ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one; it is
+    validated first, as round 0, so that the result is never worse on validation than the start.
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
@@ -363,6 +380,12 @@ def train_head(
             head,
         )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
+    if head is not None and first == 1:  # the head it continues (e.g. warmed up on the frozen encoder) is round 0:
+        auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)  # never worse than it
+        run.history.append(
+            {"epoch": 0, "loss": None, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
+        )
+        run.best = (auc if config.select_by == "auc" else -val_loss, 0, run.snapshot())
     rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
     bar = tqdm(
         rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
@@ -371,7 +394,9 @@ def train_head(
         negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
         loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress)
         auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)
-        run.history.append({"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss})
+        run.history.append(
+            {"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
+        )
         key = auc if config.select_by == "auc" else -val_loss
         if key > run.best[0]:
             run.best = (key, epoch, run.snapshot())

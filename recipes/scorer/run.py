@@ -60,6 +60,7 @@ class ScorerRecipeArguments:
     stage: str = field(default="val", metadata={"help": "val (choose) or test (once, with the human set)"})
     max_train_pairs: list[int] = field(default_factory=list, metadata={"help": "one run per size (scaling)"})
     n_boot: int = 1000
+    threads: int = field(default=1, metadata={"help": "torch threads (the frozen runs' figures: 1)"})
     output_dir: str = "outputs/scorer-recipe"
     scorer_dir: str | None = field(
         default=None,
@@ -123,12 +124,16 @@ def train_or_reuse(
     where = Path(args.scorer_dir) / args.name / f"pairs{len(train)}-seed{config.seed}" if args.scorer_dir else None
     if where is not None and (where / "config.json").is_file():
         meta = PMIScorer.read_metadata(where)
-        if meta.get("recipe") == settings:
-            return PMIScorer.from_pretrained(where, encoder=encoder), meta["recipe_row"]
+        if meta.get("recipe") == settings:  # a fine-tuned scorer carries its own encoder
+            shared = encoder if config.train_encoder == "none" else None
+            return PMIScorer.from_pretrained(where, encoder=shared), meta["recipe_row"]
     scorer, result = fit_scorer(
         train, val, encoder, TEMPLATES["en"], config, head, negatives, metadata={"recipe": settings}, progress=False
     )
     row: dict = {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
+    if config.train_encoder != "none":  # round 0 is the warmed-up head on the pretrained encoder
+        row["val_auc_by_round"] = [round(h["val_auc"], 4) for h in result.history]
+        row["seconds_by_round"] = [round(h["seconds"]) for h in result.history]
     if scorer.head.prior_parameters():  # a residual head: the cosine's learned scale and shift
         row["prior_scale_shift"] = [round(p.detach().item(), 4) for p in scorer.head.prior_parameters()]
     if where is not None:
@@ -196,14 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     args, head, negatives, config = parse_args(
         (ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig), argv, prog="recipes/scorer/run.py"
     )
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     root = Path(args.data_dir) / "datasets" / "empirical" / "en"
     val = load_pairs(root / "val.csv", max_context_turns=args.context_turns)
     eval_set = val if args.stage == "val" else load_pairs(root / "test.csv", max_context_turns=args.context_turns)
     human = None
     if args.stage == "test":
         human = load_pairs(root / "human.csv", extra_columns=TARGETS, max_context_turns=args.context_turns)
-    encoder = TextEncoder(EncoderSpec(args.model), cache=EmbeddingCache(cache_root() / "embeddings"))
+    cache = EmbeddingCache(cache_root() / "embeddings")
+    encoder = TextEncoder(EncoderSpec(args.model), cache=cache)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     all_train = training_pairs(args, root) if args.method == "head" else None
@@ -215,9 +221,11 @@ def main(argv: list[str] | None = None) -> int:
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
-                scorer, fields = train_or_reuse(args, train, val, encoder, tc, head, negatives)
+                # fine-tuning changes the encoder it is given: every seed starts from a fresh pretrained one
+                base = encoder if tc.train_encoder == "none" else TextEncoder(EncoderSpec(args.model), cache=cache)
+                scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
                 row |= fields
-                scoring = Scoring(encoder, scorer.head)
+                scoring = Scoring(scorer.encoder, scorer.head)
             else:
                 scoring = Scoring(encoder)
             row |= evaluate(scoring, eval_set, human, args.n_boot)
