@@ -68,7 +68,9 @@ def _train(checkpoint_dir=None, kill_at_round=None, **overrides):
 
 
 def _same(a, b) -> None:
-    assert a.untimed_history() == b.untimed_history() and a.best_epoch == b.best_epoch and a.best_val_auc == b.best_val_auc
+    assert (
+        a.untimed_history() == b.untimed_history() and a.best_epoch == b.best_epoch and a.best_val_auc == b.best_val_auc
+    )
     for x, y in zip(a.head.state_dict().values(), b.head.state_dict().values(), strict=True):
         assert torch.equal(x, y)
 
