@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pmi_reward.data.negatives import NegativeSpec, sample_negatives
+from pmi_reward.data.negatives import NegativeSpec, random_from_batch, sample_negatives
 from pmi_reward.data.pairs import PairSet
 
 
@@ -67,3 +67,28 @@ def test_in_context_negatives_are_lines_of_the_context(pairs):
             text = pairs.responses[r]
             assert text != gold
             assert text in lines or gold in lines  # only a context made of gold copies falls back
+
+
+def test_random_negatives_from_the_batch_are_its_replies_of_other_dialogues():
+    # 24 distinct replies in 8 dialogues of 3 pairs each: a reply names its batch position and its dialogue
+    pairs = PairSet.from_pairs(
+        [f"c{i}" for i in range(24)], [f"r{i}" for i in range(24)], [str(i // 3) for i in range(24)]
+    )
+    rng = np.random.default_rng(0)
+    batch = rng.choice(24, 10, replace=False)
+    negs = random_from_batch(pairs, batch, 3, rng)
+    assert negs.shape == (10, 3)
+    for i, row in zip(batch, negs, strict=True):
+        others = {pairs.resp[j] for j in batch if pairs.group[j] != pairs.group[i]}
+        assert set(row) <= others and len(set(row)) == 3
+
+
+def test_random_negatives_from_a_batch_too_small_come_from_the_whole_set():
+    pairs = PairSet.from_pairs(
+        [f"c{i}" for i in range(12)], [f"r{i}" for i in range(12)], [str(i // 4) for i in range(12)]
+    )
+    one_dialogue = np.array([0, 1, 2])  # no reply of another dialogue in the batch
+    negs = random_from_batch(pairs, one_dialogue, 2, np.random.default_rng(0))
+    assert negs.shape == (3, 2)
+    dialogue_of = dict(zip(pairs.resp.tolist(), pairs.group.tolist(), strict=True))
+    assert all(dialogue_of[r] != 0 for r in negs.ravel())

@@ -102,7 +102,7 @@ def test_a_continued_head_is_round_0_and_never_lost(topic_dialogues, tiny_encode
 
 
 class _CountingFeatures(TrainableFeatures):
-    """Records how many positives each training batch held (contexts per call under grad / (1 + K))."""
+    """Records each training batch's reply indices (under grad): its gold replies, then its negatives."""
 
     def __init__(self, *args, k: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -110,7 +110,7 @@ class _CountingFeatures(TrainableFeatures):
 
     def __call__(self, ctx, resp):
         if torch.is_grad_enabled():
-            self.batches.append(len(ctx) // (1 + self.k))
+            self.batches.append(np.asarray(resp))
         return super().__call__(ctx, resp)
 
 
@@ -122,7 +122,26 @@ def test_encoder_training_steps_take_encoder_batch_size_positives(topic_dialogue
     fv = TrainableFeatures(enc, TEMPLATES["en"], val)
     config = TrainConfig(batch_size=64, encoder_batch_size=8, epochs=1, steps_per_round=3, train_encoder="full")
     train_head(HeadConfig(enc.dim), ft, train, fv, val, config, False, negatives=NegativeSpec(2, 0, 0))
-    assert ft.batches == [8, 8, 8]
+    assert [len(b) // (1 + ft.k) for b in ft.batches] == [8, 8, 8]
+
+
+def test_while_the_encoder_trains_random_negatives_are_the_batch_replies(topic_dialogues, tiny_encoder_factory):
+    """The random negatives of an encoder-training batch are replies the batch embeds anyway; the other kinds (here a
+    line of the context) are drawn as before."""
+    train = PairSet.from_dialogues(topic_dialogues[:24], max_context_turns=2)
+    val = PairSet.from_dialogues(topic_dialogues[60:72], max_context_turns=2)
+    enc = tiny_encoder_factory("bert", "mean")
+    enc.model.requires_grad_(True)
+    ft = _CountingFeatures(enc, TEMPLATES["en"], train, k=3)
+    fv = TrainableFeatures(enc, TEMPLATES["en"], val)
+    config = TrainConfig(batch_size=64, encoder_batch_size=8, epochs=1, steps_per_round=4, train_encoder="full")
+    train_head(HeadConfig(enc.dim), ft, train, fv, val, config, False, negatives=NegativeSpec(2, 0, 1))
+    assert len(ft.batches) == 4
+    lines = {int(x) for x in train.lines}
+    for resp in ft.batches:
+        gold, negs = resp[:8], resp[8:].reshape(8, 3)
+        assert set(negs[:, :2].ravel()) <= set(gold)  # random: other replies of the batch
+        assert set(negs[:, 2]) <= lines  # context: a line of the context
 
 
 def test_the_warm_up_is_the_frozen_training(topic_dialogues, tiny_encoder_factory):

@@ -22,7 +22,7 @@ import numpy as np
 
 from .pairs import PairSet
 
-__all__ = ["KINDS", "NegativeSpec", "sample_negatives"]
+__all__ = ["KINDS", "NegativeSpec", "sample_negatives", "random_from_batch"]
 
 _TRIES = 32
 
@@ -91,6 +91,27 @@ def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.nd
         for t in todo:  # rare: a response that is nearly every pair's gold
             choices = distinct[distinct != pairs.resp[rows[t]]]
             out[t] = choices[rng.integers(len(choices))]
+    return out
+
+
+def random_from_batch(pairs: PairSet, rows: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(len(rows), k) random negatives drawn among the other replies of the batch ``rows``: each a reply of another
+    dialogue, not the gold one, at distinct positions of the batch; slots the batch cannot fill are drawn from the
+    whole set (``_random``). The batch is a uniform draw of pairs, so these are draws from p(r) as ``_random``'s
+    are; while the encoder trains they cost nothing to embed (the batch's replies are embedded anyway)."""
+    rows = np.asarray(rows)
+    out = np.full((len(rows), k), -1, dtype=np.int64)
+    if k == 0:
+        return out
+    resp, group = pairs.resp[rows], pairs.group[rows]
+    ok = (group[:, None] != group[None, :]) & (resp[:, None] != resp[None, :])
+    keys = np.where(ok, rng.random(ok.shape), np.inf)  # a random order of each row's candidates
+    pick = np.argsort(keys, axis=1, kind="stable")[:, :k]
+    filled = np.take_along_axis(keys, pick, axis=1) < np.inf
+    out[filled] = resp[pick[filled]]
+    missing = np.argwhere(~filled)
+    if len(missing):
+        out[missing[:, 0], missing[:, 1]] = _random(pairs, rows[missing[:, 0]], rng)
     return out
 
 

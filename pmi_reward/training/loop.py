@@ -6,11 +6,12 @@ instead, so that every method sees the very same pairs). After each round the he
 validation set (positives against negatives drawn once); the state with the best validation ROC-AUC is
 kept and training stops after ``patience`` rounds without improvement. Features that expose a ``module``
 with trainable parameters (``pmi_reward.training.trainable.TrainableFeatures``: the whole encoder or LoRA
-adapters) are trained along with the head, at ``encoder_lr``, in batches of ``encoder_batch_size``; a round is
-then ``steps_per_round`` batches, so that validation and checkpoints come often. A head that training continues
-(``head``) is validated first as round 0, so the result is never worse on validation than the start. Checkpoints
-hold the head, the optimizer, the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded
-and deterministic on CPU (all but the rounds' wall-clock ``seconds``).
+adapters) are trained along with the head, at ``encoder_lr``, in batches of ``encoder_batch_size``; their random
+negatives are then drawn among the batch's other replies (``random_from_batch``: the same distribution, nothing
+more to embed), and a round is ``steps_per_round`` batches, so that validation and checkpoints come often. A head
+that training continues (``head``) is validated first as round 0, so the result is never worse on validation than
+the start. Checkpoints hold the head, the optimizer, the RNGs and a trainable encoder, so a killed run resumes to
+the same result. Seeded and deterministic on CPU (all but the rounds' wall-clock ``seconds``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data.negatives import NegativeSpec, sample_negatives
+from ..data.negatives import NegativeSpec, random_from_batch, sample_negatives
 from ..data.pairs import PairSet
 from ..scoring.head import HeadConfig, PMIHead
 from .checkpoint import digest, load_round, run_fingerprint, save_round
@@ -284,10 +285,12 @@ class _Run:
         config: TrainConfig,
         rng: np.random.Generator,
         progress: bool,
+        batch_random: int = 0,
     ) -> float:
         """One round: shuffled batches of positives (all, or ``steps_per_round`` batches), each with its K
-        negatives (and, with ``in_batch_negatives``, the batch's other replies); the mean loss."""
-        k = negs.shape[1]
+        negatives (``batch_random`` random ones drawn from the batch first; with ``in_batch_negatives``, all the
+        batch's other replies too); the mean loss."""
+        k = negs.shape[1] + batch_random
         order = rng.permutation(len(pairs))
         if config.steps_per_round:
             order = order[: config.steps_per_round * self.batch_size]
@@ -300,9 +303,11 @@ class _Run:
         bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
         for s in bar:
             b = order[s : s + self.batch_size]
-            c = pairs.ctx[b]
+            c, nb = pairs.ctx[b], negs[b]
+            if batch_random:
+                nb = np.c_[random_from_batch(pairs, b, batch_random, rng), nb]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
-            u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], negs[b].ravel()])
+            u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], nb.ravel()])
             scores, correction = self.head.scores_and_correction(u, v)
             neg = scores[len(b) :].view(len(b), k)
             if config.in_batch_negatives and len(b) > 1:
@@ -364,6 +369,9 @@ def train_head(
     rng = np.random.default_rng(config.seed)
     objective = get_objective(config.objective)
     run = _Run(head_config, train_features, config, head)
+    # while the encoder trains, random negatives come from the batch: the same draws from p(r), nothing more to embed
+    batch_random = negatives.k_random if run.tuned and train_negatives is None else 0
+    drawn = replace(negatives, k_random=0) if batch_random else negatives
     if head is None and head_config.residual != "none":
         _fit_prior(run.head, train_features, train_pairs, objective, config.seed)
     val_negs = val_negatives
@@ -391,8 +399,11 @@ def train_head(
         rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
     )
     for epoch in bar:
-        negs = train_negatives if train_negatives is not None else sample_negatives(train_pairs, negatives, rng)
-        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress)
+        if train_negatives is not None:
+            negs = train_negatives
+        else:
+            negs = sample_negatives(train_pairs, drawn, rng) if drawn.k else np.zeros((len(train_pairs), 0), np.int64)
+        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress, batch_random)
         auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)
         run.history.append(
             {"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
