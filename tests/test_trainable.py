@@ -161,3 +161,29 @@ def test_the_warm_up_is_the_frozen_training(topic_dialogues, tiny_encoder_factor
     )
     assert tuned.history[0]["epoch"] == 0
     assert tuned.history[0]["val_auc"] == pytest.approx(frozen.best_val_auc, abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_encoder_layers_trains_only_the_top_layers(kind, topic_dialogues, tiny_encoder_factory):
+    """``encoder_layers: 1`` moves the top layer (and a final norm after it) and nothing below it."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    enc = tiny_encoder_factory(kind, "mean")
+    before = {n: p.detach().clone() for n, p in enc.model.named_parameters()}
+    config = TrainConfig(
+        batch_size=8, epochs=1, steps_per_round=3, train_encoder="full", encoder_layers=1, encoder_lr=1e-2
+    )
+    fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False)
+    moved = {n for n, p in enc.model.named_parameters() if not torch.equal(p, before[n])}
+    top = "encoder.layer.1." if kind == "bert" else "layers.1."
+    assert moved and all(n.startswith(top) or n.startswith(("pooler.", "norm.")) for n in moved)
+    assert any(n.startswith(top) for n in moved)
+    assert kind == "bert" or "norm.weight" in moved  # Llama's final norm follows the stack: it trains too
+
+
+def test_encoder_layers_is_checked(tiny_encoder_factory):
+    from pmi_reward.training.trainable import make_trainable
+
+    with pytest.raises(ValueError, match="1..2"):
+        make_trainable(tiny_encoder_factory(), "full", top_layers=3)
+    with pytest.raises(ValueError, match="LoRA"):
+        make_trainable(tiny_encoder_factory(), "lora", top_layers=1)

@@ -77,6 +77,8 @@ def _encoder(model: str, metadata: dict, training: dict) -> tuple[str, str | Non
     base = BASE_MODELS.get(origin.lower(), origin if "/" in origin else None)
     how = training.get("train_encoder")
     tuned = f"fine-tuned ({how})" if how in ("full", "lora") else "fine-tuned"
+    if how == "full" and training.get("encoder_layers"):
+        tuned = f"fine-tuned (its top {training['encoder_layers']} layers)"
     return (
         f"`{origin}`{_link(base, origin)}, {tuned} with the head; its weights are in `encoder/` of this repository",
         base,

@@ -73,7 +73,7 @@ def fit_scorer(
                 config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
             )
             start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
-        make_trainable(encoder, config.train_encoder)
+        make_trainable(encoder, config.train_encoder, top_layers=config.encoder_layers)
         train_features, val_features = (
             TrainableFeatures(encoder, template, pairs, head_config.line_turns) for pairs in (train, val)
         )

@@ -59,6 +59,13 @@ class TrainConfig:
     encoder_lr: float = field(
         default=2e-5, metadata={"help": "learning rate of the encoder's trainable weights (LoRA: ~1e-4)"}
     )
+    encoder_layers: int | None = field(
+        default=None,
+        metadata={
+            "help": "with train_encoder full: train only the top N layers (None: all); the embeddings and lower layers "
+            "keep their pretrained weights, and the backward pass is cheaper"
+        },
+    )
     warmup_rounds: int = field(
         default=0, metadata={"help": "with train_encoder: rounds of the head alone on the frozen encoder first"}
     )

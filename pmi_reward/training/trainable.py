@@ -31,6 +31,7 @@ __all__ = [
     "LoraSpec",
     "add_lora",
     "make_trainable",
+    "layer_stack",
     "TrainableFeatures",
     "finish_tuning",
     "weights_digest",
@@ -61,11 +62,37 @@ def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
     return encoder.model
 
 
-def make_trainable(encoder: TextEncoder, mode: str, lora: LoraSpec | None = None) -> nn.Module:
-    """Make the encoder's weights (``full``) or fresh LoRA adapters (``lora``) trainable; returns the module."""
+def layer_stack(model: nn.Module) -> nn.ModuleList:
+    """The model's stack of transformer layers (BERT's ``encoder.layer``, Llama's ``layers``): its largest list."""
+    stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
+    if not stacks:
+        raise ValueError(f"{type(model).__name__} has no stack of layers to train the top of")
+    return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+
+def make_trainable(
+    encoder: TextEncoder, mode: str, lora: LoraSpec | None = None, top_layers: int | None = None
+) -> nn.Module:
+    """Make the encoder's weights (``full``) or fresh LoRA adapters (``lora``) trainable; returns the module.
+
+    ``top_layers`` (``full``) trains only the top N layers of the stack and what follows it (a final norm): the
+    embeddings and lower layers keep their pretrained weights, and the backward pass stops below layer N."""
     if mode == "full":
-        return encoder.model.requires_grad_(True)
+        model = encoder.model.requires_grad_(top_layers is None)
+        if top_layers is not None:
+            stack = layer_stack(model)
+            if not 1 <= top_layers <= len(stack):
+                raise ValueError(f"encoder_layers must be in 1..{len(stack)} for this encoder, got {top_layers}")
+            last = id(next(iter(stack[-1].parameters())))
+            names = [id(p) for p in model.parameters()]
+            after = set(names[names.index(last) :])  # parameters listed after the stack's last layer
+            for p in model.parameters():
+                p.requires_grad_(id(p) in after)
+            stack[len(stack) - top_layers :].requires_grad_(True)
+        return model
     if mode == "lora":
+        if top_layers is not None:
+            raise ValueError("encoder_layers chooses the layers of train_encoder full; LoRA adapts them all")
         return add_lora(encoder, lora or LoraSpec())
     raise ValueError(f"train_encoder must be one of {TRAIN_ENCODER[1:]} here, got {mode!r}")
 

@@ -57,6 +57,8 @@ class ScorerRecipeArguments:
     method: str = field(default="head", metadata={"help": "head (trained) or cosine (untrained baseline)"})
     model: str = "minilm"
     seeds: int = 3
+    first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
+    progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
     stage: str = field(default="val", metadata={"help": "val (choose) or test (once, with the human set)"})
     max_train_pairs: list[int] = field(default_factory=list, metadata={"help": "one run per size (scaling)"})
     n_boot: int = 1000
@@ -128,7 +130,7 @@ def train_or_reuse(
             shared = encoder if config.train_encoder == "none" else None
             return PMIScorer.from_pretrained(where, encoder=shared), meta["recipe_row"]
     scorer, result = fit_scorer(
-        train, val, encoder, TEMPLATES["en"], config, head, negatives, metadata={"recipe": settings}, progress=False
+        train, val, encoder, TEMPLATES["en"], config, head, negatives, {"recipe": settings}, progress=args.progress
     )
     row: dict = {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
     if config.train_encoder != "none":  # round 0 is the warmed-up head on the pretrained encoder
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     all_train = training_pairs(args, root) if args.method == "head" else None
     for size in args.max_train_pairs or [0]:
-        seeds = range(args.seeds if args.method == "head" else 1)
+        seeds = range(args.first_seed, args.first_seed + args.seeds) if args.method == "head" else range(1)
         for seed in seeds:
             start = time.perf_counter()
             row: dict = {"name": args.name, "stage": args.stage, "method": args.method, "seed": seed}
