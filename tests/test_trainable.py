@@ -43,10 +43,13 @@ def test_lora_adapters_train_in_the_one_loop_and_merge(topic_dialogues, tiny_enc
     np.testing.assert_allclose(score_index_pairs(result.head, fm, val.ctx, val.resp), pos_before, atol=1e-4)
 
 
-@pytest.mark.parametrize("mode", ["full", "lora"])
-def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialogues, tiny_encoder_factory, tmp_path):
-    """Fine-tuning lowers the training loss and raises validation AUC on a small config-built encoder, and the saved
-    scorer (its encoder inside) loads to identical scores, with cache keys apart from the pretrained encoder's."""
+@pytest.mark.parametrize(("mode", "bf16"), [("full", False), ("lora", False), ("full", True)])
+def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(
+    mode, bf16, topic_dialogues, tiny_encoder_factory, tmp_path
+):
+    """Fine-tuning (in float32, or under bfloat16 autocast) lowers the training loss and raises validation AUC on a
+    small config-built encoder, and the saved scorer (its encoder inside, float32 weights) loads to identical scores,
+    with cache keys apart from the pretrained encoder's."""
     train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
     enc = tiny_encoder_factory("bert", "mean")
     pretrained_key = enc.spec.fingerprint(enc.pooling)
@@ -61,6 +64,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
         warmup_rounds=2,
         steps_per_round=4,
         in_batch_negatives=True,
+        bf16=bf16,
     )
     scorer, result = fit_scorer(
         train, val, enc, TEMPLATES["en"], config, HeadConfig(line_turns=2), NegativeSpec(2, 0, 1), progress=False
@@ -73,6 +77,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(mode, topic_dialo
     assert scorer.metadata["base_encoder"] == "tiny-bert"  # what the model card names as the base model
     assert scorer.encoder.spec.fingerprint(scorer.encoder.pooling) != pretrained_key
     assert not any(p.requires_grad for p in scorer.encoder.model.parameters())
+    assert all(p.dtype == torch.float32 for p in scorer.encoder.model.parameters())
     contexts, replies = val.context_texts[:6], val.response_texts[:6]
     before = scorer.score(contexts, replies)
     scorer.save_pretrained(tmp_path / "s")
@@ -187,3 +192,15 @@ def test_encoder_layers_is_checked(tiny_encoder_factory):
         make_trainable(tiny_encoder_factory(), "full", top_layers=3)
     with pytest.raises(ValueError, match="LoRA"):
         make_trainable(tiny_encoder_factory(), "lora", top_layers=1)
+
+
+def test_bf16_features_run_under_autocast_and_return_float32(topic_dialogues, tiny_encoder_factory):
+    pairs = PairSet.from_dialogues(topic_dialogues[:8])
+    enc = tiny_encoder_factory("bert", "mean")
+    ctx, resp = pairs.ctx[:6], pairs.resp[:6]
+    with torch.no_grad():
+        u32, _ = TrainableFeatures(enc, TEMPLATES["en"], pairs)(ctx, resp)
+        u16, _ = TrainableFeatures(enc, TEMPLATES["en"], pairs, bf16=True)(ctx, resp)
+    assert u16.dtype == torch.float32
+    assert not torch.equal(u16, u32)  # computed in bfloat16
+    assert torch.nn.functional.cosine_similarity(u16, u32).min() > 0.99

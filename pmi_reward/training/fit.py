@@ -75,7 +75,8 @@ def fit_scorer(
             start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
         make_trainable(encoder, config.train_encoder, top_layers=config.encoder_layers)
         train_features, val_features = (
-            TrainableFeatures(encoder, template, pairs, head_config.line_turns) for pairs in (train, val)
+            TrainableFeatures(encoder, template, pairs, head_config.line_turns, bf16=config.bf16)
+            for pairs in (train, val)
         )
     result = train_head(
         head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed

@@ -100,7 +100,8 @@ def make_trainable(
 class TrainableFeatures:
     """Pair-mode features from a trainable encoder: ``module`` holds the trainable parameters.
 
-    Under ``torch.no_grad`` (validation, scoring) embeddings are computed in chunks without gradients.
+    Under ``torch.no_grad`` (validation, scoring) embeddings are computed in chunks without gradients. ``bf16`` runs
+    the encoder under bfloat16 autocast (mixed precision: float32 weights, optimizer and embeddings out).
     """
 
     def __init__(
@@ -110,8 +111,9 @@ class TrainableFeatures:
         pairs: PairSet,
         line_turns: int = 0,
         chunk: int = 256,
+        bf16: bool = False,
     ) -> None:
-        self.encoder, self.template, self.pairs, self.chunk = encoder, template, pairs, chunk
+        self.encoder, self.template, self.pairs, self.chunk, self.bf16 = encoder, template, pairs, chunk, bf16
         self.input_mode, self.line_turns = "pair", line_turns
         self.line_idx = PairFeatures.line_table(pairs, line_turns)
 
@@ -127,12 +129,13 @@ class TrainableFeatures:
         return None
 
     def _embed(self, texts: list[str], template: str, keep: str) -> torch.Tensor:
-        if torch.is_grad_enabled():
-            return self.encoder.embed_with_grad(texts, template, keep)
-        parts = [
-            self.encoder.embed_with_grad(texts[s : s + self.chunk], template, keep)
-            for s in range(0, len(texts), self.chunk)
-        ]
+        with torch.autocast(self.encoder.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            if torch.is_grad_enabled():
+                return self.encoder.embed_with_grad(texts, template, keep)
+            parts = [
+                self.encoder.embed_with_grad(texts[s : s + self.chunk], template, keep)
+                for s in range(0, len(texts), self.chunk)
+            ]
         return torch.cat(parts) if parts else torch.zeros(0, self.encoder.dim)
 
     def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
