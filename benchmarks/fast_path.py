@@ -4,7 +4,8 @@ Speed: the first ``--pairs`` pairs of ``--input`` (distinct contexts and replies
 with line features embeds too), embedded by a bare float32 torch forward of the scorer's encoder (pre-tokenized,
 length-sorted, only ``model(**batch)`` timed, as in ``throughput.py``), by ``PMIScorer.score`` in float32 torch,
 and by ``PMIScorer.score`` on the fast path for each of ``--quantize`` (comma-separated: ``none``, ``int8``,
-``int8-block``) with ``--backend``, all without an embedding cache, at ``--threads`` threads; runs alternate, the
+``int8-block``) with ``--backend``, and for each of ``--dtypes`` with the torch backend (e.g. ``bfloat16``: on a CPU
+with AVX512-BF16 or AMX), all without an embedding cache, at ``--threads`` threads; runs alternate, the
 fastest of ``--repeats`` is compared. Accuracy: every pair of ``--input`` and seeded negatives of the mix the
 scorer was trained with (its metadata; ``NegativeSpec``'s default if it has none), scored by the float32 scorer and
 by each fast one: ROC-AUC of each, and how far the fast path's PMI is from float32's (share of scores within 0.1
@@ -41,6 +42,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--input", default="../shared/data/pmiscore/datasets/empirical/en/test.csv")
     parser.add_argument("--backend", default="onnx")
     parser.add_argument("--quantize", default="int8,int8-block", help="comma-separated: none, int8, int8-block")
+    parser.add_argument("--dtypes", default="", help="comma-separated torch dtypes to time too, e.g. bfloat16")
     parser.add_argument("--pairs", type=int, default=512, help="pairs timed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -61,6 +63,14 @@ def _timed_texts(path: str, n: int) -> tuple[list[str], list[str]]:
     return contexts, replies
 
 
+def _variants(args: argparse.Namespace) -> dict[str, dict]:
+    """The fast runtimes to compare, by name: ``--backend`` with each ``--quantize``, the torch backend in each
+    ``--dtypes``."""
+    names = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    out = {f"{args.backend} {q}": {"backend": args.backend, "quantize": q} for q in names(args.quantize)}
+    return out | {f"torch {d}": {"backend": "torch", "dtype": d} for d in names(args.dtypes)}
+
+
 def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMIScorer]) -> dict:
     """Pairs/s of the bare float32 forward, the float32 scorer and each fast scorer on the same texts."""
     contexts, replies = _timed_texts(args.input, args.pairs)
@@ -74,7 +84,7 @@ def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMISco
     runs = {
         "bare float32 forward": bare,
         "scorer, float32 torch": lambda: reference.score(contexts, replies),
-        **{f"scorer, {args.backend} {q}": (lambda s=s: s.score(contexts, replies)) for q, s in fast.items()},
+        **{f"scorer, {name}": (lambda s=s: s.score(contexts, replies)) for name, s in fast.items()},
     }
     for fn in runs.values():
         fn()  # warm-up (and the fast path's one-off graph build)
@@ -115,7 +125,7 @@ def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMI
     }
     for name in fast:
         gap = np.abs(scored[name] - scored["float32"])
-        result[f"{args.backend} {name}"] = {
+        result[name] = {
             "auc": round(auc[name], 4),
             "auc_delta": round(auc[name] - auc["float32"], 4),
             "share_within_0.1_nat": round(float((gap <= 0.1).mean()), 4),
@@ -127,10 +137,10 @@ def accuracy(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMI
 def main() -> int:
     args = _arguments()
     torch.set_num_threads(args.threads)
-    variants = [q.strip() for q in args.quantize.split(",") if q.strip()]
+    variants = _variants(args)
     reference = PMIScorer.from_pretrained(args.scorer, device="cpu")
     timed = {
-        q: PMIScorer.from_pretrained(args.scorer, device="cpu", backend=args.backend, quantize=q) for q in variants
+        name: PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime) for name, runtime in variants.items()
     }
     for scorer in (reference, *timed.values()):
         scorer.encoder.set_batch_size(args.encode_batch_size)
@@ -146,10 +156,8 @@ def main() -> int:
         print(json.dumps(result, indent=1))
         return 0
     cached = {
-        q: PMIScorer.from_pretrained(
-            args.scorer, device="cpu", cache_dir=args.cache_dir, backend=args.backend, quantize=q
-        )
-        for q in variants
+        name: PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir, **runtime)
+        for name, runtime in variants.items()
     }
     reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir)
     result["accuracy"] = accuracy(args, reference, cached)

@@ -164,7 +164,8 @@ def test_fine_tuning_still_runs_through_torch(tiny_encoder):
 
 @pytest.mark.integration
 def test_minilm_scorer_on_the_fast_path(tmp_path):
-    """A saved MiniLM scorer loaded with ``backend="onnx", quantize="int8"`` scores close to float32 torch."""
+    """A saved MiniLM scorer loaded with ``backend="onnx", quantize="int8"`` or ``dtype="bfloat16"`` scores close to
+    float32 torch."""
     encoder = TextEncoder(EncoderSpec("minilm"), device="cpu")
     torch.manual_seed(0)
     PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim))).save_pretrained(tmp_path / "s")
@@ -174,6 +175,8 @@ def test_minilm_scorer_on_the_fast_path(tmp_path):
     np.testing.assert_allclose(onnx, reference, atol=1e-4)
     int8 = PMIScorer.from_pretrained(tmp_path / "s", device="cpu", backend="onnx", quantize="int8")
     assert int8.encoder.spec.quantize == "int8" and np.abs(int8.score(contexts, replies) - reference).max() < 0.1
+    bf16 = PMIScorer.from_pretrained(tmp_path / "s", device="cpu", dtype="bfloat16").score(contexts, replies)
+    assert not np.array_equal(bf16, reference) and np.abs(bf16 - reference).max() < 0.1
 
 
 def test_the_benchmarks_bare_forward_runs_the_texts_and_tokens_the_scorer_runs(tiny_encoder_factory):
@@ -189,3 +192,30 @@ def test_the_benchmarks_bare_forward_runs_the_texts_and_tokens_the_scorer_runs(t
     batches = bare_batches(encoder, contexts, replies, "pair", line_turns=2)
     assert sum(len(b["input_ids"]) for b in batches) == encoder.stats.texts == 3 + 3 + 5
     assert sum(int(b["attention_mask"].sum()) for b in batches) == encoder.stats.tokens
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_dtype_auto_is_bfloat16_where_the_device_runs_it_natively(native, tiny_scorer_dir, monkeypatch, tmp_path):
+    """``dtype="auto"`` (the per-machine fast path): bfloat16 on a device that computes it natively (a CPU with
+    AVX512-BF16 or AMX, a GPU), float32 elsewhere; embeddings stay close to float32's, and the cache keys are those
+    of the concrete dtype, never "auto"."""
+    from pmi_reward.scoring import encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: native)
+    contexts, replies = ["I love jazz.\nWho is your favourite?"] * 2, ["Coltrane.", "ok"]
+    reference = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu")
+    auto = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu", cache_dir=tmp_path / "emb", dtype="auto")
+    dtype = torch.bfloat16 if native else torch.float32
+    assert auto.encoder.spec.dtype == str(dtype).removeprefix("torch.")
+    assert next(auto.encoder.model.parameters()).dtype == dtype
+    assert '"auto"' not in auto.encoder._fingerprint
+    a, b = auto.encoder.encode(TEXTS), reference.encoder.encode(TEXTS)
+    assert _cos(a, b).min() > 0.999 and (not np.array_equal(a, b) if native else np.array_equal(a, b))
+    assert np.isfinite(auto.score(contexts, replies)).all()
+    onnx = EncoderSpec(dtype="auto", backend="onnx").on(torch.device("cpu"))
+    assert onnx.dtype == "float32"  # the ONNX path runs float32 (or int8) graphs
+
+
+def test_dtype_is_checked():
+    with pytest.raises(ValueError, match="dtype"):
+        EncoderSpec(dtype="bf16")

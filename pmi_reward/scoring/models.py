@@ -15,7 +15,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ShippedModel",
@@ -150,6 +153,19 @@ def _dtype(dtype: str):
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     except KeyError:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}") from None
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a GPU with bf16 support, or a CPU with AVX512-BF16 or AMX-BF16
+    (where bf16 runs ~2.4x float32's speed; on other CPUs it is emulated and slower)."""
+    import torch
+
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    capabilities: dict = getattr(torch.cpu, "get_capabilities", dict)()
+    return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
 
 
 def load_backbone(name: str, dtype: str = "float32"):

@@ -25,7 +25,7 @@ from ..data.records import atomic_write, json_safe
 from . import hub
 from .cache import EmbeddingCache
 from .card import model_card
-from .encoder import RUNTIME_FIELDS, EncoderSpec, TextEncoder
+from .encoder import RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
@@ -278,6 +278,7 @@ class PMIScorer:
         broken = [name for name, value in head.state_dict().items() if not torch.isfinite(value).all()]
         if broken:
             raise ScorerLoadError(f"{source}: head weights {broken} hold NaN or infinite values; retrain or restore it")
+        spec = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(spec, directory, source))
