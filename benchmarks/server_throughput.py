@@ -103,6 +103,7 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--backend", default=None, help="torch | onnx, on both sides (default: torch)")
     parser.add_argument("--quantize", default=None, help="none | int8, on both sides (onnx only)")
+    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | auto, on both sides (torch backend)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads on both sides (default: torch's choice, one per core)"
     )
@@ -132,7 +133,7 @@ def main() -> int:
 
     contexts, responses = chitchat_pairs(args.pairs)
     bodies = score_bodies(contexts, responses, args.per_request)
-    runtime = {k: v for k, v in (("backend", args.backend), ("quantize", args.quantize)) if v}
+    runtime = {k: v for k, v in (("backend", args.backend), ("quantize", args.quantize), ("dtype", args.dtype)) if v}
     scorer = PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime)
     scorer.encoder.set_batch_size(args.encode_batch_size)
     scorer.score(contexts[:64], responses[:64])  # warm up
@@ -172,7 +173,7 @@ def main() -> int:
     threads, spec = args.threads or torch.get_num_threads(), scorer.encoder.spec
     print(
         f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
-        f"{threads} torch threads, encoder {spec.model} ({spec.backend}, {spec.quantize}) in batches of "
+        f"{threads} torch threads, encoder {spec.model} ({spec.backend}, {spec.quantize}, {spec.dtype}) in batches of "
         f"{spec.encode_batch_size}, "
         f"median of {args.repeats}; server batches: {batcher}"
     )
