@@ -125,8 +125,9 @@ class EncoderSpec:
 @dataclass(frozen=True)
 class EncoderRuntime:
     """How this machine runs a saved scorer's encoder (the commands' ``--backend --quantize --dtype``); None keeps
-    what the scorer was saved with (torch, float32). CPU: ``backend onnx`` (with ``quantize int8`` where its
-    accuracy suffices: ``benchmarks/RESULTS.md``); GPU: ``dtype bfloat16`` and a large ``encode_batch_size``."""
+    what the scorer was saved with (torch, float32). ``dtype auto``: bfloat16 on a GPU or a CPU with native bf16
+    (AVX512-BF16/AMX: 2.4x float32, PMI within 0.1 nat), else float32; on an AVX2 CPU ``backend onnx`` (with
+    ``quantize int8`` where its accuracy suffices): ``benchmarks/RESULTS.md``. GPU: a large ``encode_batch_size``."""
 
     backend: str | None = field(default=None, metadata={"help": "torch | onnx (ONNX Runtime: the fast CPU path)"})
     quantize: str | None = field(
