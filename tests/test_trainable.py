@@ -159,7 +159,7 @@ def test_the_warm_up_is_the_frozen_training(topic_dialogues, tiny_encoder_factor
         train, val, tiny_encoder_factory(), TEMPLATES["en"], frozen_config, HeadConfig(), spec, progress=False
     )
     tuned_config = TrainConfig(
-        batch_size=8, warmup_rounds=3, patience=3, epochs=1, steps_per_round=1, train_encoder="full"
+        batch_size=8, warmup_rounds=3, patience=3, epochs=1, steps_per_round=1, train_encoder="full", bf16=False
     )
     _, tuned = fit_scorer(
         train, val, tiny_encoder_factory(), TEMPLATES["en"], tuned_config, HeadConfig(), spec, progress=False
@@ -204,3 +204,27 @@ def test_bf16_features_run_under_autocast_and_return_float32(topic_dialogues, ti
     assert u16.dtype == torch.float32
     assert not torch.equal(u16, u32)  # computed in bfloat16
     assert torch.nn.functional.cosine_similarity(u16, u32).min() > 0.99
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_by_default_where_the_device_computes_it_natively(
+    native, topic_dialogues, tiny_encoder_factory, monkeypatch
+):
+    from pmi_reward.training import fit
+
+    seen = []
+    monkeypatch.setattr(fit, "native_bf16", lambda device: native)
+    monkeypatch.setattr(fit, "train_head", lambda *args, **kw: seen.append(args[1]) or _stop())
+    config = TrainConfig(epochs=1, train_encoder="full")
+    train, val = PairSet.from_dialogues(topic_dialogues[:8]), PairSet.from_dialogues(topic_dialogues[60:64])
+    with pytest.raises(_Stop):
+        fit_scorer(train, val, tiny_encoder_factory(), TEMPLATES["en"], config, HeadConfig(), progress=False)
+    assert isinstance(seen[0], TrainableFeatures) and seen[0].bf16 is native
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop():
+    raise _Stop

@@ -15,6 +15,7 @@ from ..data.pairs import PairSet
 from ..scoring.encoder import TextEncoder
 from ..scoring.features import PairFeatures
 from ..scoring.head import HeadConfig
+from ..scoring.models import native_bf16
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
 from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
@@ -74,9 +75,9 @@ def fit_scorer(
             )
             start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
         make_trainable(encoder, config.train_encoder, top_layers=config.encoder_layers)
+        bf16 = native_bf16(encoder.device) if config.bf16 is None else config.bf16
         train_features, val_features = (
-            TrainableFeatures(encoder, template, pairs, head_config.line_turns, bf16=config.bf16)
-            for pairs in (train, val)
+            TrainableFeatures(encoder, template, pairs, head_config.line_turns, bf16=bf16) for pairs in (train, val)
         )
     result = train_head(
         head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed

@@ -76,11 +76,11 @@ class TrainConfig:
             "encoder_batch_size / batch_size then); the warm-up keeps batch_size"
         },
     )
-    bf16: bool = field(
-        default=False,
+    bf16: bool | None = field(
+        default=None,
         metadata={
-            "help": "with train_encoder: run the encoder under bfloat16 autocast (float32 weights); 2.3x faster on "
-            "a CPU with AVX512-BF16 (docs/scorer.md), slower on one without"
+            "help": "with train_encoder: run the encoder under bfloat16 autocast (float32 weights); default: where the "
+            "device computes bf16 natively (2.3x faster on a CPU with AVX512-BF16; emulated, slower, on AVX2)"
         },
     )
     steps_per_round: int | None = field(
