@@ -125,6 +125,7 @@ def _arguments(name: str):
         "recipes/quality/en.yaml": ((_recipe("recipes/quality/run.py").QualityArguments, NegativeSpec), []),
         "recipes/scorer/lines.yaml": (scorer_recipe, []),
         "recipes/scorer/scaling.yaml": (scorer_recipe, []),
+        "recipes/scorer/finetune.yaml": (scorer_recipe, []),
     }[name]
 
 
