@@ -228,3 +228,83 @@ class _Stop(Exception):
 
 def _stop():
     raise _Stop
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_attention_dropout_is_set_for_training(kind, tokenizer):
+    """Training-mode forwards differ by attention dropout alone; at 0 they repeat exactly (and a bad p is refused)."""
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
+
+    from pmi_reward.training.trainable import set_attention_dropout
+
+    torch.manual_seed(0)
+    if kind == "bert":
+        cfg = BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.5,
+        )
+        model = BertModel(cfg)
+    else:
+        cfg = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            attention_dropout=0.5,
+        )
+        model = LlamaModel(cfg)
+    model.train()
+    ids = torch.as_tensor([tokenizer("I love pizza and pasta, do you?")["input_ids"]])
+    assert not torch.equal(model(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state)
+    assert set_attention_dropout(model, 0.0) == 2
+    assert torch.equal(model(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        set_attention_dropout(model, 1.0)
+
+
+def test_fit_scorer_trains_without_attention_dropout(topic_dialogues, tiny_encoder_factory):
+    """``encoder_attention_dropout`` reaches the encoder that trains; scoring afterwards is in eval mode."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    enc = tiny_encoder_factory("bert", "mean")
+    config = TrainConfig(
+        train_encoder="full",
+        epochs=1,
+        steps_per_round=2,
+        encoder_batch_size=4,
+        encoder_attention_dropout=0.0,
+        bf16=False,
+    )
+    scorer, _ = fit_scorer(
+        train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
+    )
+    drops = [m.dropout.p for m in enc.model.modules() if type(m).__name__ == "BertSelfAttention"]
+    assert drops == [0.0, 0.0] and not enc.model.training
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_activation_checkpointing_trains_the_same_scorer(mode, topic_dialogues, tiny_encoder_factory):
+    """Recomputing activations in the backward pass (dropout masks replayed) changes memory, not the result."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    config = TrainConfig(
+        batch_size=8, epochs=2, steps_per_round=3, train_encoder=mode, encoder_lr=1e-2, patience=2, bf16=False
+    )
+    scores, encoders = [], []
+    for checkpointing in (False, True):
+        enc = tiny_encoder_factory("bert", "mean")
+        assert enc.model.config.attention_probs_dropout_prob > 0  # dropout is on while it trains
+        cfg = TrainConfig(**{**config.__dict__, "encoder_activation_checkpointing": checkpointing})
+        scorer, result = fit_scorer(
+            train, val, enc, TEMPLATES["en"], cfg, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
+        )
+        scores.append(scorer.score(val.context_texts[:6], val.response_texts[:6]))
+        encoders.append(enc)
+    assert result.best_epoch > 0  # the encoder moved, so the comparison is not between two pretrained encoders
+    np.testing.assert_allclose(scores[0], scores[1], atol=1e-4)
+    assert not encoders[1].model.is_activation_checkpointing  # the saved encoder is a plain one

@@ -74,7 +74,13 @@ def fit_scorer(
                 config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
             )
             start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
-        make_trainable(encoder, config.train_encoder, top_layers=config.encoder_layers)
+        make_trainable(
+            encoder,
+            config.train_encoder,
+            top_layers=config.encoder_layers,
+            attention_dropout=config.encoder_attention_dropout,
+            activation_checkpointing=config.encoder_activation_checkpointing,
+        )
         bf16 = native_bf16(encoder.device) if config.bf16 is None else config.bf16
         train_features, val_features = (
             TrainableFeatures(encoder, template, pairs, head_config.line_turns, bf16=bf16) for pairs in (train, val)

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ __all__ = [
     "add_lora",
     "make_trainable",
     "layer_stack",
+    "set_attention_dropout",
     "TrainableFeatures",
     "finish_tuning",
     "weights_digest",
@@ -70,13 +72,52 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
     return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
+def set_attention_dropout(model: nn.Module, p: float) -> int:
+    """Set the dropout on attention probabilities of every attention module (BERT's ``dropout`` of its
+    self-attention, Llama's ``attention_dropout``) to ``p``; the number of modules set.
+
+    Why: with attention dropout above 0, PyTorch's CPU attention falls back to materialising every attention matrix
+    (and its dropout mask) for the backward pass; at 0 it runs the fused kernel (docs/scorer.md: what it saves and
+    what it costs)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"attention dropout must be in [0, 1), got {p}")
+    count = 0
+    for module in model.modules():
+        if not type(module).__name__.endswith("Attention"):
+            continue
+        dropout = getattr(module, "dropout", None)
+        if isinstance(dropout, nn.Dropout):
+            dropout.p = p
+            count += 1
+        elif isinstance(getattr(module, "attention_dropout", None), float):
+            llama_like: Any = module  # a float attribute, read at each forward
+            llama_like.attention_dropout = p
+            count += 1
+    return count
+
+
 def make_trainable(
-    encoder: TextEncoder, mode: str, lora: LoraSpec | None = None, top_layers: int | None = None
+    encoder: TextEncoder,
+    mode: str,
+    lora: LoraSpec | None = None,
+    top_layers: int | None = None,
+    attention_dropout: float | None = None,
+    activation_checkpointing: bool = False,
 ) -> nn.Module:
     """Make the encoder's weights (``full``) or fresh LoRA adapters (``lora``) trainable; returns the module.
 
     ``top_layers`` (``full``) trains only the top N layers of the stack and what follows it (a final norm): the
-    embeddings and lower layers keep their pretrained weights, and the backward pass stops below layer N."""
+    embeddings and lower layers keep their pretrained weights, and the backward pass stops below layer N.
+    ``attention_dropout`` replaces the model's dropout on attention probabilities while it trains (None keeps
+    it); eval mode, and so scoring, never applies it. ``activation_checkpointing`` keeps only each layer's input for
+    the backward pass and recomputes the rest (dropout masks replayed): the same gradients in a fraction of the
+    memory, for one more forward pass."""
+    if attention_dropout is not None and not set_attention_dropout(encoder.model, attention_dropout):
+        raise ValueError(f"{type(encoder.model).__name__}: no attention module found to set the dropout of")
+    if activation_checkpointing:
+        if not getattr(encoder.model, "supports_gradient_checkpointing", False):
+            raise ValueError(f"{type(encoder.model).__name__} does not support activation checkpointing")
+        encoder.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if mode == "full":
         model = encoder.model.requires_grad_(top_layers is None)
         if top_layers is not None:
@@ -168,6 +209,8 @@ def finish_tuning(encoder: TextEncoder) -> EncoderSpec:
     with this encoder carries its weights (``encoder/`` in its directory)."""
     if hasattr(encoder.model, "merge_and_unload"):
         encoder.model = encoder.model.merge_and_unload()
+    if getattr(encoder.model, "is_activation_checkpointing", False):
+        encoder.model.activation_checkpointing_disable()
     encoder.model.eval().requires_grad_(False)
     spec = replace(encoder.spec, model=LOCAL_ENCODER, pooling=encoder.pooling, revision=weights_digest(encoder.model))
     encoder.adopt(spec)
