@@ -20,7 +20,7 @@ def tokenizer():
     return load_tokenizer("minilm")
 
 
-def _tiny(kind: str, vocab: int):
+def _tiny(kind: str, vocab: int, **config):
     from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
     torch.manual_seed(0)
@@ -32,6 +32,7 @@ def _tiny(kind: str, vocab: int):
             num_attention_heads=2,
             intermediate_size=64,
             max_position_embeddings=128,
+            **config,
         )
         return BertModel(cfg).eval()
     cfg = LlamaConfig(
@@ -42,6 +43,7 @@ def _tiny(kind: str, vocab: int):
         num_key_value_heads=2,
         intermediate_size=64,
         max_position_embeddings=256,
+        **config,
     )
     return LlamaModel(cfg).eval()
 
@@ -55,6 +57,12 @@ def tiny_encoder_factory(tokenizer):
         return TextEncoder(spec, cache=cache, device="cpu", model=_tiny(kind, len(tokenizer)), tokenizer=tokenizer)
 
     return make
+
+
+@pytest.fixture
+def tiny_model_factory(tokenizer):
+    """Bare tiny BERT or Llama bodies on MiniLM's vocabulary; keyword arguments override their config."""
+    return lambda kind="bert", **config: _tiny(kind, len(tokenizer), **config)
 
 
 @pytest.fixture

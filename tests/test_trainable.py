@@ -231,35 +231,14 @@ def _stop():
 
 
 @pytest.mark.parametrize("kind", ["bert", "llama"])
-def test_attention_dropout_is_set_for_training(kind, tokenizer):
+def test_attention_dropout_is_set_for_training(kind, tokenizer, tiny_model_factory):
     """Training-mode forwards differ by attention dropout alone; at 0 they repeat exactly (and a bad p is refused)."""
-    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
-
     from pmi_reward.training.trainable import set_attention_dropout
 
-    torch.manual_seed(0)
     if kind == "bert":
-        cfg = BertConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.5,
-        )
-        model = BertModel(cfg)
+        model = tiny_model_factory("bert", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
     else:
-        cfg = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            attention_dropout=0.5,
-        )
-        model = LlamaModel(cfg)
+        model = tiny_model_factory("llama", attention_dropout=0.5)
     model.train()
     ids = torch.as_tensor([tokenizer("I love pizza and pasta, do you?")["input_ids"]])
     assert not torch.equal(model(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state)
