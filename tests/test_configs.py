@@ -5,10 +5,10 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_recipe
 
 import pmi_reward
 from pmi_reward.cli.main import COMMANDS, main
@@ -76,15 +76,6 @@ def test_shipped_configs_resolve_by_name_or_path(tmp_path):
         config_path("scorer/nope")
 
 
-def _recipe(path: str):
-    name = path.replace("/", "_").removesuffix(".py")
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 def _arguments(name: str):
     """(dataclasses, extra required flags) of each config's command."""
     from trl import GRPOConfig, ModelConfig, RLOOConfig
@@ -95,7 +86,7 @@ def _arguments(name: str):
     from pmi_reward.training.job import ARGUMENTS as TRAIN
 
     trl = (trainers.ScriptArguments, RewardOptions)
-    scorer_recipe = (_recipe("recipes/scorer/run.py").ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig)
+    scorer_recipe = (load_recipe("recipes/scorer/run.py").ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig)
     methods = {
         "grpo": (*trl, GRPOConfig, ModelConfig),
         "rloo": (*trl, RLOOConfig, ModelConfig),
@@ -119,10 +110,10 @@ def _arguments(name: str):
         "recipes/smollm2-135m/rloo/config_cpu.yaml": ((*trl, RLOOConfig, ModelConfig), []),
         "recipes/smollm2-135m/ppo/config_cpu.yaml": (ppo.ARGUMENTS, []),
         "recipes/smollm2-135m/evaluate.yaml": (evaluate.ARGUMENTS, []),
-        "recipes/synthetic/config.yaml": ((_recipe("recipes/synthetic/run.py").SyntheticData, *STUDY), []),
-        "recipes/empirical/en.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
-        "recipes/empirical/zh.yaml": ((_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
-        "recipes/quality/en.yaml": ((_recipe("recipes/quality/run.py").QualityArguments, NegativeSpec), []),
+        "recipes/synthetic/config.yaml": ((load_recipe("recipes/synthetic/run.py").SyntheticData, *STUDY), []),
+        "recipes/empirical/en.yaml": ((load_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
+        "recipes/empirical/zh.yaml": ((load_recipe("recipes/empirical/run.py").EmpiricalData, *STUDY), []),
+        "recipes/quality/en.yaml": ((load_recipe("recipes/quality/run.py").QualityArguments, NegativeSpec), []),
         "recipes/scorer/lines.yaml": (scorer_recipe, []),
         "recipes/scorer/scaling.yaml": (scorer_recipe, []),
         "recipes/scorer/finetune.yaml": (scorer_recipe, []),

@@ -7,6 +7,7 @@ the reward must rank below a real reply: random replies (the paper's AUC, 5 per 
 fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearman/Pearson against the ratings,
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
 context and reply embeddings. ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
+``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 
     python recipes/scorer/run.py --config recipes/scorer/lines.yaml --stage val
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.special import logsumexp
 
 from pmi_reward.configs import parse_args
 from pmi_reward.data.dialogues import load_dialogues
@@ -61,6 +63,13 @@ class ScorerRecipeArguments:
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
     stage: str = field(default="val", metadata={"help": "val (choose) or test (once, with the human set)"})
     max_train_pairs: list[int] = field(default_factory=list, metadata={"help": "one run per size (scaling)"})
+    normalize_k: int = field(
+        default=0,
+        metadata={
+            "help": "self-normalise every score by its context's log-mean-exp score against K reference replies "
+            "drawn from the training data (0: raw scores)"
+        },
+    )
     n_boot: int = 1000
     threads: int = field(default=1, metadata={"help": "torch threads (the frozen runs' figures: 1)"})
     output_dir: str = "outputs/scorer-recipe"
@@ -100,6 +109,16 @@ def subsample(pairs: PairSet, n: int, seed: int = 0) -> PairSet:
     )
 
 
+def same_settings(saved: dict | None, current: dict) -> bool:
+    """Whether a saved scorer was trained with ``current``'s settings; a training option added after it was saved
+    counts at its default (the scorer was trained as that default does)."""
+    if not saved:
+        return False
+    defaults = json.loads(json.dumps(asdict(TrainConfig())))
+    training = {**defaults, **saved.get("training", {})}
+    return {**saved, "training": {k: training[k] for k in current["training"] if k in training}} == current
+
+
 def train_or_reuse(
     args: ScorerRecipeArguments,
     train: PairSet,
@@ -126,7 +145,7 @@ def train_or_reuse(
     where = Path(args.scorer_dir) / args.name / f"pairs{len(train)}-seed{config.seed}" if args.scorer_dir else None
     if where is not None and (where / "config.json").is_file():
         meta = PMIScorer.read_metadata(where)
-        if meta.get("recipe") == settings:  # a fine-tuned scorer carries its own encoder
+        if same_settings(meta.get("recipe"), settings):  # a fine-tuned scorer carries its own encoder
             shared = encoder if config.train_encoder == "none" else None
             return PMIScorer.from_pretrained(where, encoder=shared), meta["recipe_row"]
     scorer, result = fit_scorer(
@@ -163,13 +182,38 @@ class Scoring:
             return torch.nn.functional.cosine_similarity(u, v, dim=-1).numpy()
 
 
-def evaluate(scoring: Scoring, pairs: PairSet, human: PairSet | None, n_boot: int) -> dict:
-    """AUC against each kind of fixed negative, the generic probes, and (with ``human``) the correlations."""
+def reference_replies(train: PairSet, k: int) -> list[str]:
+    """``k`` distinct training replies drawn with ``EVAL_SEED``: a sample of the marginal p(r)."""
+    distinct = sorted(set(train.response_texts))
+    if k > len(distinct):
+        raise SystemExit(f"--normalize_k {k}: the training data has only {len(distinct)} distinct replies")
+    return [distinct[i] for i in np.random.default_rng(EVAL_SEED).choice(len(distinct), k, replace=False)]
+
+
+def self_normalise(scoring: Scoring, pairs: PairSet, reference: list[str]) -> np.ndarray:
+    """Per row of ``pairs``: log (1/K) sum_k exp s(c, r_k) over the K reference replies, for its context c.
+
+    At the NWJ optimum s = log p(r|c)/p(r), E_{r ~ p(r)} exp s(c, r) = 1 for EVERY context, so this is 0; a trained
+    head meets the constraint only on average over contexts. Subtracting it gives scores that are comparable
+    across contexts (the human-rated set has one reply per context)."""
+    contexts = pairs.contexts
+    probe = PairSet.from_pairs([c for c in contexts for _ in reference], list(reference) * len(contexts))
+    s = scoring(scoring.features(probe), probe.ctx, probe.resp).astype(np.float64).reshape(len(contexts), -1)
+    return (logsumexp(s, axis=1) - np.log(len(reference)))[pairs.ctx]
+
+
+def evaluate(
+    scoring: Scoring, pairs: PairSet, human: PairSet | None, n_boot: int, reference: list[str] | None = None
+) -> dict:
+    """AUC against each kind of fixed negative, the generic probes, and (with ``human``) the correlations; with
+    ``reference`` replies, of the self-normalised scores."""
     features = scoring.features(pairs)
     mine_negatives(pairs, EVAL_NEGATIVES, features)
     negs = sample_negatives(pairs, EVAL_NEGATIVES, np.random.default_rng(EVAL_SEED))
     pos = scoring(features, pairs.ctx, pairs.resp)
     neg = scoring(features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+    offset = self_normalise(scoring, pairs, reference) if reference else np.zeros(len(pairs))
+    pos, neg = pos - offset, neg - offset[:, None]
     out: dict = {"pos_mean": float(pos.mean())}
     col = 0
     for kind, k in EVAL_NEGATIVES.counts().items():
@@ -182,11 +226,14 @@ def evaluate(scoring: Scoring, pairs: PairSet, human: PairSet | None, n_boot: in
     contexts = [pairs.context_texts[i] for i in range(n)]
     probes = PairSet.from_pairs([c for c in contexts for _ in GENERIC_PROBES], list(GENERIC_PROBES) * n)
     gen = scoring(scoring.features(probes), probes.ctx, probes.resp).reshape(n, len(GENERIC_PROBES))
+    gen = gen - offset[:n, None]
     out["generic_mean"] = float(gen.mean())
     out["auc_generic"] = roc_auc(pos[:n], gen)
     if human is not None:
         hf = scoring.features(human)
         score = scoring(hf, human.ctx, human.resp).astype(np.float64)
+        if reference:
+            score = score - self_normalise(scoring, human, reference)
         for target in TARGETS:
             y = np.asarray(human.extras[target], dtype=np.float64)
             short = target.split("_")[1]
@@ -215,11 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     all_train = training_pairs(args, root) if args.method == "head" else None
+    reference = None
+    if args.normalize_k:
+        source = all_train if all_train is not None else training_pairs(args, root)
+        reference = reference_replies(source, args.normalize_k)
     for size in args.max_train_pairs or [0]:
         seeds = range(args.first_seed, args.first_seed + args.seeds) if args.method == "head" else range(1)
         for seed in seeds:
             start = time.perf_counter()
-            row: dict = {"name": args.name, "stage": args.stage, "method": args.method, "seed": seed}
+            name = f"{args.name}+selfnorm{args.normalize_k}" if args.normalize_k else args.name
+            row: dict = {"name": name, "stage": args.stage, "method": args.method, "seed": seed}
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
@@ -230,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 scoring = Scoring(scorer.encoder, scorer.head)
             else:
                 scoring = Scoring(encoder)
-            row |= evaluate(scoring, eval_set, human, args.n_boot)
+            row |= evaluate(scoring, eval_set, human, args.n_boot, reference)
             row["seconds"] = round(time.perf_counter() - start, 1)
             row["settings"] = {
                 "train_data": args.train_data,

@@ -1,0 +1,49 @@
+"""recipes/scorer/run.py: the self-normalised score and the rule that reuses a saved scorer instead of retraining."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict
+
+import numpy as np
+from conftest import load_recipe
+from scipy.special import logsumexp
+
+from pmi_reward.data.pairs import PairSet
+from pmi_reward.training.loop import TrainConfig
+
+RUN = load_recipe("recipes/scorer/run.py")
+
+
+def test_self_normalised_scores_average_to_one_in_exp_over_the_reference_for_every_context(tiny_encoder):
+    """The transform enforces E_{r ~ p(r)} exp s(c, r) = 1 per context (the NWJ optimum's property)."""
+    reference = ["the cat sat on the mat", "rain again today", "I like trains a lot", "see you tomorrow"]
+    contexts = ["hello there\nhow are you doing", "what do you do for a living"]
+    pairs = PairSet.from_pairs([c for c in contexts for _ in reference], reference * len(contexts))
+    scoring = RUN.Scoring(tiny_encoder)
+    raw = scoring(scoring.features(pairs), pairs.ctx, pairs.resp).astype(np.float64).reshape(2, -1)
+    offset = RUN.self_normalise(scoring, pairs, reference).reshape(2, -1)
+    assert np.allclose(offset, offset[:, :1])  # one offset per context
+    assert abs(offset[0, 0] - offset[1, 0]) > 1e-6  # and it differs between contexts
+    assert np.allclose(logsumexp(raw - offset, axis=1) - np.log(len(reference)), 0.0, atol=1e-9)
+
+
+def test_reference_replies_are_distinct_seeded_training_replies():
+    train = PairSet.from_pairs(["a", "b", "c", "d"], ["x", "y", "x", "z"])
+    first = RUN.reference_replies(train, 3)
+    assert sorted(first) == ["x", "y", "z"] and first == RUN.reference_replies(train, 3)
+
+
+def test_a_saved_scorer_is_reused_when_a_later_option_sits_at_its_default():
+    current = {"train_data": ["study"], "training": json.loads(json.dumps(asdict(TrainConfig(seed=1))))}
+    saved = copy.deepcopy(current)
+    del saved["training"]["encoder_attention_dropout"]  # saved before the option existed
+    assert RUN.same_settings(saved, current)
+
+    def changed(**training) -> dict:
+        return {**current, "training": {**current["training"], **training}}
+
+    assert not RUN.same_settings(saved, changed(encoder_attention_dropout=0.0))
+    assert not RUN.same_settings(saved, changed(seed=2))
+    assert not RUN.same_settings(None, current)
