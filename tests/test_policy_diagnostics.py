@@ -17,7 +17,15 @@ from pmi_reward.policy.diagnostics import (
     reply_lengths,
     text_diagnostics,
 )
-from pmi_reward.policy.panel import Judge, describe, parse_judge, relation, training_range, verdict
+from pmi_reward.policy.panel import (
+    Judge,
+    describe,
+    parse_judge,
+    pretrained_encoder,
+    relation,
+    training_range,
+    verdict,
+)
 from pmi_reward.policy.sampling import Replies
 
 
@@ -84,6 +92,21 @@ def test_relation_tells_a_twin_from_a_judge_that_shares_nothing():
     assert training_range(twin) == ("chitchat", 1000, 2000) and training_range(smol) is None
     assert describe(twin) == "minilm, seed 1, chitchat dialogues 1000-1999"
     assert parse_judge("a=/x/y") == ("a", "/x/y") and parse_judge("/s/sc-lines/") == ("sc-lines", "/s/sc-lines/")
+
+
+def test_a_fine_tuned_encoder_and_pair_files_beside_dialogues_count_as_shared():
+    """A fine-tuned MiniLM is still MiniLM; a reward trained on dialogues AND a pair file shares that file."""
+    tuned = {**REWARD, "base_encoder": "minilm", "encoder": pretrained_encoder("./encoder", {"base_encoder": "minilm"})}
+    smol = {"encoder": "smollm2-135m-instruct", "training": {"seed": 0}, "data": {"train_file": "en/train.csv"}}
+    minilm_en = {**smol, "encoder": "minilm"}
+    assert relation(minilm_en, tuned)["encoder"] and not relation(smol, tuned)["encoder"]
+    assert pretrained_encoder("minilm", {"base_encoder": "other"}) == "minilm"  # a named encoder is itself
+    both = {**REWARD, "data": {**REWARD["data"], "train_file": "en/train.csv"}}  # `make scorer` with ../shared
+    assert relation(smol, both) == {"encoder": False, "seed": True, "data": "shared pair files", "data_shared": True}
+    assert not Judge("smol", "p", None, smol, relation(smol, both)).independent
+    assert relation(smol, REWARD)["data"] == "different"
+    twin = {**both, "data": {**both["data"], "skip_dialogues": 1000}}  # other dialogues, the same file
+    assert relation(twin, both)["data"] == "shared pair files"
 
 
 def test_verdict_needs_every_independent_judge_and_prints_their_auc():

@@ -67,7 +67,7 @@ def _scorer_ranges(all_entries) -> dict[str, Entry | None]:
 
 def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
     scorers = _scorer_ranges(all_entries)
-    assert len(scorers) == 7
+    assert len(scorers) == 8
     checked = 0
     for name in (RECIPE + "tune/evaluate.yaml", RECIPE + "final/evaluate.yaml", "demo/evaluate"):
         values = merged_config([name if name.startswith("demo/") else str(ROOT / name)])

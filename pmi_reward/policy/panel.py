@@ -1,13 +1,14 @@
 """A panel of judges for policy evaluation, and what each shares with the training reward.
 
 A judge is a saved scorer named ``name=directory`` (or just a directory, named after it). From the scorers'
-metadata (never from their internals) each judge is compared with the reward scorer: the same encoder model,
-the same training seed, and the training data: the same or overlapping dialogues of one corpus, disjoint
-dialogues of one corpus, or different data altogether. A judge that shares nothing (another encoder and no
-training dialogue or pair file in common; the seed is then moot: one number drives two unrelated
-initialisations and data orders) cannot be fooled by the reward's own quirks in the same way; a gain counts
-when every such judge sees it (its 95% CI excludes 0). Each judge's validation AUC is printed beside the
-verdict: a judge that cannot rank replies cannot confirm a gain.
+metadata (never from their internals) each judge is compared with the reward scorer: the same encoder model (a
+fine-tuned encoder counts as the pretrained model it started from), the same training seed, and the training
+data: the same or overlapping dialogues of one corpus, a pair file in common, disjoint dialogues of one corpus,
+or different data altogether. A judge that shares nothing (another encoder and no training dialogue or pair file
+in common; the seed is then moot: one number drives two unrelated initialisations and data orders) cannot be
+fooled by the reward's own quirks in the same way; a gain counts when every such judge sees it (its 95% CI
+excludes 0). Each judge's validation AUC is printed beside the verdict: a judge that cannot rank replies cannot
+confirm a gain.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..scoring.encoder import EncoderSpec, TextEncoder
-from ..scoring.scorer import PMIScorer
+from ..scoring.scorer import LOCAL_ENCODER, PMIScorer
 
 __all__ = ["Judge", "parse_judge", "training_range", "relation", "load_judges", "describe", "verdict"]
 
@@ -55,7 +56,14 @@ def parse_judge(spec: str) -> tuple[str, str]:
 
 
 def _provenance(scorer: PMIScorer) -> dict[str, Any]:
-    return {**scorer.metadata, "encoder": scorer.encoder.spec.model}
+    """The scorer's metadata with ``encoder``: the pretrained model it embeds with (a fine-tuned encoder, saved in
+    the scorer's directory, counts as the model it started from: it keeps what that model learned)."""
+    return {**scorer.metadata, "encoder": pretrained_encoder(scorer.encoder.spec.model, scorer.metadata)}
+
+
+def pretrained_encoder(model: str, meta: dict) -> str:
+    """The pretrained model behind an encoder: ``model``, or for a fine-tuned one the model training started from."""
+    return str(meta.get("base_encoder") or model) if model == LOCAL_ENCODER else model
 
 
 def training_range(meta: dict) -> tuple[str, int, int] | None:
@@ -68,21 +76,23 @@ def training_range(meta: dict) -> tuple[str, int, int] | None:
     return str(data["dialogues"]), first, first + int(sum(data.get("n_dialogues") or [0]))
 
 
+def _pair_files(meta: dict) -> set[Path]:
+    data = meta.get("data") or {}
+    return {Path(str(data[k])).resolve() for k in ("train_file", "val_file", "test_file") if data.get(k)}
+
+
 def _data_relation(judge: dict, reward: dict) -> str:
+    """How the two training sets relate; a scorer may have trained on dialogues AND pair files (``make scorer``)."""
     j, r = training_range(judge), training_range(reward)
-    if j and r:
-        if j[0] != r[0]:
-            return "different"
+    one_corpus = j is not None and r is not None and j[0] == r[0]
+    if j is not None and r is not None and one_corpus:
         if j == r:
             return "same dialogues"
-        return "overlapping dialogues" if j[1] < r[2] and r[1] < j[2] else "disjoint dialogues of one corpus"
-    if j or r:
-        return "different"
-    jd, rd = judge.get("data") or {}, reward.get("data") or {}
-    files = {"train_file", "val_file", "test_file"}
-    jf = {Path(str(jd[k])).resolve() for k in files if jd.get(k)}
-    rf = {Path(str(rd[k])).resolve() for k in files if rd.get(k)}
-    return "shared pair files" if jf & rf else "different"
+        if j[1] < r[2] and r[1] < j[2]:
+            return "overlapping dialogues"
+    if _pair_files(judge) & _pair_files(reward):
+        return "shared pair files"
+    return "disjoint dialogues of one corpus" if one_corpus else "different"
 
 
 def relation(judge_meta: dict, reward_meta: dict) -> dict[str, Any]:
