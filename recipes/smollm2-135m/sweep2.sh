@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second tuning round of recipes/smollm2-135m (issue 10; 2026-11-24), in the order it was run, on the TUNING
 # contexts (3400-3699) only: build the judges and two rewards (frozen and fine-tuned MiniLM, both on Chit-Chat 0-999),
-# rank the rewards by judge (b)'s best-of-n gains, then GRPO trial d with the chosen reward (RESULTS.md).
+# rank the rewards by judge (b)'s best-of-n gains, then GRPO trial d with the chosen reward and trial b again (RESULTS.md).
 # bash recipes/smollm2-135m/sweep2.sh   (from the repository root; ~95 min of 2-core CPU)
 set -euo pipefail
 export HF_HUB_OFFLINE=1
@@ -22,3 +22,8 @@ $PMI grpo --config recipes/smollm2-135m/tune/grpo.yaml --length_neutral true --d
     --output_dir outputs/policies/tune/grpo-d
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/grpo-d \
     --output_dir outputs/eval/tune/grpo-d
+# trial b of sweep.sh again, judged by this panel (its earlier figures came from other judge copies)
+$PMI grpo --config recipes/smollm2-135m/tune/grpo.yaml --cpu_budget_seconds 1500 --length_neutral true \
+    --output_dir outputs/policies/tune/grpo-b2
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/grpo-b2 \
+    --output_dir outputs/eval/tune/grpo-b2
