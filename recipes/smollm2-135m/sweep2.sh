@@ -2,7 +2,7 @@
 # The second tuning round of recipes/smollm2-135m (issue 10; 2026-11-24), in the order it was run, on the TUNING
 # contexts (3400-3699) only: build the judges and two rewards (frozen and fine-tuned MiniLM, both on Chit-Chat 0-999),
 # rank the rewards by judge (b)'s best-of-n gains, then GRPO trial d with the chosen reward and trial b again (RESULTS.md).
-# bash recipes/smollm2-135m/sweep2.sh   (from the repository root; ~95 min of 2-core CPU)
+# bash recipes/smollm2-135m/sweep2.sh   (from the repository root; ~115 min of 2-core CPU)
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 PMI=${PMI:-pmi-reward}
