@@ -20,7 +20,16 @@ from typing import Any
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.scorer import LOCAL_ENCODER, PMIScorer
 
-__all__ = ["Judge", "parse_judge", "training_range", "relation", "load_judges", "describe", "verdict"]
+__all__ = [
+    "Judge",
+    "parse_judge",
+    "pretrained_encoder",
+    "training_range",
+    "relation",
+    "load_judges",
+    "describe",
+    "verdict",
+]
 
 
 @dataclass
