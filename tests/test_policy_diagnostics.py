@@ -1,6 +1,7 @@
 """Reward-hacking diagnostics (length-binned and length-adjusted gain, diversity, templates, questions), the
 judge panel (what a judge shares with the reward, the verdict with each judge's AUC) and best-of-n."""
 
+import json
 import math
 
 import numpy as np
@@ -136,3 +137,20 @@ def test_best_of_n_keeps_the_reward_favourite_of_each_disjoint_group():
     with pytest.raises(ValueError, match="multiple of 3"):
         best_of_n_replies(pool, scores, 3)
     assert best_of_n_kl_bound(1) == 0.0 and best_of_n_kl_bound(16) == pytest.approx(math.log(16) - 15 / 16)
+
+
+def test_repetition_recipe_separates_repeats_inside_replies(tmp_path, capsys, monkeypatch):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/repetition.py")
+    clean = recipe.reply_stats(["I went hiking with my dog today.", "Which book are you reading now?"])
+    assert clean == {"replies": 2, "repeated_3grams": 0.0, "with_repeat": 0.0, "distinct2_in_reply": 1.0}
+    looped = recipe.reply_stats(["it is crazy it is crazy it is crazy", "I went hiking with my dog today."])
+    assert looped["with_repeat"] == 0.5 and 0.0 < looped["repeated_3grams"] < 0.5
+    assert looped["distinct2_in_reply"] < 1.0
+    row = {"context": "c", "reference": "r", "base": [{"reply": "ok then ok then ok then"}], "human reference": []}
+    (tmp_path / "samples.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setattr("sys.argv", ["repetition.py", str(tmp_path / "samples.jsonl")])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert "| base | 1 |" in out and "human reference" not in out
