@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The final runs of recipes/smollm2-135m (issue 10): final/grpo.yaml (the settings chosen on the tuning contexts
-# by sweep.sh) with three seeds, then ONE evaluation of all three on the held-out contexts (3700+).
+# by sweep3.sh, trial g; ~30 min of training per seed) with three seeds, then ONE evaluation of all three on the
+# held-out contexts (3700+).
 # bash recipes/smollm2-135m/final.sh   (from the repository root)
 set -euo pipefail
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2

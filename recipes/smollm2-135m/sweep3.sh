@@ -18,3 +18,9 @@ $PMI grpo --config recipes/smollm2-135m/tune/grpo.yaml --length_neutral true --d
     --output_dir outputs/policies/tune/grpo-f
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/grpo-f \
     --output_dir outputs/eval/tune/grpo-f
+# trial g: trial f with the diversity reward weighted 4x (its repetition penalty was small beside PMI's spread)
+$PMI grpo --config recipes/smollm2-135m/tune/grpo.yaml --length_neutral true --dtype bfloat16 --bf16 true \
+    --beta 0.1 --extra_reward_funcs pmi_reward.rewards.diversity:diversity_reward --reward_weights 1.0 4.0 \
+    --output_dir outputs/policies/tune/grpo-g
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/grpo-g \
+    --output_dir outputs/eval/tune/grpo-g
