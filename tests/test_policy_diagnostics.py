@@ -154,3 +154,15 @@ def test_repetition_recipe_separates_repeats_inside_replies(tmp_path, capsys, mo
     recipe.main()
     out = capsys.readouterr().out
     assert "| base | 1 |" in out and "human reference" not in out
+
+
+def test_repetition_recipe_names_an_empty_samples_file(tmp_path, monkeypatch, capsys):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/repetition.py")
+    empty = tmp_path / "samples.jsonl"
+    empty.write_text("\n")
+    monkeypatch.setattr("sys.argv", ["repetition.py", str(empty)])
+    with pytest.raises(SystemExit):
+        recipe.main()
+    assert f"{empty}: no samples" in capsys.readouterr().err

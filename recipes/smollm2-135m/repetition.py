@@ -39,13 +39,15 @@ def main() -> None:
     replies: dict[str, list[str]] = {}
     for path in args.samples:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not rows:
+            parser.error(f"{path}: no samples (expected one JSON object per context, as evaluate-policy writes)")
         for policy in rows[0]:
             if policy in ("context", "reference", "human reference") or policy in replies:
                 continue
             replies[policy] = [s["reply"] for row in rows for s in row[policy]]
     headers = ["policy", "replies", "repeated 3-grams", "replies with a repeat", "distinct-2 in a reply"]
-    rows = [[p, len(r), *(f"{v:.3f}" for v in list(reply_stats(r).values())[1:])] for p, r in replies.items()]
-    print(markdown_table(headers, rows))
+    table = [[p, len(r), *(f"{v:.3f}" for v in list(reply_stats(r).values())[1:])] for p, r in replies.items() if r]
+    print(markdown_table(headers, table))
 
 
 if __name__ == "__main__":
