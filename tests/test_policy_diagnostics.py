@@ -166,3 +166,31 @@ def test_repetition_recipe_names_an_empty_samples_file(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit):
         recipe.main()
     assert f"{empty}: no samples" in capsys.readouterr().err
+
+
+def test_seeds_recipe_averages_gains_over_seeds(tmp_path, monkeypatch, capsys):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/seeds.py")
+    assert recipe.seed_groups(["base", "grpo-s0", "grpo-s1", "grpo-s2", "best-of-4", "rloo-s0"]) == {
+        "grpo": ["grpo-s0", "grpo-s1", "grpo-s2"]
+    }
+    offsets = {"grpo-s0": 0.5, "grpo-s1": 1.0, "grpo-s2": 1.5}  # each seed's gain over the base, on every context
+    rows = []
+    for c in range(20):
+        row = {"context": f"c{c}", "base": [{"reply": "b", "pmi": {"j": float(c)}} for _ in range(2)]}
+        for p, d in offsets.items():
+            row[p] = [{"reply": "p", "pmi": {"j": c + d + e}} for e in (-0.25, 0.25)]
+        rows.append(row)
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    g = recipe.group_gain(rows, list(offsets), "j")
+    assert g["seeds"] == pytest.approx([0.5, 1.0, 1.5])
+    assert g["mean"] == pytest.approx(1.0) and g["std"] == pytest.approx(0.5)
+    assert g["pooled"] == pytest.approx(1.0) and g["low"] == pytest.approx(1.0) and g["high"] == pytest.approx(1.0)
+    diag = [{"policy": "base", "words": 20.0, "distinct_2": 0.7, "kl_reply": 0.0}]
+    diag += [{"policy": p, "words": 16.0, "distinct_2": 0.8, "kl_reply": 2.0} for p in offsets]
+    (tmp_path / "results.json").write_text(json.dumps({"rows": diag}))
+    monkeypatch.setattr("sys.argv", ["seeds.py", str(tmp_path)])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert "| grpo | j | 3 | +0.50 / +1.00 / +1.50 | +1.00 ± 0.50 | +1.00 [+1.00, +1.00] | 16.0 (-20%) |" in out

@@ -1,0 +1,115 @@
+"""Gains over seeds, from one evaluation (``evaluate-policy``'s output directory): the issue's target is a mean
+over >= 3 seeds with a 95% CI over contexts that excludes 0.
+
+Policies named ``<stem>-s<seed>`` form one group. Per group and judge: each seed's paired gain over the base (as
+in results.md), their mean ± std (sample std over seeds), and the seed-averaged gain with a bootstrap CI over
+contexts (each context's gain averaged over the seeds first, so contexts stay the unit resampled); beside them
+the group's mean reply length, distinct-2 and KL per reply against the base's, for the length and diversity gates.
+
+python recipes/smollm2-135m/seeds.py outputs/eval/final/grpo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from pmi_reward.evaluation.metrics import mean_ci, row_means
+from pmi_reward.evaluation.report import markdown_table
+
+_SEED = re.compile(r"^(?P<stem>.+)-s(?P<seed>\d+)$")
+_NOT_POLICIES = ("context", "reference", "human reference")
+
+
+def judge_scores(rows: list[dict], policy: str, judge: str) -> np.ndarray:
+    """(contexts, samples) PMI of ``policy``'s replies by ``judge``."""
+    return np.array([[s["pmi"][judge] for s in row[policy]] for row in rows], dtype=np.float64)
+
+
+def seed_groups(policies: list[str]) -> dict[str, list[str]]:
+    """``{stem: [stem-s0, stem-s1, ...]}`` for stems with at least two seeds."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for p in policies:
+        m = _SEED.match(p)
+        if m:
+            groups[m["stem"]].append(p)
+    return {stem: sorted(ps) for stem, ps in groups.items() if len(ps) >= 2}
+
+
+def group_gain(rows: list[dict], members: list[str], judge: str) -> dict[str, float | list[float]]:
+    """Each seed's gain over the base, their mean and sample std, and the seed-averaged gain with its CI."""
+    base = row_means(judge_scores(rows, "base", judge))
+    per_context = np.stack([row_means(judge_scores(rows, p, judge)) - base for p in members], axis=1)
+    seeds = per_context.mean(0)
+    pooled = mean_ci(per_context.mean(1))
+    return {
+        "seeds": [float(g) for g in seeds],
+        "mean": float(seeds.mean()),
+        "std": float(seeds.std(ddof=1)),
+        "pooled": pooled.value,
+        "low": pooled.low,
+        "high": pooled.high,
+    }
+
+
+def summary(directory: Path) -> str:
+    """The markdown table of every seed group in an evaluation directory."""
+    samples = directory / "samples.jsonl"
+    rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()] if samples.exists() else []
+    if not rows:
+        raise SystemExit(f"{samples}: no samples (expected evaluate-policy's samples.jsonl)")
+    results = json.loads((directory / "results.json").read_text())
+    diag = {r["policy"]: r for r in results["rows"]}
+    judges = list(rows[0]["base"][0]["pmi"])
+    groups = seed_groups([p for p in rows[0] if p not in _NOT_POLICIES])
+    if not groups:
+        raise SystemExit(f"{directory}: no policies named <stem>-s<seed> with two or more seeds")
+    b = diag["base"]
+    table = []
+    for stem, members in groups.items():
+        words = np.mean([diag[p]["words"] for p in members])
+        d2 = np.mean([diag[p]["distinct_2"] for p in members])
+        kl = [diag[p].get("kl_reply") for p in members]
+        kl_text = f"{np.mean(kl):.2f}" if None not in kl else ""
+        for judge in judges:
+            g = group_gain(rows, members, judge)
+            table.append(
+                [
+                    stem,
+                    judge,
+                    len(members),
+                    " / ".join(f"{v:+.2f}" for v in g["seeds"]),
+                    f"{g['mean']:+.2f} ± {g['std']:.2f}",
+                    f"{g['pooled']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]",
+                    f"{words:.1f} ({words / b['words'] - 1:+.0%})",
+                    f"{d2:.3f} (base {b['distinct_2']:.3f})",
+                    kl_text,
+                ]
+            )
+    head = [
+        "policy",
+        "judge",
+        "seeds",
+        "gain per seed",
+        "mean ± std over seeds",
+        "seed-averaged gain [95% CI over contexts]",
+        "words (vs base)",
+        "distinct-2",
+        "KL/reply",
+    ]
+    return markdown_table(head, table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, help="an evaluate-policy output directory")
+    print(summary(parser.parse_args().directory))
+
+
+if __name__ == "__main__":
+    main()
