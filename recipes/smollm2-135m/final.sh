@@ -12,3 +12,4 @@ done
 $PMI evaluate-policy --config recipes/smollm2-135m/final/evaluate.yaml \
     --tuned outputs/policies/final/grpo-s0 outputs/policies/final/grpo-s1 outputs/policies/final/grpo-s2 \
     --output_dir outputs/eval/final/grpo
+${PYTHON:-python} recipes/smollm2-135m/seeds.py outputs/eval/final/grpo   # mean +- std over seeds, CI over contexts
