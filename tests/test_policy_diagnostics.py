@@ -175,22 +175,24 @@ def test_seeds_recipe_averages_gains_over_seeds(tmp_path, monkeypatch, capsys):
     assert recipe.seed_groups(["base", "grpo-s0", "grpo-s1", "grpo-s2", "best-of-4", "rloo-s0"]) == {
         "grpo": ["grpo-s0", "grpo-s1", "grpo-s2"]
     }
-    offsets = {"grpo-s0": 0.5, "grpo-s1": 1.0, "grpo-s2": 1.5}  # each seed's gain over the base, on every context
+    offsets = {"grpo-s0": 0.5, "grpo-s1": 1.0, "grpo-s2": 1.5}  # each seed's mean gain over the base
     rows = []
     for c in range(20):
         row = {"context": f"c{c}", "base": [{"reply": "b", "pmi": {"j": float(c)}} for _ in range(2)]}
+        spread = 0.4 if c % 2 else -0.4  # contexts differ, so the CI over contexts has a width
         for p, d in offsets.items():
-            row[p] = [{"reply": "p", "pmi": {"j": c + d + e}} for e in (-0.25, 0.25)]
+            row[p] = [{"reply": "p", "pmi": {"j": c + d + spread + e}} for e in (-0.25, 0.25)]
         rows.append(row)
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     g = recipe.group_gain(rows, list(offsets), "j")
     assert g["seeds"] == pytest.approx([0.5, 1.0, 1.5])
     assert g["mean"] == pytest.approx(1.0) and g["std"] == pytest.approx(0.5)
-    assert g["pooled"] == pytest.approx(1.0) and g["low"] == pytest.approx(1.0) and g["high"] == pytest.approx(1.0)
-    diag = [{"policy": "base", "words": 20.0, "distinct_2": 0.7, "kl_reply": 0.0}]
-    diag += [{"policy": p, "words": 16.0, "distinct_2": 0.8, "kl_reply": 2.0} for p in offsets]
+    assert g["pooled"] == pytest.approx(1.0) and 0.6 <= g["low"] < 1.0 < g["high"] <= 1.4
+    diag = [{"policy": "base", "reward_pmi": 2.0, "words": 20.0, "distinct_2": 0.7, "kl_reply": 0.0}]
+    diag += [{"policy": p, "reward_pmi": 3.0, "words": 16.0, "distinct_2": 0.8, "kl_reply": 2.0} for p in offsets]
     (tmp_path / "results.json").write_text(json.dumps({"rows": diag}))
     monkeypatch.setattr("sys.argv", ["seeds.py", str(tmp_path)])
     recipe.main()
     out = capsys.readouterr().out
-    assert "| grpo | j | 3 | +0.50 / +1.00 / +1.50 | +1.00 ± 0.50 | +1.00 [+1.00, +1.00] | 16.0 (-20%) |" in out
+    assert "| grpo | j | 3 | +0.50 / +1.00 / +1.50 | +1.00 ± 0.50 |" in out
+    assert "| +3.00 (base +2.00) | 16.0 (-20%) | 0.800 (base 0.700) | 2.00 |" in out

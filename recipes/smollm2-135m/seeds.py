@@ -4,7 +4,8 @@ over >= 3 seeds with a 95% CI over contexts that excludes 0.
 Policies named ``<stem>-s<seed>`` form one group. Per group and judge: each seed's paired gain over the base (as
 in results.md), their mean ± std (sample std over seeds), and the seed-averaged gain with a bootstrap CI over
 contexts (each context's gain averaged over the seeds first, so contexts stay the unit resampled); beside them
-the group's mean reply length, distinct-2 and KL per reply against the base's, for the length and diversity gates.
+the group's mean reward PMI, reply length, distinct-2 and KL per reply against the base's, for the length and
+diversity gates.
 
 python recipes/smollm2-135m/seeds.py outputs/eval/final/grpo
 """
@@ -72,6 +73,7 @@ def summary(directory: Path) -> str:
     b = diag["base"]
     table = []
     for stem, members in groups.items():
+        reward = np.mean([diag[p]["reward_pmi"] for p in members])
         words = np.mean([diag[p]["words"] for p in members])
         d2 = np.mean([diag[p]["distinct_2"] for p in members])
         kl = [diag[p].get("kl_reply") for p in members]
@@ -86,6 +88,7 @@ def summary(directory: Path) -> str:
                     " / ".join(f"{v:+.2f}" for v in g["seeds"]),
                     f"{g['mean']:+.2f} ± {g['std']:.2f}",
                     f"{g['pooled']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]",
+                    f"{reward:+.2f} (base {b['reward_pmi']:+.2f})",
                     f"{words:.1f} ({words / b['words'] - 1:+.0%})",
                     f"{d2:.3f} (base {b['distinct_2']:.3f})",
                     kl_text,
@@ -98,6 +101,7 @@ def summary(directory: Path) -> str:
         "gain per seed",
         "mean ± std over seeds",
         "seed-averaged gain [95% CI over contexts]",
+        "reward PMI",
         "words (vs base)",
         "distinct-2",
         "KL/reply",
