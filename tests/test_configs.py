@@ -135,12 +135,16 @@ def test_every_config_parses_into_its_commands_dataclasses(name, monkeypatch):
     negatives = [p for p in parsed if isinstance(p, NegativeSpec)]
     if name.startswith("recipes/") and name.endswith(("config.yaml", "en.yaml", "zh.yaml")):
         assert negatives == [NegativeSpec(3, 0, 0)]  # the paper's study protocol, set in the recipe's YAML
+    if name == "scorer/recommended":
+        assert negatives == [NegativeSpec(k_random=8, k_in_dialogue=0, k_context=1)]  # make scorer's mix
 
 
 def test_the_default_mix_is_not_restated_in_configs():
-    """Changing NegativeSpec's default changes every command that does not ask for another mix on purpose."""
+    """Changing NegativeSpec's default changes every command that does not ask for another mix on purpose: the
+    paper's protocol (``evaluate/paper``) and the recommended scorer (8 random replies, chosen on validation)."""
     import yaml
 
+    on_purpose = {"evaluate/paper": {"k_random", "k_in_dialogue", "k_context"}, "scorer/recommended": {"k_random"}}
     for name in shipped_configs():
         keys = set(yaml.safe_load(Path(config_path(name)).read_text()))
-        assert not keys & {"k_random", "k_in_dialogue", "k_context"} or name == "evaluate/paper", name
+        assert not keys & {"k_random", "k_in_dialogue", "k_context"} - on_purpose.get(name, set()), name

@@ -31,11 +31,12 @@ _TRIES = 32
 class NegativeSpec:
     """How many negatives of each kind per positive: the one place their defaults live.
 
-    The default (3 random, 1 line of the context) is the recommended mix for a scorer with line features
+    The default (3 random, 1 line of the context) is the mix for a scorer with line features
     (``HeadConfig.line_turns``); what each kind does to the score's meaning: docs/scorer.md.
 
-    Commands that need another mix (the paper's study: 3 random only; its test protocol: 5 random) set it in
-    their YAML config. An empty mix (all zero) is valid for evaluation without negatives; sampling needs one.
+    Commands that need another mix (the paper's study: 3 random only; its test protocol: 5 random; ``make
+    scorer``: 8 random, chosen on validation in recipes/scorer/RESULTS.md) set it in their YAML config. An empty
+    mix (all zero) is valid for evaluation without negatives; sampling needs one.
     """
 
     k_random: int = field(default=3, metadata={"help": "negatives per positive: responses of other dialogues"})
