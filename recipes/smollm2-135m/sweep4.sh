@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The fourth tuning round of recipes/smollm2-135m (issue 10; 2026-11-25), on the TUNING contexts (3400-3699) only,
+# with the panel and reward of sweep2.sh (run that first): rejection-sampling fine-tuning (RFT) again, set up to
+# distil best-of-n as the evaluation measures it (RESULTS.md, "Fourth tuning round").
+# bash recipes/smollm2-135m/sweep4.sh   (from the repository root)
+set -euo pipefail
+export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
+PMI=${PMI:-pmi-reward}
+# trial rft-b: tune/rft.yaml (plain reward) sampled like the evaluation (T 0.8, top-p 0.95), bf16 policy weights,
+# 32 prompts x 8 samples per round, the finals' CPU budget (3200 CPU-s)
+$PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 --rollout_top_p 0.95 \
+    --dtype bfloat16 --bf16 true --prompts_per_round 32 --rounds 40 --cpu_budget_seconds 3200 \
+    --output_dir outputs/policies/tune/rft-b
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-b \
+    --output_dir outputs/eval/tune/rft-b
