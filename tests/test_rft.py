@@ -45,4 +45,5 @@ def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, 
     assert summary["trainer"] == "RFT" and summary["steps"] == 2
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert [r["round"] for r in log] == [1, 2] and all(0 <= r["clipped_ratio"] <= 1 for r in log)
+    assert all(r["words"] > 0 and r["kept_words"] > 0 for r in log if r["kept"])
     assert (tmp_path / "out" / "run_summary.json").is_file()

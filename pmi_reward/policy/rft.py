@@ -8,8 +8,8 @@ summed), keep each prompt's best reply (never one cut at the token limit with ``
 ``keep_min_score`` if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the
 reply only; LoRA as the other trainers). ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent.
 The cheap baseline users reach for before RL: no value model, no reference forward, no on-policy loss.
-Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores of all samples and of the
-kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
+Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
+and of the kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarra
     return np.asarray(out, dtype=np.float64).reshape(len(prompts), -1)
 
 
+def _mean_words(texts: list[str]) -> float:
+    """Mean reply length in words: the log shows whether selection keeps shorter or longer replies than sampled."""
+    return round(float(np.mean([len(t.split()) for t in texts])), 2) if texts else 0.0
+
+
 def _sft(model, tokenizer, rows: list[dict], sft_args: SFTConfig, peft_config) -> Any:
     """One SFT pass on the kept rows; the (LoRA-wrapped) model it leaves."""
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
@@ -157,6 +162,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             "kept": len(rows),
             "kept_score": float(np.mean([x["score"] for x in rows])) if rows else None,
             "clipped_ratio": replies.truncated_share(),
+            "words": _mean_words(replies.flat()),
+            "kept_words": _mean_words([x["completion"][0]["content"] for x in rows]) if rows else None,
             "seconds": round(time.perf_counter() - t0, 1),
             "example": rows[0]["completion"][0]["content"] if rows else None,
         }
