@@ -1,8 +1,10 @@
 """Rejection-sampling fine-tuning: the selection of each prompt's best reply, and one round on a tiny policy."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
+import pytest
 from trl import ModelConfig, SFTConfig
 
 from pmi_reward.policy.rft import RFTConfig, select_best, train_rft
@@ -47,3 +49,50 @@ def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, 
     assert [r["round"] for r in log] == [1, 2] and all(0 <= r["clipped_ratio"] <= 1 for r in log)
     assert all(r["words"] > 0 and r["kept_words"] > 0 for r in log if r["kept"])
     assert (tmp_path / "out" / "run_summary.json").is_file()
+
+
+def test_sample_from_base_samples_the_starting_model_every_round(
+    tmp_path, monkeypatch, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward
+):
+    import torch
+
+    from pmi_reward.policy import rft
+
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
+    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    policy = tiny_policy()
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    samplers = []
+    real = rft.generate_replies
+
+    def spy(model, *args, **kwargs):
+        samplers.append(model)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(rft, "generate_replies", spy)
+    sft = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        learning_rate=1e-2,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        activation_checkpointing=False,
+    )
+    cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
+    train_rft(
+        replace(cfg, sample_from="base"), script, sft, ModelConfig(), policy, smol_tokenizer, rewards=[tiny_reward]
+    )
+    assert len(samplers) == 2 and samplers[0] is samplers[1] and samplers[0] is not policy
+    assert all(torch.equal(v, start[k]) for k, v in samplers[1].state_dict().items())  # the base, untouched by SFT
+    assert any(not torch.equal(v, start[k]) for k, v in policy.state_dict().items())  # while the policy learned
+
+    samplers.clear()
+    sft.output_dir = str(tmp_path / "out2")
+    train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
+    assert samplers[0] is samplers[1]  # sample_from="policy": the one model that SFT trains
+    with pytest.raises(ValueError, match="sample_from"):
+        RFTConfig(sample_from="reference")

@@ -3,17 +3,19 @@
     pmi-reward rft --config recipes/smollm2-135m/tune/rft.yaml
 
 Each round: take the next ``prompts_per_round`` training prompts, sample ``samples_per_prompt`` replies from
-the current policy, score them with the reward functions (PMI, plus any extras and the truncation penalty,
-summed), keep each prompt's best reply (never one cut at the token limit with ``drop_truncated``; only above
-``keep_min_score`` if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the
-reply only; LoRA as the other trainers). ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent.
-The cheap baseline users reach for before RL: no value model, no reference forward, no on-policy loss.
+the current policy (or, with ``sample_from: base``, from the starting model: best-of-n distillation), score them
+with the reward functions (PMI, plus any extras and the truncation penalty, summed), keep each prompt's best reply
+(never one cut at the token limit with ``drop_truncated``; only above ``keep_min_score`` if set) and fine-tune on
+the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the reply only; LoRA as the other trainers).
+``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent. The cheap baseline users reach for before
+RL: no value model, no reference forward, no on-policy loss.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
 and of the kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,6 +47,9 @@ from .trainers import (
 __all__ = ["RFTConfig", "ARGUMENTS", "select_best", "train_rft", "rft_main"]
 
 
+SAMPLE_FROM = ("policy", "base")
+
+
 @dataclass
 class RFTConfig:
     """Rounds of sampling and selection (the SFT step's settings are TRL's ``SFTConfig``)."""
@@ -58,6 +63,17 @@ class RFTConfig:
     rollout_temperature: float = 1.0
     rollout_top_p: float = 1.0
     rollout_batch_size: int = field(default=32, metadata={"help": "sequences per generate call"})
+    sample_from: str = field(
+        default="policy",
+        metadata={
+            "help": "policy: each round samples the policy trained so far (expert iteration); base: every round "
+            "samples the starting model, so the policy distils the base's best-of-n and cannot feed on itself"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.sample_from not in SAMPLE_FROM:
+            raise ValueError(f"sample_from must be one of {SAMPLE_FROM}, got {self.sample_from!r}")
 
 
 ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)
@@ -130,6 +146,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir)
     )
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)
+    sampler = copy.deepcopy(model).eval() if cfg.sample_from == "base" else None  # SFT below changes ``model``
     out = Path(sft_args.output_dir or "outputs/rft")
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "rft_log.jsonl"
@@ -150,7 +167,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             batch_size=cfg.rollout_batch_size,
             seed=sft_args.seed * 1000 + r,
         )
-        replies = generate_replies(model, tokenizer, take, cfg.samples_per_prompt, settings, f"rft round {r + 1}")
+        source = model if sampler is None else sampler
+        replies = generate_replies(source, tokenizer, take, cfg.samples_per_prompt, settings, f"rft round {r + 1}")
         scores = _score(reward, take, replies)
         rows = select_best(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
         if rows:

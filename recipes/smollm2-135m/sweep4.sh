@@ -13,3 +13,10 @@ $PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 -
     --output_dir outputs/policies/tune/rft-b
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-b \
     --output_dir outputs/eval/tune/rft-b
+# trial rft-c: trial b, but every round samples the BASE policy (`--sample_from base`: best-of-8 distillation; the
+# policy never trains on its own samples), with 1500 CPU-s (the time left in the session for finals)
+$PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 --rollout_top_p 0.95 \
+    --dtype bfloat16 --bf16 true --prompts_per_round 32 --rounds 40 --cpu_budget_seconds 1500 --sample_from base \
+    --output_dir outputs/policies/tune/rft-c
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-c \
+    --output_dir outputs/eval/tune/rft-c
