@@ -20,3 +20,9 @@ $PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 -
     --output_dir outputs/policies/tune/rft-c
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-c \
     --output_dir outputs/eval/tune/rft-c
+# trial rft-d: trial c with one epoch of SFT per round instead of two
+$PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 --rollout_top_p 0.95 \
+    --dtype bfloat16 --bf16 true --prompts_per_round 32 --rounds 40 --cpu_budget_seconds 1500 --sample_from base \
+    --num_train_epochs 1 --output_dir outputs/policies/tune/rft-d
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-d \
+    --output_dir outputs/eval/tune/rft-d
