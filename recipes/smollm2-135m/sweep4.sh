@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fourth tuning round of recipes/smollm2-135m (issue 10; 2026-11-25), on the TUNING contexts (3400-3699) only,
 # with the panel and reward of sweep2.sh (run that first): rejection-sampling fine-tuning (RFT) again, set up to
-# distil best-of-n as the evaluation measures it (RESULTS.md, "Fourth tuning round").
+# distil best-of-n as the evaluation measures it; trials b, c, d in the order run, each rule written before its run
+# (RESULTS.md, "Fourth tuning round"; none went to finals).
 # bash recipes/smollm2-135m/sweep4.sh   (from the repository root)
 set -euo pipefail
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
