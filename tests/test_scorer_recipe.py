@@ -47,3 +47,14 @@ def test_a_saved_scorer_is_reused_when_a_later_option_sits_at_its_default():
     assert not RUN.same_settings(saved, changed(encoder_attention_dropout=0.0))
     assert not RUN.same_settings(saved, changed(seed=2))
     assert not RUN.same_settings(None, current)
+
+
+def test_the_paired_difference_of_spearman_is_zero_for_a_scorer_against_itself_and_sees_a_real_gap():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=300)
+    noisy = y + rng.normal(scale=2.0, size=300)
+    same, same_ci = RUN.paired_difference(noisy, noisy, y, n_boot=200)
+    assert same == 0.0 and same_ci == (0.0, 0.0)
+    delta, (low, high) = RUN.paired_difference(y + rng.normal(scale=0.5, size=300), noisy, y, n_boot=200)
+    assert delta > 0.3 and 0 < low < delta < high
+    assert RUN.paired_difference(noisy, y, y, n_boot=200)[1][1] < 0  # the other way round: the interval below 0

@@ -8,6 +8,7 @@ fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearm
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
 context and reply embeddings. ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
+``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
 
     python recipes/scorer/run.py --config recipes/scorer/lines.yaml --stage val
 """
@@ -68,6 +69,13 @@ class ScorerRecipeArguments:
         metadata={
             "help": "self-normalise every score by its context's log-mean-exp score against K reference replies "
             "drawn from the training data (0: raw scores)"
+        },
+    )
+    paired_cosine: bool = field(
+        default=False,
+        metadata={
+            "help": "test stage, trained heads: also score the human set by the pretrained encoder's cosine and give "
+            "the difference in Spearman (head - cosine) with a paired bootstrap interval (the same rows resampled)"
         },
     )
     n_boot: int = 1000
@@ -202,11 +210,30 @@ def self_normalise(scoring: Scoring, pairs: PairSet, reference: list[str]) -> np
     return (logsumexp(s, axis=1) - np.log(len(reference)))[pairs.ctx]
 
 
+def paired_difference(
+    score: np.ndarray, baseline: np.ndarray, y: np.ndarray, n_boot: int
+) -> tuple[float, tuple[float, float]]:
+    """Spearman(score, y) - Spearman(baseline, y) and its 95% bootstrap interval, resampling rows jointly: both
+    scorers see the same draws, so the interval is that of the difference, much narrower than the two separate
+    intervals (+-0.10 each on 375 rows) suggest."""
+
+    def diff(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> float:
+        return spearman(a, t) - spearman(b, t)
+
+    return diff(score, baseline, y), bootstrap_ci(diff, score, baseline, y, n_boot=n_boot)
+
+
 def evaluate(
-    scoring: Scoring, pairs: PairSet, human: PairSet | None, n_boot: int, reference: list[str] | None = None
+    scoring: Scoring,
+    pairs: PairSet,
+    human: PairSet | None,
+    n_boot: int,
+    reference: list[str] | None = None,
+    baseline: Scoring | None = None,
 ) -> dict:
     """AUC against each kind of fixed negative, the generic probes, and (with ``human``) the correlations; with
-    ``reference`` replies, of the self-normalised scores."""
+    ``reference`` replies, of the self-normalised scores; with a ``baseline`` (the cosine), the paired difference
+    of the human correlations."""
     features = scoring.features(pairs)
     mine_negatives(pairs, EVAL_NEGATIVES, features)
     negs = sample_negatives(pairs, EVAL_NEGATIVES, np.random.default_rng(EVAL_SEED))
@@ -234,6 +261,7 @@ def evaluate(
         score = scoring(hf, human.ctx, human.resp).astype(np.float64)
         if reference:
             score = score - self_normalise(scoring, human, reference)
+        base = baseline(baseline.features(human), human.ctx, human.resp).astype(np.float64) if baseline else None
         for target in TARGETS:
             y = np.asarray(human.extras[target], dtype=np.float64)
             short = target.split("_")[1]
@@ -243,6 +271,9 @@ def evaluate(
             # the paper's way: the mean over 4 disjoint random subsets of ~94 rows (its rounds used ~92 of 375)
             parts = np.array_split(np.random.default_rng(EVAL_SEED).permutation(len(y)), 4)
             out[f"spearman_{short}_subsets"] = float(np.mean([spearman(score[i], y[i]) for i in parts]))
+            if base is not None:
+                delta, ci = paired_difference(score, base, y, n_boot)
+                out[f"spearman_{short}_minus_cosine"], out[f"spearman_{short}_minus_cosine_ci"] = delta, ci
     return out
 
 
@@ -282,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                 scoring = Scoring(scorer.encoder, scorer.head)
             else:
                 scoring = Scoring(encoder)
-            row |= evaluate(scoring, eval_set, human, args.n_boot, reference)
+            paired = Scoring(encoder) if args.paired_cosine and human is not None and all_train is not None else None
+            row |= evaluate(scoring, eval_set, human, args.n_boot, reference, paired)
             row["seconds"] = round(time.perf_counter() - start, 1)
             row["settings"] = {
                 "train_data": args.train_data,
