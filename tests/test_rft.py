@@ -96,3 +96,38 @@ def test_sample_from_base_samples_the_starting_model_every_round(
     assert samplers[0] is samplers[1]  # sample_from="policy": the one model that SFT trains
     with pytest.raises(ValueError, match="sample_from"):
         RFTConfig(sample_from="reference")
+
+
+def test_reward_weights_weigh_the_scores_that_select_the_kept_replies(
+    tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward
+):
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
+    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    kept = []
+    for weight in (1.0, 3.0):
+        cfg = RFTConfig(rounds=1, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6)
+        cfg.drop_truncated, cfg.reward_weights = False, [weight]
+        sft = SFTConfig(
+            output_dir=str(tmp_path / f"w{weight}"),
+            use_cpu=True,
+            bf16=False,
+            max_steps=1,
+            per_device_train_batch_size=2,
+            report_to=[],
+            save_strategy="no",
+            activation_checkpointing=False,
+        )
+        train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
+        kept.append(json.loads((tmp_path / f"w{weight}" / "rft_log.jsonl").read_text())["kept_score"])
+    assert kept[0] != 0 and np.isclose(kept[1], 3.0 * kept[0])
+    with pytest.raises(ValueError, match="reward_weights"):
+        train_rft(
+            replace(cfg, reward_weights=[1.0, 1.0]),
+            script,
+            sft,
+            ModelConfig(),
+            tiny_policy(),
+            smol_tokenizer,
+            rewards=[tiny_reward],
+        )

@@ -4,9 +4,10 @@
 
 Each round: take the next ``prompts_per_round`` training prompts, sample ``samples_per_prompt`` replies from
 the current policy (or, with ``sample_from: base``, from the starting model: best-of-n distillation), score them
-with the reward functions (PMI, plus any extras and the truncation penalty, summed), keep each prompt's best reply
-(never one cut at the token limit with ``drop_truncated``; only above ``keep_min_score`` if set) and fine-tune on
-the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the reply only; LoRA as the other trainers).
+with the reward functions (PMI, plus any extras and the truncation penalty, summed with ``reward_weights``), keep
+each prompt's best reply (never one cut at the token limit with ``drop_truncated``; only above ``keep_min_score``
+if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the reply only; LoRA as the
+other trainers).
 ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent. The cheap baseline users reach for before
 RL: no value model, no reference forward, no on-policy loss.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
@@ -63,6 +64,9 @@ class RFTConfig:
     rollout_temperature: float = 1.0
     rollout_top_p: float = 1.0
     rollout_batch_size: int = field(default=32, metadata={"help": "sequences per generate call"})
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "weights of the reward functions (PMI, extras, penalty); default all 1"}
+    )
     sample_from: str = field(
         default="policy",
         metadata={
@@ -143,7 +147,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     if model is None:
         model, tokenizer = policy_from(model_args)
     reward = CombinedReward(
-        rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir)
+        rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir), cfg.reward_weights
     )
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)
     sampler = copy.deepcopy(model).eval() if cfg.sample_from == "base" else None  # SFT below changes ``model``
