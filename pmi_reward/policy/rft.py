@@ -7,9 +7,8 @@ the current policy (or, with ``sample_from: base``, from the starting model: bes
 with the reward functions (PMI, plus any extras and the truncation penalty, summed with ``reward_weights``), keep
 each prompt's best reply (never one cut at the token limit with ``drop_truncated``; only above ``keep_min_score``
 if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the reply only; LoRA as the
-other trainers).
-``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent. The cheap baseline users reach for before
-RL: no value model, no reference forward, no on-policy loss.
+other trainers). ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent. The cheap baseline users
+reach for before RL: no value model, no reference forward, no on-policy loss.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
 and of the kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
 """
