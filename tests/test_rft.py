@@ -12,6 +12,28 @@ from pmi_reward.policy.sampling import Replies
 from pmi_reward.policy.trainers import ScriptArguments
 
 
+def _script(tmp_path, dialogues) -> ScriptArguments:
+    """Prompts from 8 topic dialogues written as a JSONL file."""
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in dialogues[:8]))
+    return ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+
+
+def _sft(output_dir: str, **changes) -> SFTConfig:
+    """A CPU SFT step of a few batches of 2, nothing saved or reported."""
+    settings = dict(
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        activation_checkpointing=False,
+    )
+    return SFTConfig(output_dir=output_dir, **{**settings, **changes})
+
+
 def test_select_best_skips_cut_empty_unscorable_and_low_replies():
     prompts = ["p0", "p1", "p2", "p3"]
     replies = Replies(
@@ -28,21 +50,9 @@ def test_select_best_skips_cut_empty_unscorable_and_low_replies():
 
 
 def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward):
-    path = tmp_path / "dialogues.jsonl"
-    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
-    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    script = _script(tmp_path, topic_dialogues)
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
-    sft = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        activation_checkpointing=False,
-    )
+    sft = _sft(str(tmp_path / "out"))
     summary = train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
     assert summary["trainer"] == "RFT" and summary["steps"] == 2
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
@@ -58,9 +68,7 @@ def test_sample_from_base_samples_the_starting_model_every_round(
 
     from pmi_reward.policy import rft
 
-    path = tmp_path / "dialogues.jsonl"
-    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
-    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    script = _script(tmp_path, topic_dialogues)
     policy = tiny_policy()
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     samplers = []
@@ -71,17 +79,7 @@ def test_sample_from_base_samples_the_starting_model_every_round(
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(rft, "generate_replies", spy)
-    sft = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        learning_rate=1e-2,
-        per_device_train_batch_size=2,
-        report_to=[],
-        save_strategy="no",
-        activation_checkpointing=False,
-    )
+    sft = _sft(str(tmp_path / "out"), max_steps=2, learning_rate=1e-2)
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
     train_rft(
         replace(cfg, sample_from="base"), script, sft, ModelConfig(), policy, smol_tokenizer, rewards=[tiny_reward]
@@ -101,23 +99,14 @@ def test_sample_from_base_samples_the_starting_model_every_round(
 def test_reward_weights_weigh_the_scores_that_select_the_kept_replies(
     tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward
 ):
-    path = tmp_path / "dialogues.jsonl"
-    path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
-    script = ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
+    script = _script(tmp_path, topic_dialogues)
     kept = []
     for weight in (1.0, 3.0):
-        cfg = RFTConfig(rounds=1, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6)
-        cfg.drop_truncated, cfg.reward_weights = False, [weight]
-        sft = SFTConfig(
-            output_dir=str(tmp_path / f"w{weight}"),
-            use_cpu=True,
-            bf16=False,
-            max_steps=1,
-            per_device_train_batch_size=2,
-            report_to=[],
-            save_strategy="no",
-            activation_checkpointing=False,
+        cfg = RFTConfig(
+            rounds=1, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False
         )
+        cfg.reward_weights = [weight]
+        sft = _sft(str(tmp_path / f"w{weight}"))
         train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
         kept.append(json.loads((tmp_path / f"w{weight}" / "rft_log.jsonl").read_text())["kept_score"])
     assert kept[0] != 0 and np.isclose(kept[1], 3.0 * kept[0])
