@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fourth tuning round of recipes/smollm2-135m (issue 10; 2026-11-25), on the TUNING contexts (3400-3699) only,
 # with the panel and reward of sweep2.sh (run that first): rejection-sampling fine-tuning (RFT) again, set up to
-# distil best-of-n as the evaluation measures it; trials b-f in the order run, each rule written before its run
-# (RESULTS.md, "Fourth tuning round"; none went to finals).
+# distil best-of-n as the evaluation measures it; trials b-g in the order run, each rule written before its run
+# (RESULTS.md, "Fourth tuning round").
 # bash recipes/smollm2-135m/sweep4.sh   (from the repository root)
 set -euo pipefail
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
@@ -40,3 +40,10 @@ $PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 -
     --learning_rate 1.0e-4 --output_dir outputs/policies/tune/rft-f
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-f \
     --output_dir outputs/eval/tune/rft-f
+# trial rft-g: trial f's learning rate and trial e's diversity reward together
+$PMI rft --config recipes/smollm2-135m/tune/rft.yaml --rollout_temperature 0.8 --rollout_top_p 0.95 \
+    --dtype bfloat16 --bf16 true --prompts_per_round 32 --rounds 40 --cpu_budget_seconds 1500 --sample_from base \
+    --learning_rate 1.0e-4 --extra_reward_funcs pmi_reward.rewards.diversity:diversity_reward --reward_weights 1.0 4.0 \
+    --output_dir outputs/policies/tune/rft-g
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml --tuned outputs/policies/tune/rft-g \
+    --output_dir outputs/eval/tune/rft-g
