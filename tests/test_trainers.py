@@ -122,3 +122,27 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
     assert trainer.state.global_step == 2 and len(calls) == 2
     assert all(len(c) == 4 and all(math.isfinite(x) for x in c) for c in calls)  # 2 prompts x 2 completions
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_policy_from_warns_when_bf16_is_only_emulated(native, tiny_policy, smol_tokenizer, tmp_path, monkeypatch):
+    """Without AVX512-BF16/AMX, bf16 weights or autocast warn, naming the flags; the dtype is still honoured."""
+    import warnings
+
+    from pmi_reward.policy import loading
+    from pmi_reward.policy.trainers import policy_from
+
+    monkeypatch.setattr(loading, "native_bf16", lambda device: native)
+    tiny_policy(0).save_pretrained(tmp_path)
+    smol_tokenizer.save_pretrained(tmp_path)
+    cases = [("bfloat16", False, "--dtype bfloat16"), ("float32", True, "--bf16 true"), ("float32", False, None)]
+    for dtype, autocast, flag in cases:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model, _ = policy_from(ModelConfig(model_name_or_path=str(tmp_path), dtype=dtype), bf16=autocast)
+        emulated = [str(w.message) for w in caught if "no native bfloat16" in str(w.message)]
+        assert model.dtype == getattr(torch, dtype)
+        if native or flag is None:
+            assert emulated == []
+        else:
+            assert len(emulated) == 1 and emulated[0].startswith(flag) and "--dtype float32 --bf16 false" in emulated[0]

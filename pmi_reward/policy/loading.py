@@ -3,19 +3,20 @@
 The one place that readies a causal LM for generation: the tokenizer pads on the left and has a pad token,
 and the model's generation config knows it. Adapters (what ``pmi-reward grpo/rloo/ppo`` save with
 ``--use_peft``) are merged into their base model, so every policy is trained or evaluated as a plain
-causal LM with the same sampling code.
+causal LM with the same sampling code. ``check_bf16`` warns when bfloat16 is asked for where it is only emulated.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..scoring.models import load_causal_lm, load_tokenizer
+from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16
 
-__all__ = ["load_policy", "DEFAULT_POLICY"]
+__all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
 
 DEFAULT_POLICY = "smollm2-135m-instruct"
 
@@ -45,3 +46,23 @@ def load_policy(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def check_bf16(dtype: str | None, autocast: bool = False) -> bool:
+    """Warn (and return False) when bfloat16 weights or autocast are asked for on a device that only emulates
+    bfloat16: a CPU without AVX512-BF16 or AMX trains ~20x and samples ~2.7x slower in bf16 than in float32
+    (``benchmarks/bf16_cpu.py``), so a CPU-seconds budget buys a fraction of the steps."""
+    if dtype != "bfloat16" and not autocast:
+        return True
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if native_bf16(device):
+        return True
+    asked = " and ".join(f for f, on in (("--dtype bfloat16", dtype == "bfloat16"), ("--bf16 true", autocast)) if on)
+    warnings.warn(
+        f"{asked}: this {device.type} has no native bfloat16 (no AVX512-BF16 or AMX), torch emulates it and runs far "
+        "slower than float32 (benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
+        stacklevel=2,
+    )
+    return False

@@ -144,7 +144,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     set_seed(sft_args.seed)
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = policy_from(model_args)
+        model, tokenizer = policy_from(model_args, sft_args.bf16)
     reward = CombinedReward(
         rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir), cfg.reward_weights
     )

@@ -29,7 +29,7 @@ from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
 from ..rewards.truncation import TruncationPenalty
-from .loading import load_policy
+from .loading import check_bf16, load_policy
 from .prompts import PromptArguments, build_prompts
 from .sampling import stop_ids
 
@@ -75,8 +75,9 @@ class ScriptArguments(PromptArguments):
     )
 
 
-def policy_from(model_args: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The policy LM and its tokenizer that TRL's model arguments name."""
+def policy_from(model_args: ModelConfig, bf16: bool | None = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16)."""
+    check_bf16(model_args.dtype, bool(bf16))
     return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation)
 
 
@@ -244,7 +245,7 @@ def train_with_trl(
     set_seed(training_args.seed)
     dataset = build_prompts(script_args)
     if model is None:
-        model, tokenizer = policy_from(model_args)
+        model, tokenizer = policy_from(model_args, training_args.bf16)
     rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
     weights = training_args.reward_weights
     if weights is not None and len(weights) == len(rewards) - 1 and script_args.truncation_penalty is not None:
