@@ -50,7 +50,7 @@ def load_policy(
 
 def check_bf16(dtype: str | None, autocast: bool = False) -> bool:
     """Warn (and return False) when bfloat16 weights or autocast are asked for on a device that only emulates
-    bfloat16: a CPU without AVX512-BF16 or AMX trains ~20x and samples ~2.7x slower in bf16 than in float32
+    bfloat16: a CPU without AVX512-BF16 or AMX trains ~25x and samples ~3x slower in bf16 than in float32
     (``benchmarks/bf16_cpu.py``), so a CPU-seconds budget buys a fraction of the steps."""
     if dtype != "bfloat16" and not autocast:
         return True
