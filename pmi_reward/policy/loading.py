@@ -48,21 +48,20 @@ def load_policy(
     return model, tokenizer
 
 
-def check_bf16(dtype: str | None, autocast: bool = False) -> bool:
-    """Warn (and return False) when bfloat16 weights or autocast are asked for on a device that only emulates
-    bfloat16: a CPU without AVX512-BF16 or AMX trains ~25x and samples ~3x slower in bf16 than in float32
-    (``benchmarks/bf16_cpu.py``), so a CPU-seconds budget buys a fraction of the steps."""
+def check_bf16(dtype: str | None, autocast: bool = False) -> None:
+    """Warn when bfloat16 weights or autocast are asked for on a device that only emulates bfloat16: a CPU without
+    AVX512-BF16 or AMX trains ~25x and samples ~3x slower in bf16 than in float32 (``benchmarks/bf16_cpu.py``), so a
+    CPU-seconds budget buys a fraction of the steps."""
     if dtype != "bfloat16" and not autocast:
-        return True
+        return
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if native_bf16(device):
-        return True
+        return
     asked = " and ".join(f for f, on in (("--dtype bfloat16", dtype == "bfloat16"), ("--bf16 true", autocast)) if on)
     warnings.warn(
         f"{asked}: this {device.type} has no native bfloat16 (no AVX512-BF16 or AMX), torch emulates it and runs far "
         "slower than float32 (benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
         stacklevel=2,
     )
-    return False
