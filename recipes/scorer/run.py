@@ -6,7 +6,9 @@ the reward must rank below a real reply: random replies (the paper's AUC, 5 per 
 (parroting), a lexical look-alike from another dialogue, the encoder's nearest reply from another dialogue, and a
 fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearman/Pearson against the ratings,
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
-context and reply embeddings. ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
+context and reply embeddings; ``--method lm_pmi`` the untrained chat LM's own PMI, log p(r | c) - log p(r)
+(``LMPMIScorer``; ``--lm_model``, ``--lm_per_token``), scored on the same negatives (mined by ``--model``'s
+embeddings, as for every other row). ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 ``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
 
@@ -29,6 +31,7 @@ from pmi_reward.configs import parse_args
 from pmi_reward.data.dialogues import load_dialogues
 from pmi_reward.data.negatives import NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import PairSet, load_pairs
+from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from pmi_reward.evaluation.generic import GENERIC_PROBES
 from pmi_reward.evaluation.metrics import bootstrap_ci, pearson, roc_auc, spearman
 from pmi_reward.scoring.cache import EmbeddingCache
@@ -57,8 +60,12 @@ class ScorerRecipeArguments:
     chitchat_range: list[int] = field(default_factory=lambda: [0, 2000], metadata={"help": "dialogues [a, b)"})
     max_pairs_per_dialogue: int = 8
     context_turns: int = field(default=3, metadata={"help": "contexts keep their last N turns (the reward's cut)"})
-    method: str = field(default="head", metadata={"help": "head (trained) or cosine (untrained baseline)"})
+    method: str = field(
+        default="head", metadata={"help": "head (trained), cosine or lm_pmi (untrained baselines)"}
+    )
     model: str = "minilm"
+    lm_model: str = field(default="smollm2-135m-instruct", metadata={"help": "--method lm_pmi: the chat LM"})
+    lm_per_token: bool = field(default=False, metadata={"help": "--method lm_pmi: PMI per reply token"})
     seeds: int = 3
     first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
@@ -190,6 +197,21 @@ class Scoring:
             return torch.nn.functional.cosine_similarity(u, v, dim=-1).numpy()
 
 
+class LMScoring(Scoring):
+    """The chat LM's zero-shot PMI of index pairs; features stay the encoder's, so that the mined negatives are the
+    same as every other row's."""
+
+    def __init__(self, encoder: TextEncoder, lm: LMPMIScorer) -> None:
+        super().__init__(encoder)
+        self.lm = lm
+
+    def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
+        pairs = features.pairs
+        flat_c, flat_r = np.ravel(ctx), np.ravel(resp)
+        scores = self.lm.score([pairs.contexts[i] for i in flat_c], [pairs.responses[i] for i in flat_r])
+        return scores.reshape(np.shape(ctx))
+
+
 def reference_replies(train: PairSet, k: int) -> list[str]:
     """``k`` distinct training replies drawn with ``EVAL_SEED``: a sample of the marginal p(r)."""
     distinct = sorted(set(train.response_texts))
@@ -292,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     encoder = TextEncoder(EncoderSpec(args.model), cache=cache)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if args.method not in ("head", "cosine", "lm_pmi"):
+        raise SystemExit(f"--method {args.method}: head, cosine or lm_pmi")
     all_train = training_pairs(args, root) if args.method == "head" else None
     if args.paired_cosine and args.normalize_k:
         raise SystemExit("--paired_cosine compares raw scores with the raw cosine: drop --normalize_k")
@@ -313,9 +337,13 @@ def main(argv: list[str] | None = None) -> int:
                 scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
                 row |= fields
                 scoring = Scoring(scorer.encoder, scorer.head)
+            elif args.method == "lm_pmi":
+                lm = LMPMIScorer(LMPMIConfig(model=args.lm_model, per_token=args.lm_per_token))
+                scoring = LMScoring(encoder, lm)
+                row["lm"] = lm.describe()
             else:
                 scoring = Scoring(encoder)
-            paired = Scoring(encoder) if args.paired_cosine and human is not None and all_train is not None else None
+            paired = Scoring(encoder) if args.paired_cosine and human is not None and args.method != "cosine" else None
             row |= evaluate(scoring, eval_set, human, args.n_boot, reference, paired)
             row["seconds"] = round(time.perf_counter() - start, 1)
             row["settings"] = {

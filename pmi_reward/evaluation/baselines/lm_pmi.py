@@ -1,0 +1,135 @@
+"""Zero-shot PMI read off a chat LM: log p(r | c) - log p(r), both from the same causal LM, no training at all.
+
+This is the maximum-mutual-information score of Li et al. (2016): the LM's likelihood of the reply after the
+conversation, minus its likelihood as the assistant's opening line with no conversation (the LM's own estimate
+of how likely the reply is anywhere). A generic reply ("ok", "that's interesting") is likely with or without the
+context, so it scores near 0; a reply that answers this context gains from it. Unlike a trained head it learns
+nothing from a corpus, so it cannot lose the LM's general sense of relevance to one; it is the reference point
+for what a trained scorer adds. The reply is scored with its end-of-turn token, so a reply cut short is judged as
+the LM would judge a reply that stops there.
+
+Each context is encoded once and its replies are scored from the shared KV cache, which matters on a CPU: a
+context is ~3x as long as a reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ...data.conversation import turns_to_messages
+from ...policy.prompts import DEFAULT_SYSTEM_PROMPT
+from ...scoring.models import load_causal_lm, load_tokenizer
+
+__all__ = ["LMPMIConfig", "LMPMIScorer"]
+
+
+@dataclass
+class LMPMIConfig:
+    """Which chat LM reads the replies, and how its log-likelihoods become a score."""
+
+    model: str = "smollm2-135m-instruct"
+    dtype: str = "float32"
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the policy's; '' or None for none
+    per_token: bool = False  # mean log-ratio per reply token instead of the sum (the PMI in nats)
+    batch_size: int = 32  # replies scored together from one context's cache
+    max_context_chars: int = 1200  # long contexts keep their most recent part
+
+
+class LMPMIScorer:
+    """Scores (context, response) pairs with log p_LM(r | c) - log p_LM(r); contexts are turns, one per line."""
+
+    def __init__(self, config: LMPMIConfig | None = None, model=None, tokenizer=None) -> None:
+        self.config = config or LMPMIConfig()
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
+        self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
+        self.model.eval()
+        end = self.tokenizer.eos_token
+        if end is None:
+            raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (eos) token to close a reply")
+        self._end = end
+        self._marginal: dict[str, tuple[float, int]] = {}
+
+    def prefix(self, context: str | None) -> list[int]:
+        """Token ids of the chat up to the assistant's reply: the conversation's turns, or none (the marginal)."""
+        text = context[-self.config.max_context_chars :] if context else ""
+        messages = turns_to_messages(text, self.config.system_prompt or None)
+        chat = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
+
+    def reply_ids(self, response: str) -> list[int]:
+        """The reply's token ids with the end-of-turn token that closes it."""
+        return self.tokenizer(response + self._end, add_special_tokens=False)["input_ids"]
+
+    @torch.inference_mode()
+    def _log_likelihoods(self, prefix: list[int], replies: list[list[int]]) -> list[float]:
+        """Sum of log p(token) over each reply after ``prefix``, from one pass over the prefix."""
+        device = next(self.model.parameters()).device
+        out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        first = torch.log_softmax(out.logits[0, -1].float(), -1)
+        totals: list[float] = []
+        bs = self.config.batch_size
+        for s in range(0, len(replies), bs):
+            batch = replies[s : s + bs]
+            width = max(map(len, batch))
+            ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros(len(batch), width, dtype=torch.long)
+            for i, r in enumerate(batch):
+                ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+            cache = _repeat(out.past_key_values, len(batch))
+            full = torch.cat([torch.ones(len(batch), len(prefix), dtype=torch.long), mask], 1)
+            positions = len(prefix) + torch.arange(width).expand(len(batch), width)
+            logits = self.model(
+                input_ids=ids.to(device),
+                attention_mask=full.to(device),
+                position_ids=positions.to(device),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits.float()
+            logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
+            for i, r in enumerate(batch):
+                totals.append(float(first[r[0]]) + float(logp[i, : len(r) - 1].sum()))
+        return totals
+
+    def marginal(self, responses: Sequence[str]) -> list[tuple[float, int]]:
+        """(log p(r), tokens) per reply as the assistant's opening line with no conversation; cached by reply."""
+        todo = sorted({r for r in responses if r not in self._marginal})
+        if todo:
+            ids = [self.reply_ids(r) for r in todo]
+            for r, ll, i in zip(todo, self._log_likelihoods(self.prefix(None), ids), ids, strict=True):
+                self._marginal[r] = (ll, len(i))
+        return [self._marginal[r] for r in responses]
+
+    def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
+        """float32 PMI per pair (nats, or nats per token with ``per_token``)."""
+        if len(contexts) != len(responses):
+            raise ValueError(f"{len(contexts)} contexts but {len(responses)} responses")
+        base = self.marginal(responses)
+        by_context: dict[str, list[int]] = {}
+        for i, c in enumerate(contexts):
+            by_context.setdefault(c, []).append(i)
+        conditional = np.zeros(len(responses), dtype=np.float64)
+        for c, rows in tqdm(by_context.items(), desc="LM PMI", unit="context", disable=not progress):
+            lls = self._log_likelihoods(self.prefix(c), [self.reply_ids(responses[i]) for i in rows])
+            conditional[rows] = lls
+        marginal = np.array([b[0] for b in base], dtype=np.float64)
+        pmi = conditional - marginal
+        if self.config.per_token:
+            pmi = pmi / np.array([b[1] for b in base], dtype=np.float64)
+        return pmi.astype(np.float32)
+
+    def describe(self) -> dict:
+        return asdict(self.config)
+
+
+def _repeat(cache, n: int):
+    """A copy of a batch-1 KV cache repeated ``n`` times (the original stays for the next batch)."""
+    import copy
+
+    out = copy.deepcopy(cache)
+    out.batch_repeat_interleave(n)
+    return out
