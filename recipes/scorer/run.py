@@ -8,7 +8,8 @@ fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearm
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
 context and reply embeddings; ``--method lm_pmi`` the untrained chat LM's own PMI, log p(r | c) - log p(r)
 (``LMPMIScorer``; ``--lm_model``, ``--lm_per_token``), scored on the same negatives (mined by ``--model``'s
-embeddings, as for every other row). ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
+embeddings, as for every other row); ``--lm_weight w`` mixes it into a trained head's score (an ensemble row).
+``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 ``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
 
@@ -60,12 +61,13 @@ class ScorerRecipeArguments:
     chitchat_range: list[int] = field(default_factory=lambda: [0, 2000], metadata={"help": "dialogues [a, b)"})
     max_pairs_per_dialogue: int = 8
     context_turns: int = field(default=3, metadata={"help": "contexts keep their last N turns (the reward's cut)"})
-    method: str = field(
-        default="head", metadata={"help": "head (trained), cosine or lm_pmi (untrained baselines)"}
-    )
+    method: str = field(default="head", metadata={"help": "head (trained), cosine or lm_pmi (untrained baselines)"})
     model: str = "minilm"
     lm_model: str = field(default="smollm2-135m-instruct", metadata={"help": "--method lm_pmi: the chat LM"})
     lm_per_token: bool = field(default=False, metadata={"help": "--method lm_pmi: PMI per reply token"})
+    lm_weight: float = field(
+        default=0.0, metadata={"help": "--method head: score (1 - w) x head + w x the chat LM's PMI (an ensemble row)"}
+    )
     seeds: int = 3
     first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
@@ -208,8 +210,27 @@ class LMScoring(Scoring):
     def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
         pairs = features.pairs
         flat_c, flat_r = np.ravel(ctx), np.ravel(resp)
-        scores = self.lm.score([pairs.contexts[i] for i in flat_c], [pairs.responses[i] for i in flat_r])
+        texts = [pairs.contexts[i] for i in flat_c], [pairs.responses[i] for i in flat_r]
+        scores = self.lm.score(*texts, progress=True)
         return scores.reshape(np.shape(ctx))
+
+
+def lm_scorer(args: ScorerRecipeArguments, out: Path) -> LMPMIScorer:
+    """The chat LM's PMI scorer of ``--lm_model``, its log-likelihoods cached beside the run log."""
+    config = LMPMIConfig(model=args.lm_model, per_token=args.lm_per_token)
+    return LMPMIScorer(config, cache_file=out / "lm-pmi-cache.jsonl")
+
+
+class MixScoring(Scoring):
+    """(1 - w) x a trained head's score + w x the chat LM's zero-shot PMI: two PMI estimates, weighted (a labelled
+    ensemble row, not a single scorer)."""
+
+    def __init__(self, head: Scoring, lm: LMScoring, weight: float) -> None:
+        super().__init__(head.encoder, head.head)
+        self.lm, self.weight = lm, weight
+
+    def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
+        return (1 - self.weight) * super().__call__(features, ctx, resp) + self.weight * self.lm(features, ctx, resp)
 
 
 def reference_replies(train: PairSet, k: int) -> list[str]:
@@ -259,8 +280,9 @@ def evaluate(
     features = scoring.features(pairs)
     mine_negatives(pairs, EVAL_NEGATIVES, features)
     negs = sample_negatives(pairs, EVAL_NEGATIVES, np.random.default_rng(EVAL_SEED))
-    pos = scoring(features, pairs.ctx, pairs.resp)
-    neg = scoring(features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+    # positives and negatives in one call: a scorer that reads each context once (the chat LM) reads it once here
+    both = scoring(features, np.repeat(pairs.ctx[:, None], 1 + negs.shape[1], 1), np.column_stack([pairs.resp, negs]))
+    pos, neg = both[:, 0], both[:, 1:]
     offset = self_normalise(scoring, pairs, reference) if reference else np.zeros(len(pairs))
     pos, neg = pos - offset, neg - offset[:, None]
     out: dict = {"pos_mean": float(pos.mean())}
@@ -329,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             name = f"{args.name}+selfnorm{args.normalize_k}" if args.normalize_k else args.name
             row: dict = {"name": name, "stage": args.stage, "method": args.method, "seed": seed}
+            if args.lm_weight:
+                row["lm_weight"] = args.lm_weight
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
@@ -337,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
                 scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
                 row |= fields
                 scoring = Scoring(scorer.encoder, scorer.head)
+                if args.lm_weight:
+                    scoring = MixScoring(scoring, LMScoring(encoder, lm_scorer(args, out)), args.lm_weight)
             elif args.method == "lm_pmi":
-                lm = LMPMIScorer(LMPMIConfig(model=args.lm_model, per_token=args.lm_per_token))
+                lm = lm_scorer(args, out)
                 scoring = LMScoring(encoder, lm)
                 row["lm"] = lm.describe()
             else:

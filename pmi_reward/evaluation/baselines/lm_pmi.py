@@ -9,13 +9,18 @@ for what a trained scorer adds. The reply is scored with its end-of-turn token, 
 the LM would judge a reply that stops there.
 
 Each context is encoded once and its replies are scored from the shared KV cache, which matters on a CPU: a
-context is ~3x as long as a reply.
+context is ~3x as long as a reply. Log-likelihoods are cached by setting, context and reply (optionally in a JSONL
+file), so the per-token variant and repeated evaluations cost nothing more.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -43,7 +48,9 @@ class LMPMIConfig:
 class LMPMIScorer:
     """Scores (context, response) pairs with log p_LM(r | c) - log p_LM(r); contexts are turns, one per line."""
 
-    def __init__(self, config: LMPMIConfig | None = None, model=None, tokenizer=None) -> None:
+    def __init__(
+        self, config: LMPMIConfig | None = None, model=None, tokenizer=None, cache_file: str | Path | None = None
+    ) -> None:
         self.config = config or LMPMIConfig()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
         self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
@@ -52,7 +59,12 @@ class LMPMIScorer:
         if end is None:
             raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (eos) token to close a reply")
         self._end = end
-        self._marginal: dict[str, tuple[float, int]] = {}
+        self.cache_file = Path(cache_file) if cache_file else None
+        self._cache: dict[str, tuple[float, int]] = {}
+        if self.cache_file and self.cache_file.is_file():
+            for line in self.cache_file.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                self._cache[record["key"]] = (record["ll"], record["n"])
 
     def prefix(self, context: str | None) -> list[int]:
         """Token ids of the chat up to the assistant's reply: the conversation's turns, or none (the marginal)."""
@@ -69,7 +81,7 @@ class LMPMIScorer:
     def _log_likelihoods(self, prefix: list[int], replies: list[list[int]]) -> list[float]:
         """Sum of log p(token) over each reply after ``prefix``, from one pass over the prefix."""
         device = next(self.model.parameters()).device
-        out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[0, -1].float(), -1)
         totals: list[float] = []
         bs = self.config.batch_size
@@ -95,31 +107,40 @@ class LMPMIScorer:
                 totals.append(float(first[r[0]]) + float(logp[i, : len(r) - 1].sum()))
         return totals
 
-    def marginal(self, responses: Sequence[str]) -> list[tuple[float, int]]:
-        """(log p(r), tokens) per reply as the assistant's opening line with no conversation; cached by reply."""
-        todo = sorted({r for r in responses if r not in self._marginal})
+    def _key(self, context: str | None, response: str) -> str:
+        c = self.config
+        setting = json.dumps([c.model, c.dtype, c.system_prompt, c.max_context_chars, context, response])
+        return hashlib.sha1(setting.encode("utf-8")).hexdigest()
+
+    def log_likelihoods(self, context: str | None, responses: Sequence[str]) -> list[tuple[float, int]]:
+        """(log p(r | context), tokens) per reply; ``context`` None: the assistant's opening line with no
+        conversation, log p(r). Cached by setting, context and reply (in memory and in ``cache_file``)."""
+        keys = [self._key(context, r) for r in responses]
+        todo = {k: r for k, r in zip(keys, responses, strict=True) if k not in self._cache}
         if todo:
-            ids = [self.reply_ids(r) for r in todo]
-            for r, ll, i in zip(todo, self._log_likelihoods(self.prefix(None), ids), ids, strict=True):
-                self._marginal[r] = (ll, len(i))
-        return [self._marginal[r] for r in responses]
+            ids = [self.reply_ids(r) for r in todo.values()]
+            lls = self._log_likelihoods(self.prefix(context), ids)
+            new = {k: (ll, len(i)) for k, ll, i in zip(todo, lls, ids, strict=True)}
+            self._cache.update(new)
+            if self.cache_file:
+                self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+                with self.cache_file.open("a", encoding="utf-8") as f:
+                    f.writelines(json.dumps({"key": k, "ll": ll, "n": n}) + "\n" for k, (ll, n) in new.items())
+        return [self._cache[k] for k in keys]
 
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
         """float32 PMI per pair (nats, or nats per token with ``per_token``)."""
         if len(contexts) != len(responses):
             raise ValueError(f"{len(contexts)} contexts but {len(responses)} responses")
-        base = self.marginal(responses)
+        distinct = sorted(set(responses))
+        marginal = dict(zip(distinct, self.log_likelihoods(None, distinct), strict=True))
         by_context: dict[str, list[int]] = {}
         for i, c in enumerate(contexts):
             by_context.setdefault(c, []).append(i)
-        conditional = np.zeros(len(responses), dtype=np.float64)
+        pmi = np.zeros(len(responses), dtype=np.float64)
         for c, rows in tqdm(by_context.items(), desc="LM PMI", unit="context", disable=not progress):
-            lls = self._log_likelihoods(self.prefix(c), [self.reply_ids(responses[i]) for i in rows])
-            conditional[rows] = lls
-        marginal = np.array([b[0] for b in base], dtype=np.float64)
-        pmi = conditional - marginal
-        if self.config.per_token:
-            pmi = pmi / np.array([b[1] for b in base], dtype=np.float64)
+            for i, (ll, n) in zip(rows, self.log_likelihoods(c, [responses[i] for i in rows]), strict=True):
+                pmi[i] = (ll - marginal[responses[i]][0]) / (n if self.config.per_token else 1)
         return pmi.astype(np.float32)
 
     def describe(self) -> dict:
@@ -128,8 +149,6 @@ class LMPMIScorer:
 
 def _repeat(cache, n: int):
     """A copy of a batch-1 KV cache repeated ``n`` times (the original stays for the next batch)."""
-    import copy
-
     out = copy.deepcopy(cache)
     out.batch_repeat_interleave(n)
     return out

@@ -1,0 +1,80 @@
+"""The chat LM's zero-shot PMI: cached scoring equals a plain forward pass, and the score is conditional - marginal."""
+
+import numpy as np
+import pytest
+import torch
+
+from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+
+CONTEXT = "I just got back from Japan\nOh nice, how was it?\nAmazing, the food was great"
+REPLIES = ["What did you eat there?", "ok", "I love Japanese food, did you try the ramen in Tokyo?"]
+
+
+def reference_log_likelihood(model, prefix: list[int], reply: list[int]) -> float:
+    """log p(reply | prefix) from one forward pass over the whole text, no cache, no padding."""
+    ids = torch.tensor([prefix + reply])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    return float(logp[len(prefix) - 1 :].gather(-1, ids[0, len(prefix) :, None]).sum())
+
+
+@pytest.fixture
+def scorer(tiny_policy, smol_tokenizer):
+    # batches of 2: the three replies of different lengths span two batches, padded on the right
+    return LMPMIScorer(LMPMIConfig(batch_size=2), model=tiny_policy(0), tokenizer=smol_tokenizer)
+
+
+def test_cached_batched_likelihoods_equal_a_plain_forward_pass(scorer):
+    for context in (CONTEXT, None):
+        prefix = scorer.prefix(context)
+        got = scorer._log_likelihoods(prefix, [scorer.reply_ids(r) for r in REPLIES])
+        want = [reference_log_likelihood(scorer.model, prefix, scorer.reply_ids(r)) for r in REPLIES]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_score_is_the_conditional_minus_the_marginal_log_likelihood(scorer):
+    contexts = [CONTEXT] * len(REPLIES) + ["Hi\nHello, how are you?"]
+    replies = REPLIES + [REPLIES[0]]
+    pmi = scorer.score(contexts, replies)
+    for c, r, s in zip(contexts, replies, pmi, strict=True):
+        ids = scorer.reply_ids(r)
+        want = reference_log_likelihood(scorer.model, scorer.prefix(c), ids)
+        want -= reference_log_likelihood(scorer.model, scorer.prefix(None), ids)
+        assert s == pytest.approx(want, abs=1e-3)
+    assert pmi[0] != pytest.approx(pmi[-1], abs=1e-3)  # the same reply after another context scores otherwise
+    assert scorer.reply_ids(REPLIES[1])[-1] == scorer.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    scorer.config.per_token = True
+    per_token = scorer.score(contexts, replies)
+    np.testing.assert_allclose(per_token, pmi / [len(scorer.reply_ids(r)) for r in replies], rtol=1e-5)
+
+
+def test_the_context_is_the_policy_s_chat_with_the_newest_turn_the_user_s(scorer):
+    text = scorer.tokenizer.decode(scorer.prefix(CONTEXT))
+    assert text.index("user\nI just got back") < text.index("assistant\nOh nice") < text.index("user\nAmazing")
+    assert text.endswith("<|im_start|>assistant\n")
+    assert "Japan" not in scorer.tokenizer.decode(scorer.prefix(None))
+
+
+def test_mismatched_inputs_raise(scorer):
+    with pytest.raises(ValueError, match="2 contexts but 1 responses"):
+        scorer.score([CONTEXT, CONTEXT], ["ok"])
+
+
+@pytest.mark.integration
+def test_the_real_lm_puts_a_specific_answer_above_generic_and_off_topic_replies():
+    scorer = LMPMIScorer()
+    specific, generic, off_topic = scorer.score([CONTEXT] * 3, [REPLIES[2], "That's interesting.", "My car broke."])
+    assert specific > generic + 5 and specific > off_topic + 5
+    assert abs(generic) < 3  # a generic reply is about as likely with the context as without
+
+
+def test_log_likelihoods_are_cached_on_disk_and_reused(tiny_policy, smol_tokenizer, tmp_path):
+    cache = tmp_path / "lm.jsonl"
+    first = LMPMIScorer(LMPMIConfig(), model=tiny_policy(0), tokenizer=smol_tokenizer, cache_file=cache)
+    pmi = first.score([CONTEXT] * 2, REPLIES[:2])
+    assert len(cache.read_text().splitlines()) == 4  # two replies, with and without the context
+    # another model under the same setting would score otherwise: equal scores mean they came from the file
+    again = LMPMIScorer(LMPMIConfig(), model=tiny_policy(1), tokenizer=smol_tokenizer, cache_file=cache)
+    np.testing.assert_array_equal(again.score([CONTEXT] * 2, REPLIES[:2]), pmi)
+    fresh = LMPMIScorer(LMPMIConfig(), model=tiny_policy(1), tokenizer=smol_tokenizer)
+    assert not np.allclose(fresh.score([CONTEXT] * 2, REPLIES[:2]), pmi)
