@@ -58,3 +58,19 @@ def test_the_paired_difference_of_spearman_is_zero_for_a_scorer_against_itself_a
     delta, (low, high) = RUN.paired_difference(y + rng.normal(scale=0.5, size=300), noisy, y, n_boot=200)
     assert delta > 0.3 and 0 < low < delta < high
     assert RUN.paired_difference(noisy, y, y, n_boot=200)[1][1] < 0  # the other way round: the interval below 0
+
+
+def test_the_lm_mix_weights_a_head_and_the_chat_lm_and_reads_texts_by_index(tiny_encoder, tiny_policy, smol_tokenizer):
+    from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+
+    contexts = ["hello there\nhow are you doing", "what do you do for a living"]
+    replies = ["fine thanks", "I teach maths", "ok"]
+    pairs = PairSet.from_pairs([c for c in contexts for _ in replies], replies * len(contexts))
+    lm = LMPMIScorer(LMPMIConfig(), model=tiny_policy(0), tokenizer=smol_tokenizer)
+    cosine, lm_scoring = RUN.Scoring(tiny_encoder), RUN.LMScoring(tiny_encoder, lm)
+    features = cosine.features(pairs)
+    ctx, resp = pairs.ctx.reshape(2, 3), pairs.resp.reshape(2, 3)  # 2-D index arrays keep their shape
+    direct = lm.score(pairs.context_texts, pairs.response_texts).reshape(2, 3)
+    np.testing.assert_allclose(lm_scoring(features, ctx, resp), direct, rtol=1e-6)
+    mix = RUN.MixScoring(cosine, lm_scoring, 0.2)
+    np.testing.assert_allclose(mix(features, ctx, resp), 0.8 * cosine(features, ctx, resp) + 0.2 * direct, rtol=1e-5)

@@ -8,7 +8,8 @@ fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearm
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
 context and reply embeddings; ``--method lm_pmi`` the untrained chat LM's own PMI, log p(r | c) - log p(r)
 (``LMPMIScorer``; ``--lm_model``, ``--lm_per_token``), scored on the same negatives (mined by ``--model``'s
-embeddings, as for every other row); ``--lm_weight w`` mixes it into a trained head's score (an ensemble row).
+embeddings, as for every other row); ``--lm_weight w`` mixes it into a trained head's score (an ensemble row,
+logged as NAME+lmW).
 ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 ``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
@@ -338,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.method not in ("head", "cosine", "lm_pmi"):
         raise SystemExit(f"--method {args.method}: head, cosine or lm_pmi")
+    if args.lm_weight and (args.method != "head" or not 0 < args.lm_weight <= 1):
+        raise SystemExit(f"--lm_weight {args.lm_weight}: a weight in (0, 1], with --method head")
     all_train = training_pairs(args, root) if args.method == "head" else None
     if args.paired_cosine and args.normalize_k:
         raise SystemExit("--paired_cosine compares raw scores with the raw cosine: drop --normalize_k")
@@ -350,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             start = time.perf_counter()
             name = f"{args.name}+selfnorm{args.normalize_k}" if args.normalize_k else args.name
+            name = f"{name}+lm{args.lm_weight:g}" if args.lm_weight else name  # the head is saved under --name
             row: dict = {"name": name, "stage": args.stage, "method": args.method, "seed": seed}
             if args.lm_weight:
                 row["lm_weight"] = args.lm_weight
