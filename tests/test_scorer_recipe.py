@@ -74,3 +74,6 @@ def test_the_lm_mix_weights_a_head_and_the_chat_lm_and_reads_texts_by_index(tiny
     np.testing.assert_allclose(lm_scoring(features, ctx, resp), direct, rtol=1e-6)
     mix = RUN.MixScoring(cosine, lm_scoring, 0.2)
     np.testing.assert_allclose(mix(features, ctx, resp), 0.8 * cosine(features, ctx, resp) + 0.2 * direct, rtol=1e-5)
+    both = RUN.MixScoring(cosine, lm_scoring, 0.2, "min")
+    want = np.minimum(cosine(features, ctx, resp), 0.2 * direct)
+    np.testing.assert_allclose(both(features, ctx, resp), want, rtol=1e-5)

@@ -8,8 +8,8 @@ fixed list of generic replies. ``--stage test`` adds the human-rated set (Spearm
 all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baseline: the cosine of the encoder's
 context and reply embeddings; ``--method lm_pmi`` the untrained chat LM's own PMI, log p(r | c) - log p(r)
 (``LMPMIScorer``; ``--lm_model``, ``--lm_per_token``), scored on the same negatives (mined by ``--model``'s
-embeddings, as for every other row); ``--lm_weight w`` mixes it into a trained head's score (an ensemble row,
-logged as NAME+lmW).
+embeddings, as for every other row); ``--lm_weight w`` combines it with a trained head's score (an ensemble row,
+logged as NAME+lmW, or NAME+lmWmin with ``--lm_combine min``).
 ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 ``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
@@ -67,8 +67,9 @@ class ScorerRecipeArguments:
     lm_model: str = field(default="smollm2-135m-instruct", metadata={"help": "--method lm_pmi: the chat LM"})
     lm_per_token: bool = field(default=False, metadata={"help": "--method lm_pmi: PMI per reply token"})
     lm_weight: float = field(
-        default=0.0, metadata={"help": "--method head: score (1 - w) x head + w x the chat LM's PMI (an ensemble row)"}
+        default=0.0, metadata={"help": "--method head: combine the head's score with w x the chat LM's PMI"}
     )
+    lm_combine: str = field(default="sum", metadata={"help": "sum: (1 - w) head + w LM; min: min(head, w LM)"})
     seeds: int = 3
     first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
@@ -223,15 +224,19 @@ def lm_scorer(args: ScorerRecipeArguments, out: Path) -> LMPMIScorer:
 
 
 class MixScoring(Scoring):
-    """(1 - w) x a trained head's score + w x the chat LM's zero-shot PMI: two PMI estimates, weighted (a labelled
-    ensemble row, not a single scorer)."""
+    """A trained head's score and the chat LM's zero-shot PMI, two PMI estimates combined (a labelled ensemble row,
+    not a single scorer): ``sum``, (1 - w) x head + w x LM; ``min``, min(head, w x LM), credit only where both agree
+    (the head refuses copies, the LM on-topic non-answers)."""
 
-    def __init__(self, head: Scoring, lm: LMScoring, weight: float) -> None:
+    def __init__(self, head: Scoring, lm: LMScoring, weight: float, combine: str = "sum") -> None:
         super().__init__(head.encoder, head.head)
-        self.lm, self.weight = lm, weight
+        if combine not in ("sum", "min"):
+            raise ValueError(f"combine must be sum or min, got {combine!r}")
+        self.lm, self.weight, self.combine = lm, weight, combine
 
     def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
-        return (1 - self.weight) * super().__call__(features, ctx, resp) + self.weight * self.lm(features, ctx, resp)
+        head, lm = super().__call__(features, ctx, resp), self.weight * self.lm(features, ctx, resp)
+        return np.minimum(head, lm) if self.combine == "min" else (1 - self.weight) * head + lm
 
 
 def reference_replies(train: PairSet, k: int) -> list[str]:
@@ -353,10 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             start = time.perf_counter()
             name = f"{args.name}+selfnorm{args.normalize_k}" if args.normalize_k else args.name
-            name = f"{name}+lm{args.lm_weight:g}" if args.lm_weight else name  # the head is saved under --name
+            if args.lm_weight:  # the head is saved under --name
+                name = f"{name}+lm{args.lm_weight:g}" + ("min" if args.lm_combine == "min" else "")
             row: dict = {"name": name, "stage": args.stage, "method": args.method, "seed": seed}
             if args.lm_weight:
-                row["lm_weight"] = args.lm_weight
+                row["lm_weight"], row["lm_combine"] = args.lm_weight, args.lm_combine
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
@@ -366,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 row |= fields
                 scoring = Scoring(scorer.encoder, scorer.head)
                 if args.lm_weight:
-                    scoring = MixScoring(scoring, LMScoring(encoder, lm_scorer(args, out)), args.lm_weight)
+                    lm = lm_scorer(args, out)
+                    scoring = MixScoring(scoring, LMScoring(encoder, lm), args.lm_weight, args.lm_combine)
             elif args.method == "lm_pmi":
                 lm = lm_scorer(args, out)
                 scoring = LMScoring(encoder, lm)
