@@ -346,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--method {args.method}: head, cosine or lm_pmi")
     if args.lm_weight and (args.method != "head" or not 0 < args.lm_weight <= 1):
         raise SystemExit(f"--lm_weight {args.lm_weight}: a weight in (0, 1], with --method head")
+    if args.lm_combine not in ("sum", "min"):
+        raise SystemExit(f"--lm_combine {args.lm_combine}: sum or min")
     all_train = training_pairs(args, root) if args.method == "head" else None
+    lm = lm_scorer(args, out) if args.method == "lm_pmi" or args.lm_weight else None  # loaded once, for every seed
     if args.paired_cosine and args.normalize_k:
         raise SystemExit("--paired_cosine compares raw scores with the raw cosine: drop --normalize_k")
     reference = None
@@ -371,12 +374,11 @@ def main(argv: list[str] | None = None) -> int:
                 scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
                 row |= fields
                 scoring = Scoring(scorer.encoder, scorer.head)
-                if args.lm_weight:
-                    lm = lm_scorer(args, out)
+                if lm is not None:
                     scoring = MixScoring(scoring, LMScoring(encoder, lm), args.lm_weight, args.lm_combine)
-            elif args.method == "lm_pmi":
-                lm = lm_scorer(args, out)
+            elif lm is not None:
                 scoring = LMScoring(encoder, lm)
+            if lm is not None:
                 row["lm"] = lm.describe()
             else:
                 scoring = Scoring(encoder)
