@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from ...data.conversation import turns_to_messages
 from ...policy.prompts import DEFAULT_SYSTEM_PROMPT
 from ...scoring.models import load_causal_lm, load_tokenizer
+from .jsonl_cache import JsonlCache
 
 __all__ = ["LMPMIConfig", "LMPMIScorer"]
 
@@ -59,12 +60,7 @@ class LMPMIScorer:
         if end is None:
             raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (eos) token to close a reply")
         self._end = end
-        self.cache_file = Path(cache_file) if cache_file else None
-        self._cache: dict[str, tuple[float, int]] = {}
-        if self.cache_file and self.cache_file.is_file():
-            for line in self.cache_file.read_text(encoding="utf-8").splitlines():
-                record = json.loads(line)
-                self._cache[record["key"]] = (record["ll"], record["n"])
+        self._cache = JsonlCache(cache_file)  # key -> [log-likelihood, reply tokens]
 
     def prefix(self, context: str | None) -> list[int]:
         """Token ids of the chat up to the assistant's reply: the conversation's turns, or none (the marginal)."""
@@ -120,13 +116,8 @@ class LMPMIScorer:
         if todo:
             ids = [self.reply_ids(r) for r in todo.values()]
             lls = self._log_likelihoods(self.prefix(context), ids)
-            new = {k: (ll, len(i)) for k, ll, i in zip(todo, lls, ids, strict=True)}
-            self._cache.update(new)
-            if self.cache_file:
-                self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-                with self.cache_file.open("a", encoding="utf-8") as f:
-                    f.writelines(json.dumps({"key": k, "ll": ll, "n": n}) + "\n" for k, (ll, n) in new.items())
-        return [self._cache[k] for k in keys]
+            self._cache.add({k: [ll, len(i)] for k, ll, i in zip(todo, lls, ids, strict=True)})
+        return [tuple(self._cache[k]) for k in keys]
 
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
         """float32 PMI per pair (nats, or nats per token with ``per_token``)."""

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...scoring.models import load_causal_lm, load_tokenizer
+from .jsonl_cache import JsonlCache
 
 __all__ = ["MEEP_PROMPT", "MEEPConfig", "MEEPScorer", "parse_score"]
 
@@ -87,12 +88,7 @@ class MEEPScorer:
         self.tokenizer.padding_side = "left"
         self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
         self.model.eval()
-        self.cache_file = Path(cache_file) if cache_file else None
-        self._answers: dict[str, list[str]] = {}
-        if self.cache_file and self.cache_file.is_file():
-            for line in self.cache_file.read_text(encoding="utf-8").splitlines():
-                record = json.loads(line)
-                self._answers[record["key"]] = record["answers"]
+        self._answers = JsonlCache(cache_file, field="answers")
         self.parse_rate = float("nan")
 
     def prompts(self, contexts: Sequence[str], responses: Sequence[str]) -> list[str]:
@@ -122,13 +118,7 @@ class MEEPScorer:
             batch = todo[s : s + bs]
             generator = torch.Generator().manual_seed(self.config.seed + s)
             texts = self._sample([p for _, p in batch], generator)
-            new = {k: t for (k, _), t in zip(batch, texts, strict=True)}
-            self._answers.update(new)
-            if self.cache_file:
-                self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-                with self.cache_file.open("a", encoding="utf-8") as f:
-                    for key, answers in new.items():
-                        f.write(json.dumps({"key": key, "answers": answers}, ensure_ascii=False) + "\n")
+            self._answers.add({k: t for (k, _), t in zip(batch, texts, strict=True)})
         return [self._answers[k] for k in keys]
 
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
