@@ -32,6 +32,23 @@ def test_cached_batched_likelihoods_equal_a_plain_forward_pass(scorer):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+def test_long_replies_are_cut_and_batches_stay_within_the_token_budget(tiny_policy, smol_tokenizer):
+    """A reply of thousands of words (the held-out set has one) is judged on its first ``max_reply_tokens``
+    tokens, and no pass holds more than ``max_batch_tokens`` padded tokens: the memory stays bounded."""
+    config = LMPMIConfig(max_batch_tokens=40, max_reply_tokens=24)
+    scorer = LMPMIScorer(config, model=tiny_policy(0), tokenizer=smol_tokenizer)
+    long = " ".join(["words"] * 500)
+    ids = scorer.reply_ids(long)
+    assert len(ids) == 24 and ids[-1] != smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    replies = [scorer.reply_ids(r) for r in [*REPLIES, long, "ok", "sure thing"]]
+    batches = scorer._batches(replies)
+    assert sorted(i for b in batches for i in b) == list(range(len(replies)))
+    assert all(len(b) * max(len(replies[i]) for i in b) <= 40 or len(b) == 1 for b in batches)
+    prefix = scorer.prefix(CONTEXT)
+    want = [reference_log_likelihood(scorer.model, prefix, r) for r in replies]
+    np.testing.assert_allclose(scorer._log_likelihoods(prefix, replies), want, rtol=1e-5, atol=1e-4)
+
+
 def test_score_is_the_conditional_minus_the_marginal_log_likelihood(scorer):
     contexts = [CONTEXT] * len(REPLIES) + ["Hi\nHello, how are you?"]
     replies = REPLIES + [REPLIES[0]]

@@ -8,12 +8,13 @@ import torch
 from pmi_reward.data.conversation import turns_to_messages
 from pmi_reward.evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from pmi_reward.evaluation.report import plot_distributions
-from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies
+from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies, score_grid
 from pmi_reward.policy.loading import load_policy
-from pmi_reward.policy.panel import Judge
+from pmi_reward.policy.panel import Judge, load_judges, parse_val_aucs, relation
 from pmi_reward.policy.report import report_text
-from pmi_reward.policy.samples import sample_records, samples_markdown
+from pmi_reward.policy.samples import read_samples, sample_records, samples_markdown, write_samples
 from pmi_reward.policy.sampling import SamplingSettings
+from pmi_reward.rewards.reward import PMIReward
 
 
 def test_text_metrics():
@@ -57,8 +58,6 @@ def _judges(scorer) -> list[Judge]:
     reward = {"encoder": "tiny", "training": {"seed": 0}, "data": {"dialogues": "chitchat", "n_dialogues": [8]}}
     twin = Judge("twin", "x", scorer, {**reward, "best_val_auc": 0.8})
     other = Judge("other-enc", "y", scorer, {"encoder": "other", "data": {"train_file": "en.csv"}, "best_val_auc": 0.7})
-    from pmi_reward.policy.panel import relation
-
     for j in (twin, other):
         j.shares = relation(j.meta, reward)
     return [twin, other]
@@ -112,6 +111,52 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     md = samples_markdown(out, prompts, n_contexts=2)
     assert md.count("## ") == 2 and "| best-of-4 |" in md
     assert plot_distributions(out["scores"]["twin"], tmp_path / "h.png").stat().st_size > 1000
+
+
+def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokenizer, tiny_scorer, tmp_path):
+    """--from_samples: an evaluation's samples.jsonl, read back and judged by the same panel, reproduces its
+    rows (gains, lengths, cut shares, diversity) without sampling; only the KL needs the policies."""
+    prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "I flew to Rome.\nHow was it?")]
+    policies = {"base": (tiny_policy(0), smol_tokenizer), "other": (tiny_policy(1), smol_tokenizer)}
+    judges, refs = _judges(tiny_scorer), ["Coltrane.", "Great."]
+    args = EvalArguments(samples=3)
+    settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=7)
+    first = evaluate_policies(policies, prompts, judges, tiny_scorer, args, settings, references=refs)
+    write_samples(tmp_path, first, prompts, refs, n_contexts=2)
+    contexts, references, replies = read_samples(tmp_path / "samples.jsonl")
+    assert references == refs and list(replies) == ["base", "other", "human reference"]
+    again = evaluate_policies({}, contexts, judges, tiny_scorer, args, settings, references, replies)
+    assert [r["policy"] for r in again["rows"]] == ["base", "other", "human reference"]
+    for old, new in zip(first["rows"], again["rows"], strict=True):
+        for key in ("words", "distinct_2", "tokens", "cut", "reward_pmi"):
+            assert new[key] == pytest.approx(old[key], abs=1e-5), key
+        for name in ("twin", "other-enc"):
+            for key in ("pmi_mean", "gain", "len_adj_gain", "win_rate"):
+                assert new["judges"][name].get(key) == pytest.approx(old["judges"][name].get(key), abs=1e-4), key
+    assert "kl_reply" in first["rows"][1] and "kl_reply" not in again["rows"][1]
+    (tmp_path / "bad.jsonl").write_text('{"context": "hi", "base": [{"reply": "yo"}]}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl, row 1: .*tokens"):
+        read_samples(tmp_path / "bad.jsonl")
+
+
+def test_an_untrained_chat_lm_judges_and_shares_nothing_with_the_reward(tiny_policy, smol_tokenizer, tmp_path):
+    """``name=lm:MODEL``: the chat LM's own PMI as a judge, independent of any trained reward, with the validation
+    AUC it is given; a misspelt AUC or one that names no LM judge is refused."""
+    tiny_policy(3).save_pretrained(tmp_path / "lm")
+    smol_tokenizer.save_pretrained(tmp_path / "lm")
+    judges, _, _ = load_judges([f"lm-pmi=lm:{tmp_path / 'lm'}"], None, parse_val_aucs(["lm-pmi=0.886"]))
+    judge = judges[0]
+    assert judge.val_auc == pytest.approx(0.886) and judge.scorer.context_turns == 3
+    reward = {"encoder": "minilm", "training": {"seed": 0}, "data": {"dialogues": "chitchat", "n_dialogues": [8]}}
+    judge.shares = relation(judge.meta, reward)
+    assert judge.independent and judge.shares["data"] == "different"
+    scores = score_grid(PMIReward(judge.scorer), ["I love jazz.\nWho do you like?"], [["Coltrane.", "Ok."]])
+    direct = judge.scorer.score(["I love jazz.\nWho do you like?"] * 2, ["Coltrane.", "Ok."])
+    np.testing.assert_allclose(scores[0], direct, rtol=1e-5)
+    with pytest.raises(ValueError, match="name=AUC"):
+        parse_val_aucs(["lm-pmi=high"])
+    with pytest.raises(ValueError, match="names no lm: judge"):
+        load_judges([f"lm-pmi=lm:{tmp_path / 'lm'}"], None, {"other": 0.9})
 
 
 def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_path):

@@ -9,6 +9,7 @@ import yaml
 from test_configs import CONFIGS, ROOT, _arguments
 
 from pmi_reward.configs import config_path, merged_config, parse_args
+from pmi_reward.policy.panel import LM_PREFIX
 from pmi_reward.policy.protocol import BANDS, Entry, entries, inside, overlaps, problems, run_warnings, span
 
 RECIPE = "recipes/smollm2-135m/"
@@ -73,10 +74,11 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
         values = merged_config([name if name.startswith("demo/") else str(ROOT / name)])
         reward = scorers[values["reward_scorer"]]
         for judge in values["judges"]:
-            seen = scorers[judge.partition("=")[2]]
+            path = judge.partition("=")[2]
+            seen = None if path.startswith(LM_PREFIX) else scorers[path]  # an untrained LM saw no dialogue
             assert seen is None or reward is None or not overlaps(seen.span, reward.span), (name, judge)
             checked += 1
-    assert checked == 6  # tune and final: judges (b) and (c); the demo: its two judges
+    assert checked == 8  # tune: judges (b) and (c); final: (b), (c) and the chat LM (d); the demo: its three
 
 
 def test_problems_finds_overlaps_and_ranges_outside_their_band():

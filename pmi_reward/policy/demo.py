@@ -5,8 +5,8 @@
    dialogues 500+ (seed 2): another encoder, other data, another seed, so it shares nothing with the reward.
 3. GRPO on SmolLM2-135M-Instruct with PMIReward (LoRA on the top layers), prompts from dialogues 2000-3399,
    completions cut at the token limit masked out of the loss.
-4. Evaluate base vs tuned on held-out contexts (dialogues 3700+) with the judge panel and the reward-hacking
-   diagnostics; print the report.
+4. Evaluate base vs tuned on held-out contexts (dialogues 3700+) with the judge panel (the two judges and the
+   chat LM's own PMI, which trains on nothing) and the reward-hacking diagnostics; print the report.
 
 Every step reads configs that ship with the package (``pmi_reward/configs``), so an installed wheel runs it; the
 scorers' dialogue ranges sit in ``demo/scorers/*.yaml`` (checked against the protocol by the tests).
@@ -31,6 +31,9 @@ from . import evaluate
 from .trainers import LAST_N, cpu_seconds, trl_main
 
 __all__ = ["DemoArguments", "run_demo"]
+
+# a judge that trains on nothing: the policy's own LM's PMI (its validation AUC: demo/evaluate.yaml)
+LM_JUDGE = "lm-pmi=lm:smollm2-135m-instruct"
 
 CONTEXT = (
     "I just got back from a hiking trip in the mountains.\nOh nice, where did you go?\n"
@@ -101,7 +104,7 @@ def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: rea
     _done(times, "GRPO", t)
 
     t = _stage("4/4 engagement gain on held-out contexts: the judge panel and the reward-hacking diagnostics")
-    judges = [f"minilm={out / 'judge-minilm'}", f"smollm2={out / 'judge-smollm2'}"]
+    judges = [f"minilm={out / 'judge-minilm'}", f"smollm2={out / 'judge-smollm2'}", LM_JUDGE]
     result = evaluate.run_evaluation(
         *parse_args(
             evaluate.ARGUMENTS,

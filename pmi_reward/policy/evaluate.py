@@ -11,6 +11,8 @@ within and across contexts, template openings, questions, generic, copied and em
 the base (``divergence``). A gain counts when every judge that shares nothing with the reward sees it.
 Writes ``results.md``, ``results.json``, ``samples.jsonl``, ``samples.md`` and ``pmi_hist.png`` into
 ``output_dir`` (and appends one line per policy to ``log_file``: the trials log, in the order run).
+``from_samples`` judges an earlier evaluation's ``samples.jsonl`` again (a new judge on replies already fixed,
+without the policies: everything but the KL).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..data.conversation import prompt_to_context
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
@@ -31,7 +34,7 @@ from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
-from .panel import Judge, load_judges, verdict
+from .panel import Judge, load_judges, parse_val_aucs, verdict
 from .prompts import PromptArguments, build_prompts
 from .sampling import Replies, SamplingSettings, generate_replies
 
@@ -59,7 +62,15 @@ class EvalArguments:
     base_model: str = field(default=DEFAULT_POLICY, metadata={"help": "the policy before tuning"})
     judges: list[str] = field(
         default_factory=lambda: ["minilm=outputs/scorers/judge-minilm"],
-        metadata={"help": "the judge panel: name=scorer_dir (or scorer_dir) per judge"},
+        metadata={"help": "the judge panel: name=scorer_dir (or scorer_dir), or name=lm:MODEL (a chat LM's PMI)"},
+    )
+    judge_val_auc: list[str] = field(
+        default_factory=list,
+        metadata={"help": "name=AUC: validation AUC of a judge whose directory holds none (an lm: judge)"},
+    )
+    from_samples: str | None = field(
+        default=None,
+        metadata={"help": "judge the replies of an earlier evaluation's samples.jsonl again (no sampling, no KL)"},
     )
     reward_scorer: str | None = field(
         default=None, metadata={"help": "the training reward's scorer: compared with each judge, reported beside"}
@@ -125,6 +136,25 @@ def _best_of_n(
     return {f"best-of-{n}": best_of_n_replies(pool, scores, n) for n in sorted(args.best_of_n)}
 
 
+def _judge_all(judges: list[Judge], prompts: list, replies: dict[str, Replies]) -> dict[str, dict[str, np.ndarray]]:
+    """Every judge's (contexts, samples) scores of every policy's replies. Each judge is called once on every
+    reply, grouped by context, so that a context is read once for all the policies' replies (what an LM judge
+    spends most of its time on)."""
+    keys = [
+        (name, i, k) for i in range(len(prompts)) for name, rep in replies.items() for k in range(len(rep.texts[i]))
+    ]
+    flat_prompts = [prompts[i] for _, i, _ in keys]
+    flat_replies = [replies[name].texts[i][k] for name, i, k in keys]
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    for j in tqdm(judges, desc="judging", unit="judge"):
+        out = PMIReward(j.scorer, empty_score=0.0)(flat_prompts, flat_replies)
+        grid = {name: [[np.nan] * len(row) for row in rep.texts] for name, rep in replies.items()}
+        for (name, i, k), value in zip(keys, out, strict=True):
+            grid[name][i][k] = np.nan if value is None else value
+        scores[j.name] = {name: np.asarray(g, dtype=np.float64) for name, g in grid.items()}
+    return scores
+
+
 def _judge_row(scores: np.ndarray, base: np.ndarray, lengths: np.ndarray, base_len: np.ndarray, edges) -> dict:
     pmi = mean_ci(scores)
     row: dict[str, Any] = {"pmi_mean": pmi.value, "pmi_lo": pmi.low, "pmi_hi": pmi.high}
@@ -166,27 +196,30 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
     args: EvalArguments,
     settings: SamplingSettings | None = None,
     references: list[str] | None = None,
+    replies: dict[str, Replies] | None = None,
 ) -> dict:
-    """Sample, score and summarise every policy (the first one is the base); returns rows, judges and samples."""
+    """Sample, score and summarise every policy (the first one is the base); returns rows, judges and samples.
+    Given ``replies`` (read back from a samples file, the base first), nothing is sampled and ``policies`` may be
+    empty."""
     settings = settings or SamplingSettings()
     # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty")
     reward = PMIReward(reward_scorer, empty_score=0.0) if reward_scorer is not None else None
     contexts = [prompt_to_context(p) or "" for p in prompts]
-    base = next(iter(policies))
-    replies = _sample(policies, prompts, args, settings)
-    replies.update(_best_of_n(policies[base], prompts, reward, args, settings))
+    if replies is None:
+        replies = _sample(policies, prompts, args, settings)
+        replies.update(_best_of_n(policies[next(iter(policies))], prompts, reward, args, settings))
+    else:
+        replies = {name: rep for name, rep in replies.items() if name != HUMAN}
+    base = next(iter(replies))
     if references is not None:
         replies[HUMAN] = Replies([[r] for r in references], [[[]] for _ in references], [[False] for _ in references])
-    scores = {
-        j.name: {n: score_grid(PMIReward(j.scorer, empty_score=0.0), prompts, r.texts) for n, r in replies.items()}
-        for j in judges
-    }
+    scores = _judge_all(judges, prompts, replies)
     lengths = {n: reply_lengths(r.texts) for n, r in replies.items()}
     edges = length_edges(lengths[base])
     rows = []
     for name, rep in replies.items():
         row: dict[str, Any] = {"policy": name, **text_metrics(rep.texts, contexts)}
-        row["tokens"] = float(np.mean([len(t) for r in rep.tokens for t in r])) if name != HUMAN else None
+        row["tokens"] = float(np.mean([n for r in rep.token_counts() for n in r])) if name != HUMAN else None
         row["cut"] = rep.truncated_share() if name != HUMAN else None
         row.update(_kl(name, policies, base, rep, prompts, settings, args))
         if reward is not None:
@@ -230,19 +263,20 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     from .report import write_report
     from .samples import write_samples
 
-    data = build_prompts(prompt_args)
-    prompts = list(data["prompt"])
-    references = list(data["reference"]) if args.include_reference and "reference" in data.column_names else None
-    judges, reward_scorer, reward_meta = load_judges(args.judges, args.reward_scorer)
-    policies = {"base": load_policy(args.base_model)}
-    summaries = {}
-    for path in args.tuned:
-        name = Path(path.rstrip("/")).name
-        if name in policies:
-            raise ValueError(f"two tuned policies are named {name!r}: give their directories distinct names")
-        policies[name] = load_policy(path)
-        summary = Path(path) / "run_summary.json"
-        summaries[name] = json.loads(summary.read_text()) if summary.is_file() else {}
+    if args.from_samples:
+        prompts, references, replies = _read_back(args.from_samples, args)
+        policies: dict = {}
+        summaries: dict[str, dict] = {}
+    else:
+        data = build_prompts(prompt_args)
+        prompts = list(data["prompt"])
+        has_reference = args.include_reference and "reference" in data.column_names
+        references = list(data["reference"]) if has_reference else None
+        replies = None
+        policies, summaries = _load_policies(args)
+    judges, reward_scorer, reward_meta = load_judges(
+        args.judges, args.reward_scorer, parse_val_aucs(args.judge_val_auc)
+    )
     warnings = []
     if not prompt_args.prompt_file:
         where = Entry(
@@ -253,10 +287,15 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
         )
         metas = {j.name: j.meta for j in judges} | ({"reward": reward_meta} if reward_meta else {})
         warnings = run_warnings(where, metas, summaries)
+    warnings += [
+        f"judge {j.name} reads replies with the base policy's own LM: it favours replies like the base's"
+        for j in judges
+        if j.meta.get("method") == "lm_pmi" and j.meta.get("encoder") == args.base_model
+    ]
     for w in warnings:
         print(f"WARNING: {w}")
     start = time.perf_counter()
-    result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references)
+    result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references, replies)
     result.update(judges=judge_info(judges), warnings=warnings, seconds=round(time.perf_counter() - start, 1))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -268,6 +307,29 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
         _log_trials(Path(args.log_file), result, args, prompt_args, summaries)
     print("\n" + text)
     return result
+
+
+def _load_policies(args: EvalArguments) -> tuple[dict, dict[str, dict]]:
+    """The base and the tuned policies by name, and each tuned run's summary (empty when it has none)."""
+    policies, summaries = {"base": load_policy(args.base_model)}, {}
+    for path in args.tuned:
+        name = Path(path.rstrip("/")).name
+        if name in policies:
+            raise ValueError(f"two tuned policies are named {name!r}: give their directories distinct names")
+        policies[name] = load_policy(path)
+        summary = Path(path) / "run_summary.json"
+        summaries[name] = json.loads(summary.read_text()) if summary.is_file() else {}
+    return policies, summaries
+
+
+def _read_back(path: str, args: EvalArguments) -> tuple[list[str], list[str] | None, dict[str, Replies]]:
+    """The contexts, human replies and policies' replies of a samples file, checked against the other options."""
+    from .samples import read_samples
+
+    if args.tuned or args.best_of_n:
+        raise ValueError("--from_samples judges saved replies again: it samples nothing (no --tuned, no --best_of_n)")
+    contexts, references, replies = read_samples(path)
+    return contexts, references if args.include_reference else None, replies
 
 
 def _log_trials(path: Path, result: dict, args: EvalArguments, prompt_args, summaries: dict) -> None:

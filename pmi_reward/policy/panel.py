@@ -9,10 +9,15 @@ in common; the seed is then moot: one number drives two unrelated initialisation
 fooled by the reward's own quirks in the same way; a gain counts when every such judge sees it (its 95% CI
 excludes 0). Each judge's validation AUC is printed beside the verdict: a judge that cannot rank replies cannot
 confirm a gain.
+
+A judge may also be an untrained chat LM, ``name=lm:MODEL``: its own PMI, log p(r | c) - log p(r)
+(``LMPMIScorer``). It has no training data, so it shares none with the reward, and no validation split of its own:
+its validation AUC, measured elsewhere (``recipes/scorer/run.py --method lm_pmi``), is given as ``name=AUC``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +25,13 @@ from typing import Any
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.scorer import LOCAL_ENCODER, PMIScorer
 
+LM_PREFIX = "lm:"
+
 __all__ = [
+    "LM_PREFIX",
     "Judge",
     "parse_judge",
+    "parse_val_aucs",
     "pretrained_encoder",
     "training_range",
     "relation",
@@ -38,7 +47,7 @@ class Judge:
 
     name: str
     path: str
-    scorer: PMIScorer
+    scorer: Any  # a PMIScorer, or an LMPMIScorer for an ``lm:MODEL`` judge
     meta: dict[str, Any]
     shares: dict[str, Any] = field(default_factory=dict)
 
@@ -126,26 +135,62 @@ def _load(path: str, loaded: list[TextEncoder]) -> PMIScorer:
     return scorer
 
 
-def load_judges(specs: list[str], reward_dir: str | None) -> tuple[list[Judge], PMIScorer | None, dict | None]:
-    """The judges (compared with the reward scorer when given), the reward scorer and its provenance."""
+def _lm_judge(model: str, val_auc: float | None) -> tuple[Any, dict[str, Any]]:
+    """An untrained chat LM's PMI as a scorer, and its provenance: the LM, no training data, no seed."""
+    from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+
+    if not model:
+        raise ValueError(f"judge {LM_PREFIX}: name the chat LM, e.g. {LM_PREFIX}smollm2-135m-instruct")
+    scorer = LMPMIScorer(LMPMIConfig(model=model))
+    return scorer, {"encoder": model, "method": "lm_pmi", "best_val_auc": val_auc, "data": {}, "training": {}}
+
+
+def parse_val_aucs(specs: list[str]) -> dict[str, float]:
+    """``name=AUC`` per judge whose validation AUC its directory does not hold (an ``lm:`` judge)."""
+    out = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        try:
+            auc = float(value)
+        except ValueError:
+            auc = math.nan
+        if not name or not 0.0 <= auc <= 1.0:
+            raise ValueError(f"judge_val_auc {spec!r}: expected name=AUC with AUC in [0, 1]")
+        out[name] = auc
+    return out
+
+
+def load_judges(
+    specs: list[str], reward_dir: str | None, val_aucs: dict[str, float] | None = None
+) -> tuple[list[Judge], PMIScorer | None, dict | None]:
+    """The judges (compared with the reward scorer when given), the reward scorer and its provenance.
+    ``val_aucs``: validation AUCs of judges whose directory holds none (``lm:`` judges)."""
     if not specs:
         raise ValueError("evaluate-policy needs at least one judge (--judges name=scorer_dir ...)")
+    val_aucs = dict(val_aucs or {})
     loaded: list[TextEncoder] = []
     reward = _load(reward_dir, loaded) if reward_dir else None
     reward_meta = _provenance(reward) if reward else None
     judges = []
     for spec in specs:
         name, path = parse_judge(spec)
-        scorer = _load(path, loaded)
-        meta = _provenance(scorer)
+        if path.startswith(LM_PREFIX):
+            scorer, meta = _lm_judge(path[len(LM_PREFIX) :], val_aucs.pop(name, None))
+        else:
+            scorer = _load(path, loaded)
+            meta = _provenance(scorer)
         judges.append(Judge(name, path, scorer, meta, relation(meta, reward_meta) if reward_meta else {}))
     if len({j.name for j in judges}) != len(judges):
         raise ValueError(f"judge names must differ: {[j.name for j in judges]}")
+    if val_aucs:
+        raise ValueError(f"judge_val_auc names no {LM_PREFIX} judge of the panel: {sorted(val_aucs)}")
     return judges, reward, reward_meta
 
 
 def describe(meta: dict) -> str:
-    """``minilm, seed 1, chitchat dialogues 1000-1999`` (or the pair file it was trained on)."""
+    """``minilm, seed 1, chitchat dialogues 1000-1999`` (or the pair file it was trained on, or an untrained LM)."""
+    if meta.get("method") == "lm_pmi":
+        return f"{meta.get('encoder', '?')}, untrained: the chat LM's own PMI, log p(r | c) - log p(r)"
     seed = (meta.get("training") or {}).get("seed", "?")
     span = training_range(meta)
     where = (

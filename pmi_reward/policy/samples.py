@@ -8,13 +8,15 @@ import json
 from pathlib import Path
 
 from ..data.conversation import prompt_to_context
+from .sampling import Replies
 
-__all__ = ["sample_records", "samples_markdown", "write_samples"]
+__all__ = ["sample_records", "samples_markdown", "write_samples", "read_samples"]
 
 
 def sample_records(result: dict, references: list[str] | None) -> list[dict]:
     """One record per context: the context, the human reply, and per policy its replies with scores."""
     replies, scores = result["replies"], result["scores"]
+    counts = {name: rep.token_counts() for name, rep in replies.items()}
     records = []
     for i, context in enumerate(result["contexts"]):
         record: dict = {"context": context}
@@ -25,7 +27,7 @@ def sample_records(result: dict, references: list[str] | None) -> list[dict]:
                 {
                     "reply": text,
                     "pmi": {j: round(float(by[name][i][k]), 3) for j, by in scores.items()},
-                    "tokens": len(rep.tokens[i][k]),
+                    "tokens": counts[name][i][k],
                     "cut": bool(rep.truncated[i][k]),
                 }
                 for k, text in enumerate(rep.texts[i])
@@ -64,3 +66,33 @@ def write_samples(out: Path, result: dict, prompts: list, references: list[str] 
         for record in sample_records(result, references):
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     (out / "samples.md").write_text(samples_markdown(result, prompts, n_contexts))
+
+
+def read_samples(path: str | Path) -> tuple[list[str], list[str] | None, dict[str, Replies]]:
+    """A ``samples.jsonl`` read back for judging again: the contexts, the human replies (None when absent) and
+    each policy's replies (texts, token counts, cut flags) in the file's order, the base first."""
+    contexts: list[str] = []
+    references: list[str | None] = []
+    replies: dict[str, Replies] = {}
+    counts: dict[str, list[list[int]]] = {}
+    with Path(path).open() as f:
+        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no samples")
+    for n, line in lines:
+        try:
+            record = json.loads(line)
+            contexts.append(str(record["context"]))
+            references.append(record.get("reference"))
+            names = [k for k in record if k not in ("context", "reference")]
+            if replies and names != list(replies):
+                raise ValueError(f"policies {names} differ from the first row's {list(replies)}")
+            for name in names:
+                rep = replies.setdefault(name, Replies([], [], [], counts.setdefault(name, [])))
+                rep.texts.append([str(r["reply"]) for r in record[name]])
+                rep.tokens.append([[] for _ in record[name]])
+                counts[name].append([int(r["tokens"]) for r in record[name]])
+                rep.truncated.append([bool(r["cut"]) for r in record[name]])
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}, row {n}: not a samples record ({type(err).__name__}: {err})") from err
+    return contexts, None if None in references else [str(r) for r in references], replies

@@ -43,11 +43,17 @@ class SamplingSettings:
 @dataclass
 class Replies:
     """Sampled replies, rows are prompts and columns their ``n`` samples: the text, the generated token ids (up to
-    and including the first end-of-sequence token) and whether generation was cut at ``max_new_tokens``."""
+    and including the first end-of-sequence token) and whether generation was cut at ``max_new_tokens``. Replies
+    read back from a ``samples.jsonl`` keep only their token ``counts`` (no ids: nothing to measure KL on)."""
 
     texts: list[list[str]]
     tokens: list[list[list[int]]]
     truncated: list[list[bool]]
+    counts: list[list[int]] | None = None
+
+    def token_counts(self) -> list[list[int]]:
+        """Generated tokens per reply (rows: prompts)."""
+        return self.counts if self.counts is not None else [[len(t) for t in row] for row in self.tokens]
 
     def flat(self) -> list[str]:
         return [t for row in self.texts for t in row]

@@ -218,8 +218,9 @@ class LMScoring(Scoring):
 
 
 def lm_scorer(args: ScorerRecipeArguments, out: Path) -> LMPMIScorer:
-    """The chat LM's PMI scorer of ``--lm_model``, its log-likelihoods cached beside the run log."""
-    config = LMPMIConfig(model=args.lm_model, per_token=args.lm_per_token)
+    """The chat LM's PMI scorer of ``--lm_model``, its log-likelihoods cached beside the run log. Replies are read
+    whole: the study's texts are at most 942 tokens (no reply is cut, as when RESULTS.md's figures were taken)."""
+    config = LMPMIConfig(model=args.lm_model, per_token=args.lm_per_token, max_reply_tokens=1024)
     return LMPMIScorer(config, cache_file=out / "lm-pmi-cache.jsonl")
 
 

@@ -9,8 +9,11 @@ for what a trained scorer adds. The reply is scored with its end-of-turn token, 
 the LM would judge a reply that stops there.
 
 Each context is encoded once and its replies are scored from the shared KV cache, which matters on a CPU: a
-context is ~3x as long as a reply. Log-likelihoods are cached by setting, context and reply (optionally in a JSONL
-file), so the per-token variant and repeated evaluations cost nothing more.
+context is ~3x as long as a reply. A pass holds at most ``max_batch_tokens`` padded reply tokens (the logits are
+that many times a 49k vocabulary) and a reply is read up to ``max_reply_tokens``, so one pasted essay among the
+replies cannot exhaust the memory. ``context_turns`` lets ``PMIReward`` wrap it, e.g. as a policy judge
+(``evaluate-policy --judges name=lm:MODEL``). Log-likelihoods are cached by setting, context and reply (optionally
+in a JSONL file), so the per-token variant and repeated evaluations cost nothing more.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ class LMPMIConfig:
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the policy's; '' or None for none
     per_token: bool = False  # mean log-ratio per reply token instead of the sum (the PMI in nats)
     batch_size: int = 32  # replies scored together from one context's cache
+    max_batch_tokens: int = 4096  # replies x padded length per pass: bounds the logits' memory (x 49k vocabulary)
+    max_reply_tokens: int = 256  # a longer reply is judged on its first tokens, as the encoders truncate
     max_context_chars: int = 1200  # long contexts keep their most recent part
+    context_turns: int | None = 3  # turns a reward or judge passes on (``PMIReward`` reads it), as the scorers'
 
 
 class LMPMIScorer:
@@ -62,6 +68,11 @@ class LMPMIScorer:
         self._end = end
         self._cache = JsonlCache(cache_file)  # key -> [log-likelihood, reply tokens]
 
+    @property
+    def context_turns(self) -> int | None:
+        """The context turns ``PMIReward`` passes on, so the LM can stand where a trained scorer does."""
+        return self.config.context_turns
+
     def prefix(self, context: str | None) -> list[int]:
         """Token ids of the chat up to the assistant's reply: the conversation's turns, or none (the marginal)."""
         text = context[-self.config.max_context_chars :] if context else ""
@@ -70,8 +81,26 @@ class LMPMIScorer:
         return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
 
     def reply_ids(self, response: str) -> list[int]:
-        """The reply's token ids with the end-of-turn token that closes it."""
-        return self.tokenizer(response + self._end, add_special_tokens=False)["input_ids"]
+        """The reply's token ids with the end-of-turn token that closes it; a reply longer than
+        ``max_reply_tokens`` keeps its first tokens and no end (judged as a reply cut there)."""
+        ids = self.tokenizer(response + self._end, add_special_tokens=False)["input_ids"]
+        return ids[: self.config.max_reply_tokens]
+
+    def _batches(self, replies: list[list[int]]) -> list[list[int]]:
+        """Indices of ``replies`` in batches of like lengths, each within ``batch_size`` replies and
+        ``max_batch_tokens`` padded tokens (a reply longer than that budget goes alone)."""
+        batches: list[list[int]] = []
+        for i in sorted(range(len(replies)), key=lambda i: len(replies[i])):
+            last = batches[-1] if batches else None
+            if (
+                last
+                and len(last) < self.config.batch_size
+                and (len(last) + 1) * len(replies[i]) <= self.config.max_batch_tokens
+            ):
+                last.append(i)
+            else:
+                batches.append([i])
+        return batches
 
     @torch.inference_mode()
     def _log_likelihoods(self, prefix: list[int], replies: list[list[int]]) -> list[float]:
@@ -79,10 +108,9 @@ class LMPMIScorer:
         device = next(self.model.parameters()).device
         out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[0, -1].float(), -1)
-        totals: list[float] = []
-        bs = self.config.batch_size
-        for s in range(0, len(replies), bs):
-            batch = replies[s : s + bs]
+        totals = [0.0] * len(replies)
+        for rows in self._batches(replies):
+            batch = [replies[i] for i in rows]
             width = max(map(len, batch))
             ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
             mask = torch.zeros(len(batch), width, dtype=torch.long)
@@ -91,21 +119,27 @@ class LMPMIScorer:
             cache = _repeat(out.past_key_values, len(batch))
             full = torch.cat([torch.ones(len(batch), len(prefix), dtype=torch.long), mask], 1)
             positions = len(prefix) + torch.arange(width).expand(len(batch), width)
-            logits = self.model(
-                input_ids=ids.to(device),
-                attention_mask=full.to(device),
-                position_ids=positions.to(device),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits.float()
-            logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
-            for i, r in enumerate(batch):
-                totals.append(float(first[r[0]]) + float(logp[i, : len(r) - 1].sum()))
+            logits = (
+                self.model(
+                    input_ids=ids.to(device),
+                    attention_mask=full.to(device),
+                    position_ids=positions.to(device),
+                    past_key_values=cache,
+                )
+                .logits[:, :-1]
+                .float()
+            )
+            # log p(next token) without a vocabulary-wide copy of the logits (long replies x 49k tokens)
+            logp = (logits.gather(-1, ids[:, 1:, None].to(device))[..., 0] - torch.logsumexp(logits, -1)).cpu()
+            for i, (row, r) in enumerate(zip(rows, batch, strict=True)):
+                totals[row] = float(first[r[0]]) + float(logp[i, : len(r) - 1].sum())
         return totals
 
     def _key(self, context: str | None, response: str) -> str:
         c = self.config
-        setting = json.dumps([c.model, c.dtype, c.system_prompt, c.max_context_chars, context, response])
+        setting = json.dumps(
+            [c.model, c.dtype, c.system_prompt, c.max_context_chars, c.max_reply_tokens, context, response]
+        )
         return hashlib.sha1(setting.encode("utf-8")).hexdigest()
 
     def log_likelihoods(self, context: str | None, responses: Sequence[str]) -> list[tuple[float, int]]:
