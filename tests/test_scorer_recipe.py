@@ -77,3 +77,20 @@ def test_the_lm_mix_weights_a_head_and_the_chat_lm_and_reads_texts_by_index(tiny
     both = RUN.MixScoring(cosine, lm_scoring, 0.2, "min")
     want = np.minimum(cosine(features, ctx, resp), 0.2 * direct)
     np.testing.assert_allclose(both(features, ctx, resp), want, rtol=1e-5)
+
+
+def test_a_row_scores_with_its_trained_head_the_mix_the_lm_or_the_cosine(tiny_encoder, tiny_policy, smol_tokenizer):
+    """The row's scorer follows the method: a trained head is never replaced by the cosine (a regression of
+    ffb1eff scored plain head rows with the cosine)."""
+    from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+
+    head = RUN.Scoring(tiny_encoder, PMIHead(HeadConfig(dim=tiny_encoder.dim)))
+    lm = LMPMIScorer(LMPMIConfig(), model=tiny_policy(0), tokenizer=smol_tokenizer)
+    args = RUN.ScorerRecipeArguments(name="t", lm_weight=0.3, lm_combine="min")
+    assert RUN.row_scoring(tiny_encoder, head, None, args) is head
+    mix = RUN.row_scoring(tiny_encoder, head, lm, args)
+    assert isinstance(mix, RUN.MixScoring) and mix.combine == "min" and mix.weight == 0.3
+    assert type(RUN.row_scoring(tiny_encoder, None, lm, args)) is RUN.LMScoring
+    cosine = RUN.row_scoring(tiny_encoder, None, None, args)
+    assert type(cosine) is RUN.Scoring and cosine.head is None

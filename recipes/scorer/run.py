@@ -240,6 +240,16 @@ class MixScoring(Scoring):
         return np.minimum(head, lm) if self.combine == "min" else (1 - self.weight) * head + lm
 
 
+def row_scoring(
+    encoder: TextEncoder, trained: Scoring | None, lm: LMPMIScorer | None, args: ScorerRecipeArguments
+) -> Scoring:
+    """What a row scores with: the trained head (combined with the chat LM under ``--lm_weight``), else the chat
+    LM alone (``--method lm_pmi``), else the encoder's cosine."""
+    if trained is not None:
+        return trained if lm is None else MixScoring(trained, LMScoring(encoder, lm), args.lm_weight, args.lm_combine)
+    return Scoring(encoder) if lm is None else LMScoring(encoder, lm)
+
+
 def reference_replies(train: PairSet, k: int) -> list[str]:
     """``k`` distinct training replies drawn with ``EVAL_SEED``: a sample of the marginal p(r)."""
     distinct = sorted(set(train.response_texts))
@@ -374,15 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                 base = encoder if tc.train_encoder == "none" else TextEncoder(EncoderSpec(args.model), cache=cache)
                 scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
                 row |= fields
-                scoring = Scoring(scorer.encoder, scorer.head)
-                if lm is not None:
-                    scoring = MixScoring(scoring, LMScoring(encoder, lm), args.lm_weight, args.lm_combine)
-            elif lm is not None:
-                scoring = LMScoring(encoder, lm)
+                trained = Scoring(scorer.encoder, scorer.head)
+            else:
+                trained = None
+            scoring = row_scoring(encoder, trained, lm, args)
             if lm is not None:
                 row["lm"] = lm.describe()
-            else:
-                scoring = Scoring(encoder)
             paired = Scoring(encoder) if args.paired_cosine and human is not None and args.method != "cosine" else None
             row |= evaluate(scoring, eval_set, human, args.n_boot, reference, paired)
             row["seconds"] = round(time.perf_counter() - start, 1)
