@@ -1,6 +1,8 @@
 """Engagement-gain evaluation: metrics on known inputs, bootstrap CIs, the full comparison on tiny policies
 (a panel of judges, best-of-n rows, KL, diagnostics, the report and sample files), loading LoRA adapters."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -137,6 +139,12 @@ def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokeniz
     (tmp_path / "bad.jsonl").write_text('{"context": "hi", "base": [{"reply": "yo"}]}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl, row 1: .*tokens"):
         read_samples(tmp_path / "bad.jsonl")
+    rows = (tmp_path / "samples.jsonl").read_text().splitlines()
+    second = json.loads(rows[1])
+    second["other"] = second["other"][:1]
+    (tmp_path / "ragged.jsonl").write_text(rows[0] + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(ValueError, match=r"ragged.jsonl, row 2: .*other: 1 replies, the first row 3"):
+        read_samples(tmp_path / "ragged.jsonl")
 
 
 def test_an_untrained_chat_lm_judges_and_shares_nothing_with_the_reward(tiny_policy, smol_tokenizer, tmp_path):

@@ -137,21 +137,15 @@ def _best_of_n(
 
 
 def _judge_all(judges: list[Judge], prompts: list, replies: dict[str, Replies]) -> dict[str, dict[str, np.ndarray]]:
-    """Every judge's (contexts, samples) scores of every policy's replies. Each judge is called once on every
-    reply, grouped by context, so that a context is read once for all the policies' replies (what an LM judge
-    spends most of its time on)."""
-    keys = [
-        (name, i, k) for i in range(len(prompts)) for name, rep in replies.items() for k in range(len(rep.texts[i]))
-    ]
-    flat_prompts = [prompts[i] for _, i, _ in keys]
-    flat_replies = [replies[name].texts[i][k] for name, i, k in keys]
+    """Every judge's (contexts, samples) scores of every policy's replies. Each judge reads a context's replies of
+    all policies in one row, so that a context is read once (what an LM judge spends most of its time on)."""
+    widths = {name: len(rep.texts[0]) if rep.texts else 0 for name, rep in replies.items()}
+    rows = [[t for rep in replies.values() for t in rep.texts[i]] for i in range(len(prompts))]
     scores: dict[str, dict[str, np.ndarray]] = {}
     for j in tqdm(judges, desc="judging", unit="judge"):
-        out = PMIReward(j.scorer, empty_score=0.0)(flat_prompts, flat_replies)
-        grid = {name: [[np.nan] * len(row) for row in rep.texts] for name, rep in replies.items()}
-        for (name, i, k), value in zip(keys, out, strict=True):
-            grid[name][i][k] = np.nan if value is None else value
-        scores[j.name] = {name: np.asarray(g, dtype=np.float64) for name, g in grid.items()}
+        grid = score_grid(PMIReward(j.scorer, empty_score=0.0), prompts, rows)
+        edges = np.cumsum([0, *widths.values()])
+        scores[j.name] = {name: grid[:, a:b] for name, a, b in zip(widths, edges[:-1], edges[1:], strict=True)}
     return scores
 
 

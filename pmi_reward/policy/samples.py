@@ -89,6 +89,8 @@ def read_samples(path: str | Path) -> tuple[list[str], list[str] | None, dict[st
                 raise ValueError(f"policies {names} differ from the first row's {list(replies)}")
             for name in names:
                 rep = replies.setdefault(name, Replies([], [], [], counts.setdefault(name, [])))
+                if rep.texts and len(record[name]) != len(rep.texts[0]):
+                    raise ValueError(f"{name}: {len(record[name])} replies, the first row {len(rep.texts[0])}")
                 rep.texts.append([str(r["reply"]) for r in record[name]])
                 rep.tokens.append([[] for _ in record[name]])
                 counts[name].append([int(r["tokens"]) for r in record[name]])
