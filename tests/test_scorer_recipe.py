@@ -1,4 +1,5 @@
-"""recipes/scorer/run.py: the self-normalised score and the rule that reuses a saved scorer instead of retraining."""
+"""recipes/scorer/run.py: the self-normalised score, the rule that reuses a saved scorer instead of retraining, and
+how the human set's contexts are cut."""
 
 from __future__ import annotations
 
@@ -94,3 +95,20 @@ def test_a_row_scores_with_its_trained_head_the_mix_the_lm_or_the_cosine(tiny_en
     assert type(RUN.row_scoring(tiny_encoder, None, lm, args)) is RUN.LMScoring
     cosine = RUN.row_scoring(tiny_encoder, None, None, args)
     assert type(cosine) is RUN.Scoring and cosine.head is None
+
+
+def test_the_human_set_is_cut_like_the_others_unless_read_whole(tmp_path):
+    """`--human_context_turns 0` reads the raters' whole conversation; by default it is cut at `--context_turns`."""
+    turns = "\n".join(f"turn {i}" for i in range(6))
+    (tmp_path / "human.csv").write_text(
+        f'context,response,dialog_key,annot_relevant_mean,annot_engaging_mean\n"{turns}",a reply,k1,2.5,1.0\n'
+    )
+
+    def context(*argv: str) -> str:
+        args = RUN.parse_args((RUN.ScorerRecipeArguments,), ["--name", "x", *argv])[0]
+        return RUN.human_pairs(args, tmp_path).context_texts[0]
+
+    assert context() == "turn 3\nturn 4\nturn 5"
+    assert context("--context_turns", "2") == "turn 4\nturn 5"
+    assert context("--human_context_turns", "0") == turns
+    assert context("--human_context_turns", "4") == "turn 2\nturn 3\nturn 4\nturn 5"

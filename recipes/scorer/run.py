@@ -62,6 +62,13 @@ class ScorerRecipeArguments:
     chitchat_range: list[int] = field(default_factory=lambda: [0, 2000], metadata={"help": "dialogues [a, b)"})
     max_pairs_per_dialogue: int = 8
     context_turns: int = field(default=3, metadata={"help": "contexts keep their last N turns (the reward's cut)"})
+    human_context_turns: int | None = field(
+        default=None,
+        metadata={
+            "help": "test stage: the human-rated set's contexts keep their last N turns (default: --context_turns; "
+            "0: whole, as its raters read them and the paper scores them)"
+        },
+    )
     method: str = field(default="head", metadata={"help": "head (trained), cosine or lm_pmi (untrained baselines)"})
     model: str = "minilm"
     lm_model: str = field(default="smollm2-135m-instruct", metadata={"help": "--method lm_pmi: the chat LM"})
@@ -114,6 +121,13 @@ def training_pairs(args: ScorerRecipeArguments, root: Path) -> PairSet:
     if not sets:
         raise SystemExit(f"--train_data {args.train_data}: name study and/or chitchat")
     return PairSet.concat(sets) if len(sets) > 1 else sets[0]
+
+
+def human_pairs(args: ScorerRecipeArguments, root: Path) -> PairSet:
+    """The human-rated set, its contexts cut like the others (``--context_turns``) or as ``--human_context_turns``
+    says (0: whole)."""
+    turns = args.context_turns if args.human_context_turns is None else args.human_context_turns or None
+    return load_pairs(root / "human.csv", extra_columns=TARGETS, max_context_turns=turns)
 
 
 def subsample(pairs: PairSet, n: int, seed: int = 0) -> PairSet:
@@ -348,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_set = val if args.stage == "val" else load_pairs(root / "test.csv", max_context_turns=args.context_turns)
     human = None
     if args.stage == "test":
-        human = load_pairs(root / "human.csv", extra_columns=TARGETS, max_context_turns=args.context_turns)
+        human = human_pairs(args, root)
     cache = EmbeddingCache(cache_root() / "embeddings")
     encoder = TextEncoder(EncoderSpec(args.model), cache=cache)
     out = Path(args.output_dir)
@@ -390,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             scoring = row_scoring(encoder, trained, lm, args)
             if lm is not None:
                 row["lm"] = lm.describe()
+            if human is not None and args.human_context_turns is not None:
+                row["human_context_turns"] = args.human_context_turns
             paired = Scoring(encoder) if args.paired_cosine and human is not None and args.method != "cosine" else None
             row |= evaluate(scoring, eval_set, human, args.n_boot, reference, paired)
             row["seconds"] = round(time.perf_counter() - start, 1)
