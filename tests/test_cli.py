@@ -133,6 +133,15 @@ def test_user_errors_print_no_traceback(tmp_path):
         assert run.stderr.strip().count("\n") == 0, run.stderr
 
 
+def test_a_config_that_is_not_yaml_is_a_user_error(tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text("scorer: [unclosed\n")
+    argv = ["score", "--config", str(config), "--input", "in.csv", "--output", str(tmp_path / "o.csv")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pmi-reward score:" in err and str(config) in err and "line 1" in err
+
+
 @pytest.fixture
 def no_scoring(monkeypatch):
     """Loading a scorer fails the test: the command must stop before any work."""

@@ -79,6 +79,15 @@ def test_pair_file_builds_in_dialogue_pool_from_context_lines(tmp_path):
         (b'{"context": "hi", "response": 3}\n', ".jsonl", "row 1, field 'response': expected text"),
         (b'{"context": "hi", "response": "x"}\nnot json\n', ".jsonl", "row 2: invalid JSON"),
         (b"context,response\nhi,there\n", ".parquet", "unsupported file type"),
+        # an unclosed quote would swallow the rows after it into one field
+        (b'context,response\nhi,"there\nyo,you\nhey,ho\n', ".csv", "row 1: malformed CSV"),
+        (b'context,response\nhi,there\nyo,"you"!\n', ".csv", "row 2: malformed CSV"),
+        (b"context,response,response\nhi,there,yo\n", ".csv", "duplicate column 'response'"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", ".jsonl", "row 1: invalid JSON (nested too deeply)"),
+        (b'{"context": "hi", "response": "x", "n": ' + b"9" * 5000 + b"}\n", ".jsonl", "row 1: invalid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, ".json", "invalid JSON (nested too deeply)"),
+        (b'{"context": "hi", "response": "a\\ud83d"}\n', ".jsonl", "row 1, field 'response': not valid text"),
+        (b'[{"context": "hi", "response": "x"}, {"context": "\\uDC00", "response": "x"}]', ".json", "row 2"),
     ],
 )
 def test_bad_pair_files_name_file_and_field(tmp_path, content, suffix, message):
@@ -98,6 +107,21 @@ def test_bad_dialogue_file_names_the_field(tmp_path):
     g.write_text("conv,utterance\n1,hi\n")
     with pytest.raises(DataError, match="missing column 'dialog_id'"):
         load_dialogues(g)
+    # a turn without its dialogue's id is an error, not a KeyError nor a turn of a dialogue named "None" or ""
+    h = tmp_path / "no_id.jsonl"
+    rows = [{"dialog_id": "a", "text": "hi"}, {"dialog_id": "a", "text": "yo"}, {"text": "lost"}, {"text": "too"}]
+    h.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(DataError, match="row 3, field 'dialog_id': missing value"):
+        load_dialogues(h)
+    for key in (None, ""):
+        h.write_text("\n".join(json.dumps(r) for r in [*rows[:2], {"dialog_id": key, "text": "x"}]) + "\n")
+        with pytest.raises(DataError, match="row 3, field 'dialog_id': missing value"):
+            load_dialogues(h)
+    g.write_text("dialog_id,text\na,hi\na,yo\n,x\n,y\n, \n")
+    with pytest.raises(DataError, match="row 3, field 'dialog_id': missing value"):
+        load_dialogues(g)
+    g.write_text("dialog_id,text\na,hi\na,yo\n,\n")  # a blank row (no turn) needs no id
+    assert [d.turns for d in load_dialogues(g)] == [("hi", "yo")]
 
 
 def test_split_is_seeded(topic_dialogues):

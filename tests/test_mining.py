@@ -57,3 +57,22 @@ def test_mined_kinds_are_sampled_in_their_columns_and_need_mining(pairs):
         c = pairs.ctx[i]
         assert set(row[1:]) <= set(pool[ptr[c] : ptr[c + 1]])
         assert pairs.resp[i] not in row
+
+
+@pytest.mark.parametrize("mine", ["lexical", "nearest"])
+def test_a_corpus_smaller_than_m_never_mines_the_own_dialogue(mine):
+    # 2 dialogues of 2 replies each: m=32 asks for more replies of other dialogues than there are
+    pairs = PairSet.from_dialogues(DIALOGUES[:2], max_context_turns=2)
+    if mine == "lexical":
+        mine_lexical(pairs, m=32)
+    else:
+        rng = np.random.default_rng(0)
+        mine_nearest(pairs, rng.normal(size=(len(pairs.contexts), 8)), rng.normal(size=(len(pairs.responses), 8)))
+    ptr, pool = pairs.mined[mine]
+    dialogue_of = {r: g for r, g in zip(pairs.resp.tolist(), pairs.group.tolist(), strict=True)}
+    for i in range(len(pairs)):
+        c, g = pairs.ctx[i], pairs.group[i]
+        assert [dialogue_of[r] for r in pool[ptr[c] : ptr[c + 1]]] == [1 - g] * 2  # both replies of the other
+    spec = NegativeSpec(k_random=0, k_context=0, **{f"k_{mine}": 4})
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0))
+    assert all(dialogue_of[r] != pairs.group[i] for i, row in enumerate(negs) for r in row)

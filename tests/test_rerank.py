@@ -101,6 +101,11 @@ def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch, capsys):
     assert re.search("row 2.*candidates", capsys.readouterr().err)
     with pytest.raises(Exception, match="row 2.*candidates"):
         main([*argv, "--debug"])
+    # a context list that holds no chat messages would be read as an empty context: the ranking would ignore it
+    for context in (["I love jazz.", "Who is your favourite?"], [{"content": "hi"}], [{"role": "user"}]):
+        src.write_text(json.dumps(good) + "\n" + json.dumps({"context": context, "candidates": ["a", "b"]}))
+        assert main(argv) == 2
+        assert re.search("row 2, field 'context': expected text or chat messages", capsys.readouterr().err)
     src.write_text(json.dumps({"context": "hi"}))
     assert main(argv) == 2
     assert "--model" in capsys.readouterr().err

@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+import yaml
+
 COMMANDS = {
     "train": ("pmi_reward.cli.train", "train a PMIScore scorer on pairs or dialogues"),
     "score": ("pmi_reward.cli.score", "add a pmi column to a CSV/JSONL of (context, response) rows"),
@@ -27,8 +29,8 @@ COMMANDS = {
 }
 
 # What a user's mistake raises: bad data, files and folders (DataError and ScorerLoadError are ValueErrors), bad
-# option values; anything else is a bug and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, ModuleNotFoundError)
+# option values, a --config that is not YAML; anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, ModuleNotFoundError, yaml.YAMLError)
 USAGE = 2
 
 

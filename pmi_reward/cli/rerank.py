@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..configs import parse_args
-from ..data.conversation import turns_to_messages
+from ..data.conversation import message_text, turns_to_messages
 from ..data.records import DataError, check_output, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
@@ -50,8 +50,12 @@ def _rows(args: RerankArguments) -> list[dict]:
     if args.input:
         rows = read_records(args.input)
         for n, row in enumerate(rows, 1):
-            if not isinstance(row.get(args.context_column), (str, list)):
-                raise DataError(f"{args.input}, row {n}, field {args.context_column!r}: expected text or chat messages")
+            context = row.get(args.context_column)
+            if not (isinstance(context, str) or (isinstance(context, list) and all(map(_is_message, context)))):
+                raise DataError(
+                    f"{args.input}, row {n}, field {args.context_column!r}: expected text or chat messages "
+                    "({role, content} objects)"
+                )
             cands = row.get(args.candidates_column)
             if cands is not None and not (isinstance(cands, list) and all(isinstance(c, str) for c in cands)):
                 raise DataError(f"{args.input}, row {n}, field {args.candidates_column!r}: expected a list of strings")
@@ -59,6 +63,15 @@ def _rows(args: RerankArguments) -> list[dict]:
     if not args.context:
         raise SystemExit("give --input FILE, or --context TURN [TURN ...] with --candidates (or --model)")
     return [{args.context_column: "\n".join(args.context), args.candidates_column: args.candidates}]
+
+
+def _is_message(message: object) -> bool:
+    """A chat message that a context reads (anything else in a list would be dropped from it unseen)."""
+    return (
+        isinstance(message, dict)
+        and isinstance(message.get("role"), str)
+        and message_text(message.get("content")) is not None
+    )
 
 
 def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: list[dict]) -> None:

@@ -104,7 +104,10 @@ def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -
         if not isinstance(text, str):
             raise DataError(f"{source}, row {n}, field 'text': missing or not text")
         if text.strip():
-            grouped.setdefault(str(record["dialog_id"]), []).append(text.strip())
+            key = record.get("dialog_id")
+            if key is None or (isinstance(key, str) and not key.strip()):  # not a dialogue named "None" or ""
+                raise DataError(f"{source}, row {n}, field 'dialog_id': missing value")
+            grouped.setdefault(str(key), []).append(text.strip())
     return [Dialogue(key, tuple(turns)) for key, turns in grouped.items()]
 
 

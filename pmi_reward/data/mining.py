@@ -29,7 +29,8 @@ def _candidates(pairs: PairSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per context, the ``m`` most similar candidate replies of other dialogues, as a (ptr, pool) table."""
+    """Per context, the ``m`` most similar candidate replies of other dialogues (fewer where there are fewer), as a
+    (ptr, pool) table."""
     replies, reply_group, ctx_group = _candidates(pairs)
     m = min(m, len(replies))
     pool = np.empty((len(pairs.contexts), m), dtype=np.int64)
@@ -38,9 +39,13 @@ def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int)
         sim = np.asarray(similarity(ctx), dtype=np.float64)
         sim[reply_group[None, :] == ctx_group[ctx][:, None]] = -np.inf  # never the same dialogue
         top = np.argpartition(-sim, m - 1, axis=1)[:, :m]
-        order = np.argsort(-np.take_along_axis(sim, top, 1), axis=1)
-        pool[ctx] = replies[np.take_along_axis(top, order, 1)]
-    return np.arange(0, pool.size + 1, m, dtype=np.int64), pool.ravel()
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(sim, top, 1), axis=1), 1)
+        other = ~np.isneginf(np.take_along_axis(sim, top, 1))  # all False past the replies of other dialogues
+        pool[ctx] = np.where(other, replies[top], -1)
+    kept = pool >= 0
+    ptr = np.zeros(len(pool) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(kept.sum(1))
+    return ptr, pool[kept]
 
 
 def mine_lexical(pairs: PairSet, m: int = 32) -> None:

@@ -68,8 +68,12 @@ def read_records(path: str | Path) -> list[dict]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise DataError(f"{_where(path, n)}: invalid JSON ({err.msg})") from None
+            except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep
+                raise DataError(f"{_where(path, n)}: invalid JSON ({_unreadable(err)})") from None
             if not isinstance(record, dict):
                 raise DataError(f"{_where(path, n)}: expected a JSON object, got {type(record).__name__}")
+            if "\\ud" in line or "\\uD" in line:
+                _check_surrogates(record, path, n)
             records.append(record)
         return records
     if suffix == ".json":
@@ -77,21 +81,53 @@ def read_records(path: str | Path) -> list[dict]:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise DataError(f"{path}: invalid JSON at line {err.lineno} ({err.msg})") from None
+        except (ValueError, RecursionError) as err:
+            raise DataError(f"{path}: invalid JSON ({_unreadable(err)})") from None
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise DataError(f"{path}: expected a JSON list of objects")
+        if "\\ud" in text or "\\uD" in text:
+            for n, record in enumerate(data, 1):
+                _check_surrogates(record, path, n)
         return data
     if suffix in (".csv", ".tsv"):
-        # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
-        if not reader.fieldnames:
-            raise DataError(f"{path}: no header row")
+        # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields; strict, so that
+        # an unclosed quote is an error rather than a field that swallows the rows after it
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",", strict=True)
         records = []
-        for n, row in enumerate(reader, 1):
-            if None in row:
-                raise DataError(f"{_where(path, n)}: more values than header columns")
-            records.append(row)
+        columns = None
+        try:
+            columns = reader.fieldnames
+            if not columns:
+                raise DataError(f"{path}: no header row")
+            duplicates = sorted({c for c in columns if c and columns.count(c) > 1})
+            if duplicates:
+                raise DataError(f"{path}: duplicate column {duplicates[0]!r} in the header row")
+            for n, row in enumerate(reader, 1):
+                if None in row:
+                    raise DataError(f"{_where(path, n)}: more values than header columns")
+                records.append(row)
+        except csv.Error as err:
+            where = _where(path, len(records) + 1) if columns else f"{path}, header row"
+            raise DataError(f"{where}: malformed CSV ({err})") from None
         return records
     raise DataError(f"{path}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
+
+
+def _unreadable(err: Exception) -> str:
+    return "nested too deeply" if isinstance(err, RecursionError) else str(err)
+
+
+def _check_surrogates(record: dict, path: Path, row: int) -> None:
+    """JSON's \\u escapes can spell half of a UTF-16 surrogate pair, which is no text (a tokenizer rejects it deep
+    inside, a UTF-8 writer cannot write it): a DataError naming the field."""
+    for field, value in record.items():
+        try:
+            json.dumps({field: value}, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as err:
+            bad = ord(err.object[err.start])
+            raise DataError(
+                f"{_where(path, row, field)}: not valid text (an unpaired surrogate \\u{bad:04x})"
+            ) from None
 
 
 def require_text(records: Sequence[dict], path: str | Path, field: str, allow_empty: bool = False) -> list[str]:
