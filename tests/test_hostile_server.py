@@ -78,6 +78,34 @@ def test_a_pathological_template_query_is_answered_and_parsed_after_the_cut(tiny
         assert parsed and max(parsed) < 4000  # the query's last 4 x max_chars characters, not its 192000+
 
 
+def test_a_rerank_context_is_read_once_not_once_per_candidate(tiny_scorer, monkeypatch):
+    """/rerank's one context was read (made plain, cut into turns) once per candidate: 20000 messages and 4096
+    candidates, a 700 kB body within every limit, held the interpreter for 5 minutes. It is read once."""
+    import pmi_reward.rewards.path as path
+
+    read, made_plain = [], []
+    real_read, real_plain = path.prompt_to_context, path.plain
+
+    def reading(prompt, *args, **kwargs):
+        read.append(prompt)
+        return real_read(prompt, *args, **kwargs)
+
+    def making_plain(value, depth=0):
+        if depth == 0 and isinstance(value, list):
+            made_plain.append(value)
+        return real_plain(value, depth)
+
+    monkeypatch.setattr(path, "prompt_to_context", reading)
+    monkeypatch.setattr(path, "plain", making_plain)
+    context = [{"role": "user" if i % 2 else "assistant", "content": f"turn {i}"} for i in range(2000)]
+    candidates = [f"reply {i}" for i in range(64)]
+    with serving(tiny_scorer) as server:
+        status, answer = http(server.url, "POST", "/rerank", {"context": context, "candidates": candidates})
+    assert status == 200 and len(read) == 1 and len(made_plain) == 1
+    copies = [[dict(m) for m in context] for _ in candidates]  # distinct objects: each read on its own
+    assert answer["scores"] == pytest.approx(PMIReward(tiny_scorer, empty_score=None)(copies, candidates))
+
+
 def test_total_characters_per_request_are_bounded_413(tiny_scorer):
     """160 replies x 100k characters held the scorer for 30 s; a request over ``max_request_chars`` is refused."""
     with serving(tiny_scorer) as server:

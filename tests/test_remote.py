@@ -185,3 +185,73 @@ def test_unreachable_server():
             reward.score_sync(["c"], ["x"])
     with pytest.raises(ValueError, match="on_failure"):
         RemotePMIReward("http://x", on_failure="ignore")
+
+
+@pytest.fixture
+def broken_server():
+    """A server that answers ``/health`` and ``/score`` with the raw bytes given (then closes the connection)."""
+    import socket
+
+    def start(health: bytes, score: bytes) -> str:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sockets.append(sock)
+
+        def loop():
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    return
+                with conn:
+                    request = conn.recv(65536)
+                    conn.sendall(health if request.split(b" ")[1] == b"/health" else score)
+
+        threading.Thread(target=loop, daemon=True).start()
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    sockets: list = []
+    yield start
+    for sock in sockets:
+        sock.close()
+
+
+def _ok(payload) -> bytes:
+    data = json.dumps(payload).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(data) + data
+
+
+HEALTH = _ok({"scorer": {"trained_context_turns": 3}})
+
+
+@pytest.mark.parametrize(
+    "health,score",
+    [
+        (HEALTH, b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"sco'),  # the server died mid-answer
+        (HEALTH, b'HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n{"err'),  # and its error
+        (HEALTH, b"SSH-2.0-OpenSSH_9.6\r\n"),  # not an HTTP server
+        (HEALTH, _ok({"scores": ["abc"]})),
+        (HEALTH, _ok({"scores": [{}]})),
+        (_ok([1, 2]), _ok({"scores": [1.0]})),
+        (_ok({"scorer": "tiny"}), _ok({"scores": [1.0]})),
+        (_ok({"scorer": {"trained_context_turns": "3"}}), _ok({"scores": [1.0]})),
+    ],
+    ids=[
+        "truncated",
+        "truncated-error",
+        "not-http",
+        "string-score",
+        "object-score",
+        "list-health",
+        "string-scorer",
+        "string-turns",
+    ],
+)
+def test_a_broken_server_is_a_remote_failure(broken_server, health, score):
+    """Whatever a broken server (or something else at its address) answers, the reward returns None for every
+    sample (or raises RemoteRewardError with on_failure="raise"), never another exception that would end a run."""
+    url = broken_server(health, score)
+    assert RemotePMIReward(url, retries=1, backoff=0.01, timeout=5).score_sync(["c"], ["x"]) == [None]
+    with pytest.raises(RemoteRewardError):
+        RemotePMIReward(url, retries=0, timeout=5, on_failure="raise").score_sync(["c"], ["x"])

@@ -194,6 +194,20 @@ def test_a_failing_batch_is_rescored_pair_by_pair(scorer, monkeypatch):
     assert out[1] == -5.0 and out[0] != -5.0 and out[2] != -5.0
 
 
+def test_a_call_whose_pairs_all_fail_logs_no_nan(scorer, monkeypatch):
+    """Every scorable pair failing (encoder error, or a server answering null) gives empty_score and logs no NaN
+    metric: TRL averages a step's metric values, so one NaN would blank the metric for the whole step."""
+
+    def broken(contexts, responses, progress=False):
+        raise RuntimeError("encoder failure")
+
+    monkeypatch.setattr(scorer, "score", broken)
+    logged = {}
+    out = PMIReward(scorer, clip=1.0)(["c", "c"], ["a", "b"], log_metric=lambda k, v: logged.setdefault(k, v))
+    assert out == [-5.0, -5.0]
+    assert all(math.isfinite(v) for v in logged.values()), logged
+
+
 @pytest.mark.integration
 def test_pickle_round_trip_on_minilm(tmp_path):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder

@@ -195,3 +195,15 @@ def test_load_8_clients_x_200_requests(reward_server):
     print(f"\nload test (tiny scorer, 8 clients x 200 requests x 4 pairs): {json.dumps(summary)}")
     assert result.errors == [] and summary["requests"] == 1600 and summary["pairs"] == n
     assert all(s is not None and len(s) == 4 and all(isinstance(x, float) for x in s) for s in result.scores)
+
+
+def test_deeply_nested_rerank_input_is_not_a_5xx(reward_server):
+    """JSON nested a few hundred deep (within the parser's limit) in /rerank's context or candidates is unreadable:
+    answered 200 (an empty context; a null score), not 500 from a RecursionError."""
+    nested = "[" * 600 + "]" * 600
+    body = f'{{"context": {nested}, "candidates": ["a"]}}'.encode()
+    status, answer = http(reward_server.url, "POST", "/rerank", body)
+    assert status == 200 and len(answer["scores"]) == 1, answer
+    body = f'{{"context": "c", "candidates": ["a", {nested}]}}'.encode()
+    status, answer = http(reward_server.url, "POST", "/rerank", body)
+    assert status == 200 and isinstance(answer["scores"][0], float) and answer["scores"][1] is None, answer

@@ -81,18 +81,35 @@ def visible(text: str) -> bool:
     return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
 
 
-def plain(value: Any) -> Any:
+_PLAIN_DEPTH = 16  # far deeper than a reader looks (messages > message > content parts > part > text)
+
+
+def plain(value: Any, depth: int = 0) -> Any:
     """Lists and dicts as Python objects: datasets (TRL's, verl's parquet rows) can hand numpy arrays of messages
-    or strings."""
+    or strings. What lies deeper than any message is left as it is (nesting hundreds deep, e.g. in a request
+    body, would exhaust the recursion limit)."""
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, np.generic):
         return value.item()
+    if depth >= _PLAIN_DEPTH:
+        return value
     if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, depth + 1) for v in value]
     return value
+
+
+def _once(values: list, read: Callable[[Any], Any]) -> list:
+    """``read`` of each of ``values``, called once per distinct object: ``/rerank`` (and ``rerank_many``) hand one
+    context object for every candidate, and reading a long one per candidate held the interpreter for minutes.
+    ``values`` holds the objects for the whole call, so that no id is reused."""
+    done: dict[int, Any] = {}
+    for v in values:
+        if id(v) not in done:
+            done[id(v)] = read(v)
+    return [done[id(v)] for v in values]
 
 
 def cut_context(text: str, max_chars: int) -> str:
@@ -175,7 +192,7 @@ class RewardPath:
     def samples(prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> tuple[list, list]:
         """The samples as lists of plain Python values (numpy arrays become lists); a ValueError naming both lengths
         when they differ (a caller bug)."""
-        prompts = [plain(p) for p in prompts] if prompts is not None else []
+        prompts = _once(list(prompts), plain) if prompts is not None else []
         completions = [plain(c) for c in completions] if completions is not None else []
         if len(prompts) != len(completions):
             raise ValueError(
@@ -188,15 +205,20 @@ class RewardPath:
         """Step 1: the samples as scorer text (contexts keep their end, replies their start: ``max_chars``)."""
         opts = self.options
         prompts, completions = self.samples(prompts, completions)
-        contexts = [prompt_to_context(p, opts.include_system, opts.max_context_turns) for p in prompts]
+
+        def context(prompt: Any) -> str | None:
+            c = prompt_to_context(prompt, opts.include_system, opts.max_context_turns)
+            if c is not None and opts.strip_think:
+                c = drop_think_blocks(c)
+            return cut_context(c, opts.max_chars) if c is not None and readable(c) else None
+
+        contexts = _once(prompts, context)  # a prompt given as one object for many samples is read once
         replies = [completion_to_text(c) for c in completions]
         unfinished = 0
         if opts.strip_think:
-            contexts = [drop_think_blocks(c) if c is not None else None for c in contexts]
             answers = [strip_think(r, opts.think_opened) if r is not None else None for r in replies]
             unfinished = sum(1 for r, a in zip(replies, answers, strict=True) if r and r.strip() and a == "")
             replies = answers
-        contexts = [cut_context(c, opts.max_chars) if c is not None and readable(c) else None for c in contexts]
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
         valid = [
             i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r and visible(r)
@@ -279,8 +301,8 @@ class RewardPath:
         log_metric(f"{name}/empty_frac", 1.0 - n_valid / n)
         log_metric(f"{name}/no_context_frac", len(batch.no_context) / n)
         log_metric(f"{name}/think_unfinished_frac", batch.unfinished_think / n)
-        if n_valid:
-            ok = np.isfinite(raw)
+        ok = np.isfinite(raw)
+        if ok.any():  # not when every scorable pair failed: a NaN would blank the trainer's step average
             log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
             clipped = np.abs(rewards[ok]) >= self.options.clip if self.options.clip else np.zeros(n_valid, bool)
             log_metric(f"{name}/clipped_frac", float(clipped.mean()))

@@ -12,6 +12,7 @@ sample and logs a warning, or raises with ``on_failure="raise"``.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ class RemoteRewardError(RuntimeError):
 def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, api_key: str | None = None) -> dict:
     """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
     token; RemoteRewardError on a non-2xx answer (with the server's message) or on a connection failure (status
-    None)."""
+    None; also an answer cut short or not HTTP at all)."""
     data = None if payload is None else json.dumps(payload).encode("utf-8")
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -68,10 +69,10 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
     except urllib.error.HTTPError as err:
         try:
             message = json.loads(err.read()).get("error", err.reason)
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, OSError, http.client.HTTPException):  # also an error body cut short
             message = err.reason
         raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code) from None
-    except (TimeoutError, urllib.error.URLError, OSError, ValueError) as err:
+    except (TimeoutError, urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
         raise RemoteRewardError(f"{url}: {getattr(err, 'reason', err)}") from None
 
 
@@ -130,7 +131,10 @@ class RemotePMIReward(RewardPath):
         the options; the caller's are never written)."""
         if not self._turns_resolved:
             health = await self._request("/health")
-            trained = (health.get("scorer") or {}).get("trained_context_turns")
+            scorer = (health.get("scorer") or {}) if isinstance(health, dict) else None
+            trained = scorer.get("trained_context_turns") if isinstance(scorer, dict) else ""
+            if not (trained is None or (isinstance(trained, int) and not isinstance(trained, bool))):
+                raise RemoteRewardError(f"{self.url}/health: not a pmi-reward server's answer: {str(health)[:200]}")
             self.options = replace(self.options, max_context_turns=trained)
             self._turns_resolved = True
 
@@ -147,7 +151,10 @@ class RemotePMIReward(RewardPath):
         scores = answer.get("scores") if isinstance(answer, dict) else None
         if not isinstance(scores, list) or len(scores) != len(pairs):
             raise RemoteRewardError(f"{self.url}/score: expected {len(pairs)} scores, got {str(answer)[:200]}")
-        return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+        try:
+            return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise RemoteRewardError(f"{self.url}/score: expected numbers or null, got {str(scores)[:200]}") from None
 
     # -- the TRL contract ---------------------------------------------------------------------------
     async def __call__(
