@@ -112,3 +112,15 @@ def test_the_human_set_is_cut_like_the_others_unless_read_whole(tmp_path):
     assert context("--context_turns", "2") == "turn 4\nturn 5"
     assert context("--human_context_turns", "0") == turns
     assert context("--human_context_turns", "4") == "turn 2\nturn 3\nturn 4\nturn 5"
+
+
+def test_the_report_adds_the_paired_columns_where_every_seed_has_them():
+    report = load_recipe("recipes/scorer/report.py")
+    row = {"stage": "test", **{c: 0.5 for c in report.COLUMNS["test"]}}
+    runs = [
+        {**row, "name": "cosine", "seed": 0},
+        *({**row, "name": "head", "seed": s, "spearman_relevant_minus_cosine": d} for s, d in ((0, -0.1), (1, -0.3))),
+    ]
+    lines = report.table("test", runs).splitlines()
+    assert "spearman_relevant_minus_cosine" in lines[0] and "spearman_engaging_minus_cosine" not in lines[0]
+    assert lines[2].rstrip(" |").endswith("-") and "-0.200 ± 0.141" in lines[3]

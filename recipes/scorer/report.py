@@ -41,13 +41,18 @@ def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
+# test stage with --paired_cosine: each head's human correlation minus the cosine's on the same rows
+PAIRED = ["spearman_relevant_minus_cosine", "spearman_engaging_minus_cosine"]
+
+
 def table(stage: str, runs: list[dict]) -> str:
-    cols = COLUMNS[stage]
+    cols = COLUMNS[stage] + [c for c in PAIRED if stage == "test" and any(c in r for r in runs)]
     rows = []
     for (s, name, pairs), rs in groups(runs).items():
         if s != stage:
             continue
-        rows.append([name, pairs or "-", len(rs)] + [format_mean_std([r[c] for r in rs]) for c in cols])
+        cells = [format_mean_std([r[c] for r in rs]) if all(c in r for r in rs) else "-" for c in cols]
+        rows.append([name, pairs or "-", len(rs), *cells])
     return markdown_table(["run", "train pairs", "seeds", *cols], rows)
 
 
