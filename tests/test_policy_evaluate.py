@@ -183,3 +183,24 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     assert tok.padding_side == "left" and not hasattr(model, "peft_config")
     plain, _ = load_policy(str(tmp_path / "base"))
     torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
+
+
+def test_reply_logprobs_match_one_unpadded_pass_per_reply(tiny_policy, smol_tokenizer):
+    """The batched, left-padded log-probabilities (logits kept for the reply positions only) equal a plain
+    forward pass over each prompt + reply alone, for prompts and replies of different lengths, an empty reply
+    included; at temperature 0.5 the logits are divided before the softmax."""
+    from pmi_reward.policy.divergence import reply_logprobs
+
+    model, tok = tiny_policy(3), smol_tokenizer
+    prompts = [turns_to_messages(t) for t in ("Hi.", "I love jazz.\nWho do you like best, and why?\nColtrane.")]
+    replies = [[[11, 12, 13, 14, 15, 16, 17], []], [[21], [31, 32, 33]]]
+    got = reply_logprobs(model, tok, prompts, replies, temperature=0.5, batch_size=4)
+    for i, p in enumerate(prompts):
+        prefix = tok(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+        for j, r in enumerate(replies[i]):
+            ids = torch.tensor([prefix["input_ids"] + r])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float() / 0.5, -1)
+            want = sum(float(logp[len(prefix["input_ids"]) - 1 + k, t]) for k, t in enumerate(r))
+            assert got[i, j] == pytest.approx(want, abs=1e-4)
+    assert got[0, 1] == 0.0

@@ -41,10 +41,12 @@ def reply_logprobs(
     model.eval()
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    out: list[float] = []
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))  # batches of like length
+    out = np.zeros(len(pairs), dtype=np.float64)
     try:
         for s in range(0, len(pairs), batch_size):
-            chunk = pairs[s : s + batch_size]
+            rows = order[s : s + batch_size]
+            chunk = [pairs[i] for i in rows]
             width = max(len(p) + len(r) for p, r in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             attention = torch.zeros_like(ids)
@@ -55,14 +57,18 @@ def reply_logprobs(
                 attention[i, width - len(seq) :] = 1
                 reply_mask[i, width - len(r) :] = True
             positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            keep = max(len(r) for _, r in chunk) + 1  # left padding: every reply lies in the last `keep` positions
             logits = model(
-                input_ids=ids.to(device), attention_mask=attention.to(device), position_ids=positions.to(device)
+                input_ids=ids.to(device),
+                attention_mask=attention.to(device),
+                position_ids=positions.to(device),
+                logits_to_keep=keep,
             ).logits
-            logp = token_logprobs(logits[:, :-1].float() / temperature, ids[:, 1:].to(device)).cpu()
-            out += (logp * reply_mask[:, 1:]).sum(1).tolist()
+            logp = token_logprobs(logits[:, :-1].float() / temperature, ids[:, width - keep + 1 :].to(device)).cpu()
+            out[rows] = (logp * reply_mask[:, width - keep + 1 :]).sum(1).double().numpy()
     finally:
         model.train(was_training)
-    return np.asarray(out, dtype=np.float64).reshape(len(prompts), -1)
+    return out.reshape(len(prompts), -1)
 
 
 def kl_to_base(
