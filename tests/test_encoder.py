@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from pmi_reward.scoring.cache import EmbeddingCache
-from pmi_reward.scoring.encoder import pool_hidden
+from pmi_reward.scoring.encoder import EncoderSpec, pool_hidden
 from pmi_reward.scoring.templates import TEMPLATES, fill
 
 
@@ -77,6 +77,34 @@ def test_cache_round_trip_and_hits(tiny_encoder_factory, tmp_path):
 def test_bad_template_rejected(tiny_encoder):
     with pytest.raises(ValueError, match="placeholder"):
         tiny_encoder.encode(["x"], template="no slot")
+
+
+@pytest.mark.parametrize(("option", "value"), [("encode_batch_size", -1), ("encode_batch_size", 0), ("max_length", 0)])
+def test_encoder_spec_refuses_sizes_below_one(option, value):
+    """A batch of -1 embedded nothing and returned uninitialised memory as embeddings (scores of -20 or NaN, cached
+    under keys that ignore the batch size, so later runs read them too)."""
+    with pytest.raises(ValueError, match=f"{option} must be >= 1"):
+        EncoderSpec(**{option: value})
+
+
+def test_a_batch_size_set_at_load_time_is_checked_too(tiny_encoder_factory, tmp_path):
+    """``pmi-reward score --encode_batch_size -1`` wrote garbage scores; 0 was ignored without a word."""
+    cache = EmbeddingCache(tmp_path)
+    enc = tiny_encoder_factory(cache=cache)
+    for size in (-1, 0):
+        with pytest.raises(ValueError, match="encode_batch_size must be >= 1"):
+            enc.set_batch_size(size)
+    enc.set_batch_size(None)  # keeps the spec's
+    assert enc.spec.encode_batch_size == 8 and len(cache) == 0
+
+
+def test_a_max_length_with_no_room_for_text_is_refused(tiny_encoder_factory):
+    """Every text was cut to nothing, so that every context (and every reply) embedded alike."""
+    enc = tiny_encoder_factory(max_length=5)
+    with pytest.raises(ValueError, match="max_length 5 leaves no tokens for text"):
+        enc.encode(["a long enough text", "another one"])
+    with pytest.raises(ValueError, match="max_length 5 leaves no tokens for text"):
+        enc.encode_pairs(["a context"], ["a reply"], TEMPLATES["en"].pair_template)
 
 
 def test_embed_with_grad_matches_encode_and_reaches_the_weights(tiny_encoder_factory):

@@ -36,3 +36,10 @@ def test_bad_config_rejected():
         HeadConfig(dim=4, input_mode="both")
     with pytest.raises(ValueError, match="cap"):
         HeadConfig(dim=4, cap=0)
+
+
+@pytest.mark.parametrize("hidden", [[0], [16, -1]])
+def test_hidden_widths_must_be_positive(hidden):
+    """A width of 0 gave a head that scores every pair alike; a negative one torch's RuntimeError."""
+    with pytest.raises(ValueError, match="hidden widths must be >= 1"):
+        HeadConfig(dim=8, hidden=hidden)

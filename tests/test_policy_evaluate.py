@@ -204,3 +204,109 @@ def test_reply_logprobs_match_one_unpadded_pass_per_reply(tiny_policy, smol_toke
             want = sum(float(logp[len(prefix["input_ids"]) - 1 + k, t]) for k, t in enumerate(r))
             assert got[i, j] == pytest.approx(want, abs=1e-4)
     assert got[0, 1] == 0.0
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a policy or a scorer fails the test: evaluate-policy must check its options first."""
+    from pmi_reward.policy import evaluate, panel
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("evaluate-policy loaded a model before checking its options")
+
+    monkeypatch.setattr(evaluate, "load_policy", forbidden)
+    monkeypatch.setattr(panel.PMIScorer, "read_config", forbidden)
+    monkeypatch.setattr(panel.PMIScorer, "from_pretrained", forbidden)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--samples", "0"], "samples must be >= 1"),
+        (["--best_of_n", "4", "0"], "best_of_n must be >= 1"),
+        (["--best_of_n", "4"], "--best_of_n reranks with the reward: give --reward_scorer"),
+        (["--batch_size", "0"], "batch_size must be >= 1"),
+        (["--judges", "x="], "expected name=scorer_dir"),
+        (["--judges", "a=lm:"], "name the chat LM"),
+        (["--judges", "a=d1", "a=d2"], "judge names must differ"),
+        (["--judge_val_auc", "minilm=high"], "expected name=AUC"),
+        (["--judge_val_auc", "minilm=0.8"], "judge_val_auc names no lm: judge"),
+        (["--tuned", "runs/base"], "is named 'base' like another row"),
+        (["--tuned", "a/grpo", "b/grpo"], "is named 'grpo' like another row"),
+        (["--tuned", "x/best-of-4", "--best_of_n", "4", "--reward_scorer", "r"], "named 'best-of-4' like another"),
+        (["--max_prompts", "1"], "needs at least 2 contexts, got 1"),
+        (["--tuned", "runs/grpo", "--temperature", "0"], "greedy replies (--temperature 0) have none: --kl false"),
+    ],
+)
+def test_evaluate_policy_checks_its_options_before_loading(tmp_path, capsys, no_loading, flags, message):
+    """A bad option is one line and exit code 2 before any policy or judge loads; best-of-n without a reward
+    scorer or a zero best-of-n failed only after every policy had been sampled, a malformed judge after the
+    policies loaded, a tuned policy named like a best-of-n row was silently replaced by it, and one context gave
+    a zero-width CI that the verdict read as a certain gain."""
+    from pmi_reward.cli.main import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": t}) for t in ("I love jazz.", "I flew to Rome.", "Hi.")))
+    argv = ["evaluate-policy", "--prompt_file", str(prompts), "--output_dir", str(tmp_path / "eval"), *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"context": "hi", "reference": "yo"}, "no policy's replies"),
+        ({"context": "hi", "human reference": [{"reply": "yo", "tokens": 0, "cut": False}]}, "no policy's replies"),
+        ({"context": "hi", "base": []}, "base: no replies"),
+        ({"context": None, "base": [{"reply": "yo", "tokens": 1, "cut": False}]}, "context: expected text"),
+        ({"context": "hi", "base": [{"reply": None, "tokens": 1, "cut": False}]}, "base reply: expected text"),
+    ],
+)
+def test_a_samples_file_without_replies_is_refused_with_its_row(tmp_path, record, message):
+    """A row with no policy (was a StopIteration traceback), a policy with no replies (was a report of NaN) and a
+    null text (was read as the text "None") name the file and row."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=rf"s.jsonl, row 1: .*{message}"):
+        read_samples(path)
+
+
+def test_the_report_holds_no_nan(tiny_scorer, tmp_path):
+    """A statistic with no value (the length-adjusted gain of one context, distinct-n within one sample) is blank
+    in results.md and null in results.json, never the text nan or a NaN that is not JSON."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments
+    from pmi_reward.policy.report import write_report
+    from pmi_reward.policy.sampling import Replies
+
+    texts = {"base": "Ok.", "o": "Who is your favourite?"}
+    replies = {name: Replies([[text]], [[[1, 2]]], [[False]], [[2]]) for name, text in texts.items()}
+    args, settings = EvalArguments(samples=1), SamplingSettings()
+    judges = _judges(tiny_scorer)
+    out = evaluate_policies({}, ["I love jazz."], judges, tiny_scorer, args, settings, None, replies)
+    assert np.isnan(out["rows"][1]["judges"]["twin"]["len_adj_lo"])
+    out["rows"][1].update(kl_reply=float("nan"), kl_token=float("nan"))  # greedy replies: no KL
+    text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
+    assert "nan" not in text.lower()
+
+    def refuse(constant):
+        raise AssertionError(f"results.json holds {constant}")
+
+    saved = json.loads((tmp_path / "results.json").read_text(), parse_constant=refuse)
+    assert saved["rows"][1]["judges"]["twin"]["len_adj_lo"] is None
+
+
+def test_the_report_header_says_where_the_replies_came_from(tiny_scorer, tmp_path):
+    """Replies read back from a samples file: the header gives that file and its reply count (3), not the
+    --samples default (4), the dialogue range or sampling settings that played no part."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments
+    from pmi_reward.policy.report import write_report
+    from pmi_reward.policy.sampling import Replies
+
+    texts = [["Ok.", "Sure.", "Who?"], ["Nice.", "Where to?", "Fun!"]]
+    replies = {"base": Replies(texts, [[[1]] * 3] * 2, [[False] * 3] * 2, [[1] * 3] * 2)}
+    args, settings = EvalArguments(from_samples="old/samples.jsonl"), SamplingSettings()
+    judges = _judges(tiny_scorer)
+    out = evaluate_policies({}, ["I love jazz.", "I flew to Rome."], judges, tiny_scorer, args, settings, None, replies)
+    text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
+    assert text.startswith("2 contexts (from old/samples.jsonl) x 3 samples per policy (replies read back")

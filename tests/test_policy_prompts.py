@@ -53,3 +53,50 @@ def test_lora_on_the_top_layers_only(tiny_policy):
         ScriptArguments(lora_top_layers=1).lora_top_layers,
     )
     assert config.layers_to_transform == [1]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([], "no conversation to reply to"),
+        ("  \n ", "no conversation to reply to"),
+        ([{"role": "system", "content": "Be brief."}], "no conversation to reply to"),
+        ([1, 2], r"expected chat messages \({role, content} objects\)"),
+        ([{"role": "user"}], r"expected chat messages \({role, content} objects\)"),
+    ],
+)
+def test_a_prompt_file_row_without_a_conversation_names_its_row(tmp_path, prompt, message):
+    """A prompt with nothing to reply to (no messages, blank text, a system message only) or a list that is not
+    chat messages is refused with its row, not sampled from as an empty conversation."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n" + json.dumps({"prompt": prompt}) + "\n")
+    with pytest.raises(DataError, match=rf"p.jsonl, row 2, field 'prompt': {message}"):
+        build_prompts(PromptArguments(prompt_file=str(prompts)))
+
+
+def test_a_prompt_file_mixing_strings_and_messages_names_the_first_odd_row(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": "hi"}]}, {"prompt": "I love jazz."}]
+    prompts.write_text("\n".join(map(json.dumps, rows)))
+    with pytest.raises(DataError, match="row 2, field 'prompt': a string where row 1 has chat messages"):
+        build_prompts(PromptArguments(prompt_file=str(prompts)))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("first_dialogue", -5),
+        ("max_dialogues", -1),
+        ("max_prompts", -1),
+        ("prompts_per_dialogue", 0),
+        ("prompts_per_dialogue", -1),
+        ("prompt_turns", 0),
+    ],
+)
+def test_prompt_counts_that_would_cut_silently_are_refused(option, value):
+    """A negative index would count from the end of the corpus or the prompt list, and no context turns would
+    leave a prompt with nothing to reply to: refused when the options are read, before any model loads."""
+    with pytest.raises(ValueError, match=rf"{option} must be >= [01], got {value}"):
+        PromptArguments(**{option: value})
+    with pytest.raises(ValueError, match=option):
+        ScriptArguments(**{option: value})

@@ -163,3 +163,23 @@ def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, t
     if use_peft:
         adapter = json.loads((saved / "adapter_config.json").read_text())
         assert adapter["layers_to_transform"] == [1]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("steps", 0), ("rollout_batch_size", 0), ("mini_batch_size", 0), ("ppo_epochs", 0), ("max_new_tokens", 0)],
+)
+def test_settings_that_would_crash_after_loading_are_refused_when_read(name, value, monkeypatch, capsys):
+    """No step to summarise, no rollout, no mini-batch to update on: one line and exit code 2 before any model
+    loads (they crashed with an IndexError or a torch error after the policy, the scorer and a rollout)."""
+    from pmi_reward.cli.main import main
+    from pmi_reward.policy import ppo
+
+    monkeypatch.setattr(ppo, "policy_from", lambda *a, **k: pytest.fail("the policy loaded before the check"))
+    with pytest.raises(ValueError, match=rf"{name} must be >= 1, got {value}"):
+        PPOConfig(**{name: value})
+    assert main(["ppo", f"--{name}", str(value)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{name} must be >= 1" in err
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        PPOConfig(temperature=0.0)

@@ -111,3 +111,11 @@ def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch, capsys):
     assert "--model" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--model"):
         main([*argv, "--debug"])
+
+
+def test_cli_refuses_a_best_of_zero_before_loading_the_chat_model(monkeypatch, capsys):
+    from pmi_reward.policy import loading
+
+    monkeypatch.setattr(loading, "load_policy", lambda *a, **k: pytest.fail("the chat model loaded before the check"))
+    assert main(["rerank", "--context", "I love jazz.", "--model", "smollm2-135m-instruct", "--n", "0"]) == 2
+    assert "n must be >= 1, got 0" in capsys.readouterr().err

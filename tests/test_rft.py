@@ -120,3 +120,49 @@ def test_reward_weights_weigh_the_scores_that_select_the_kept_replies(
             smol_tokenizer,
             rewards=[tiny_reward],
         )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("rounds", 0),
+        ("prompts_per_round", 0),
+        ("samples_per_prompt", 0),
+        ("rollout_max_new_tokens", 0),
+        ("rollout_batch_size", 0),
+        ("rollout_temperature", -1.0),
+    ],
+)
+def test_settings_that_would_fail_after_loading_are_refused_when_read(name, value, monkeypatch, capsys):
+    """Zero rounds trained nothing and saved the base as the tuned policy; zero prompts or samples per round and a
+    zero batch crashed inside sampling or numpy once the policy and the scorer had loaded."""
+    from pmi_reward.cli.main import main
+    from pmi_reward.policy import rft
+
+    monkeypatch.setattr(rft, "policy_from", lambda *a, **k: pytest.fail("the policy loaded before the check"))
+    with pytest.raises(ValueError, match=rf"{name} must be >= [01]"):
+        RFTConfig(**{name: value})
+    assert main(["rft", "--use_cpu", "true", "--bf16", "false", f"--{name}", str(value)]) == 2
+    assert f"{name} must be >= " in capsys.readouterr().err
+
+
+def test_a_round_with_nothing_scorable_logs_no_nan(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
+    """Every reply unscorable (the reward returns None): the round keeps nothing and logs a null score, not a
+    NaN (which is not JSON) from the mean of no scores."""
+    script = _script(tmp_path, topic_dialogues)
+    cfg = RFTConfig(rounds=1, prompts_per_round=2, samples_per_prompt=2, rollout_max_new_tokens=4)
+
+    def unscorable(prompts, completions, **kwargs):
+        return [None] * len(completions)
+
+    summary = train_rft(
+        cfg, script, _sft(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable]
+    )
+
+    def refuse(constant):
+        raise AssertionError(f"a log holds {constant}")
+
+    log = [json.loads(x, parse_constant=refuse) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
+    assert log[0]["score"] is None and log[0]["kept"] == 0
+    saved = json.loads((tmp_path / "out" / "run_summary.json").read_text(), parse_constant=refuse)
+    assert saved["first_reward"] is None and summary["steps"] == 1

@@ -287,3 +287,15 @@ def test_activation_checkpointing_trains_the_same_scorer(mode, topic_dialogues, 
     assert result.best_epoch > 0  # the encoder moved, so the comparison is not between two pretrained encoders
     np.testing.assert_allclose(scores[0], scores[1], atol=1e-4)
     assert not encoders[1].model.is_activation_checkpointing  # the saved encoder is a plain one
+
+
+def test_fit_scorer_checks_encoder_layers_before_the_warm_up(topic_dialogues, tiny_encoder_factory):
+    """An encoder_layers the encoder does not have (or with LoRA) failed only after the warm-up had trained (40 rounds
+    in the recommended config) and every text was embedded."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:8]), PairSet.from_dialogues(topic_dialogues[60:64])
+    for mode, message in (("full", "1..2"), ("lora", "LoRA")):
+        enc = tiny_encoder_factory("bert", "mean")
+        config = TrainConfig(batch_size=8, epochs=1, warmup_rounds=2, train_encoder=mode, encoder_layers=3)
+        with pytest.raises(ValueError, match=message):
+            fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(hidden=[8]), progress=False)
+        assert enc.stats.texts == 0

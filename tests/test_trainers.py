@@ -146,3 +146,70 @@ def test_policy_from_warns_when_bf16_is_only_emulated(native, tiny_policy, smol_
             assert emulated == []
         else:
             assert len(emulated) == 1 and emulated[0].startswith(flag) and "--dtype float32 --bf16 false" in emulated[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("math:no_such_function", "has no function 'no_such_function'"), ("math:pi", "has no function 'pi'")],
+)
+def test_an_extra_reward_that_names_no_function_is_a_user_error(spec, message, monkeypatch, tiny_reward):
+    """``module:function`` naming nothing callable is a ValueError (one line from the CLI), not an AttributeError
+    traceback, or a number handed to TRL as a reward function."""
+    from pmi_reward.policy.trainers import PMIReward, build_rewards
+
+    monkeypatch.setattr(PMIReward, "from_pretrained", lambda *a, **k: tiny_reward)
+    with pytest.raises(ValueError, match=rf"reward function '{spec}': module 'math' {message}"):
+        build_rewards(ScriptArguments(extra_reward_funcs=[spec]))
+
+
+def test_run_summaries_hold_no_nan(tmp_path, capsys):
+    """A step whose replies were all unscorable logs a NaN reward: the summary averages the steps that have one
+    and writes null, never a NaN that is not JSON."""
+    from pmi_reward.policy.trainers import last_mean, write_summary
+
+    history = [{"score": 1.0}, {"score": float("nan")}, {"score": 3.0}]
+    assert last_mean(history, "score") == 2.0 and last_mean(history[1:2], "score") is None
+    write_summary(str(tmp_path), {"last_reward": float("nan"), "reward_last10": last_mean(history, "score")})
+
+    def refuse(constant):
+        raise AssertionError(f"run_summary.json holds {constant}")
+
+    saved = json.loads((tmp_path / "run_summary.json").read_text(), parse_constant=refuse)
+    assert saved == {"last_reward": None, "reward_last10": 2.0}
+
+
+def test_lora_top_layers_below_zero_is_refused_when_read():
+    """A negative count put LoRA on no layer, which peft refused only once the policy had loaded."""
+    with pytest.raises(ValueError, match="lora_top_layers must be >= 0"):
+        ScriptArguments(lora_top_layers=-2)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["grpo", "--use_cpu", "true", "--bf16", "false"],
+        ["rloo", "--use_cpu", "true", "--bf16", "false"],
+        ["ppo"],
+        ["rft", "--use_cpu", "true", "--bf16", "false"],
+    ],
+)
+def test_reward_weights_are_counted_before_anything_loads(command, monkeypatch, capsys):
+    """A weight per reward function (PMI, the extras, the penalty): a wrong count is one line and exit code 2
+    before the policy and the scorer load (and a length-neutral baseline is fitted), not the trainer's error
+    once they have."""
+    from pmi_reward.cli.main import main
+    from pmi_reward.policy import ppo, rft, trainers
+
+    def forbidden(*args, **kwargs):
+        pytest.fail("a model loaded before the reward weights were counted")
+
+    for module in (trainers, ppo, rft):
+        monkeypatch.setattr(module, "policy_from", forbidden)
+    monkeypatch.setattr(trainers.PMIReward, "from_pretrained", forbidden)
+    assert main([*command, "--output_dir", "unused", "--reward_weights", "1.0", "0.5"]) == 2
+    assert "got 2 reward_weights for 1 reward functions" in capsys.readouterr().err
+    flags = ["--extra_reward_funcs", "math:fabs", "--truncation_penalty", "-2", "--reward_weights", "1", "1", "1", "1"]
+    assert main([*command, "--output_dir", "unused", *flags]) == 2
+    assert (
+        "got 4 reward_weights for 3 reward functions (PMI, 1 extra, the truncation penalty)" in capsys.readouterr().err
+    )

@@ -159,3 +159,38 @@ def test_fixed_negatives_are_the_only_negatives_seen(split):
     assert roc_auc(pos, neg) == pytest.approx(result.best_val_auc, abs=1e-6)
     with pytest.raises(ValueError, match="train_negatives"):
         train_head(HeadConfig(dim=8), ft, train, fv, val, config, progress=False, train_negatives=train_negs[:5])
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("batch_size", 0),
+        ("encoder_batch_size", 0),
+        ("epochs", 0),
+        ("patience", -1),
+        ("steps_per_round", -1),
+        ("encoder_layers", 0),
+        ("warmup_rounds", -1),
+        ("lr", -1e-3),
+        ("lr", float("nan")),
+        ("weight_decay", -0.1),
+        ("encoder_attention_dropout", 1.5),
+        ("train_encoder", "lorra"),
+        ("select_by", "val_auc"),
+    ],
+)
+def test_train_config_refuses_options_out_of_range(option, value):
+    """Refused when read (a batch of 0 was a ZeroDivisionError, 0 epochs saved an untrained head, a negative patience
+    or steps_per_round trained silently less, a misspelt train_encoder failed only after the warm-up)."""
+    with pytest.raises(ValueError, match=option):
+        TrainConfig(**{option: value})
+
+
+def test_a_diverged_head_is_a_clear_error(split):
+    """Scores that are not numbers (a learning rate far too high) say so, not sklearn's 'Input contains NaN'."""
+    train, val = split
+    config = TrainConfig(batch_size=16, epochs=2, lr=1e30, objective="chi2")
+    with pytest.raises(ValueError, match="training diverged"):
+        train_head(
+            HeadConfig(8, hidden=[16]), _topic_features(train, 0), train, _topic_features(val, 1), val, config, False
+        )

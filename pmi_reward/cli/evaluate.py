@@ -17,7 +17,7 @@ from ..configs import parse_args
 from ..data.negatives import NegativeSpec
 from ..data.pairs import load_pairs
 from ..data.records import atomic_write, check_output, json_safe
-from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer
+from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
 from ..scoring.models import cache_root
 from ..scoring.scorer import PMIScorer
 
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         args.key_column or None,
         [*args.targets, *args.pmi_columns],
     )
+    evaluation_columns(pairs, negatives, args)  # a bad column or a mix the pairs cannot give: before the scorer loads
     scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=None if args.no_cache else cache_root() / "embeddings")
     report = evaluate_scorer(scorer, pairs, negatives, args)
     result = json_safe({"scorer": args.scorer, "input": args.input, **report})

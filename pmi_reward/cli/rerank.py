@@ -45,6 +45,10 @@ class RerankArguments:
     n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
     system_prompt: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.n < 1:  # checked when read: sampling would refuse it only after the chat model had loaded
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
 
 def _rows(args: RerankArguments) -> list[dict]:
     if args.input:

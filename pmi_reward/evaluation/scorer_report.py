@@ -8,6 +8,7 @@ Pearson and MSE with the analytic PMI. ``pmi-reward evaluate`` prints the result
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -18,10 +19,10 @@ from ..data.pairs import PairSet
 from ..data.records import DataError
 from ..data.synthetic import true_pmi
 from ..scoring.scorer import PMIScorer
-from ..training.fit import score_with_negatives
+from ..training.fit import check_negative_draws, score_with_negatives
 from .metrics import Estimate, mse, pearson, roc_auc, spearman
 
-__all__ = ["EvaluateArguments", "evaluate_scorer"]
+__all__ = ["EvaluateArguments", "evaluate_scorer", "evaluation_columns"]
 
 
 @dataclass
@@ -42,18 +43,54 @@ class EvaluateArguments:
     output: str | None = field(default=None, metadata={"help": "also write the report to this .json file"})
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
 
+    def __post_init__(self) -> None:
+        if self.n_boot < 0:  # checked before the scorer loads, not after every row is scored
+            raise ValueError(f"n_boot must be >= 0, got {self.n_boot}")
 
-def _numeric(values: list, name: str, path: str) -> np.ndarray:
-    out = np.array([v if isinstance(v, float) else np.nan for v in values], dtype=np.float64)
+
+MISSING = ("", "na", "n/a", "null", "none")  # cells that say "no value" (case and spaces aside; "nan" reads as NaN)
+
+
+def _numeric(values: list, name: str, path: str, positive: bool = False) -> np.ndarray:
+    """A column as floats, NaN where a value is missing (None, NaN or a ``MISSING`` cell: those rows are left out
+    of its metrics, and the report counts the rows kept). Any other value that is not a finite number (text,
+    infinity; with ``positive``, a number <= 0, whose log is undefined) is a DataError naming its row: a row is
+    never dropped silently."""
+    out = np.full(len(values), np.nan)
+    for row, value in enumerate(values, 1):
+        if value is None or (isinstance(value, str) and value.strip().lower() in MISSING):
+            continue
+        if isinstance(value, float) and math.isnan(value):
+            continue
+        if not isinstance(value, float) or not math.isfinite(value) or (positive and value <= 0):
+            kind = "a positive number" if positive else "a number"
+            raise DataError(f"{path}, row {row}, field {name!r}: {value!r} is not {kind} (leave it blank if unknown)")
+        out[row - 1] = value
     if not np.isfinite(out).any():
         raise DataError(f"{path}: column {name!r} has no numeric values")
     return out
 
 
-def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, args: EvaluateArguments) -> dict:
-    """The report: rows, mean score, AUC (overall and per kind of negative), correlations, fit to true PMI."""
+def evaluation_columns(
+    pairs: PairSet, negatives: NegativeSpec, args: EvaluateArguments
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The ``targets`` columns and the true PMI of ``pmi_columns`` (None without them) as numbers, once the pairs
+    are known to give the negatives' mix: whatever is wrong with the input file, found before a scorer is loaded
+    or anything is scored."""
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise ValueError("pmi_columns takes three columns: p_xy p_x p_y")
+    extras = pairs.extras or {}
+    targets = {column: _numeric(extras[column], column, args.input) for column in args.targets}
+    truth = None
+    if args.pmi_columns:
+        truth = true_pmi(*(_numeric(extras[c], c, args.input, positive=True) for c in args.pmi_columns))
+    check_negative_draws(pairs, negatives, args.input)
+    return targets, truth
+
+
+def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, args: EvaluateArguments) -> dict:
+    """The report: rows, mean score, AUC (overall and per kind of negative), correlations, fit to true PMI."""
+    targets, truth = evaluation_columns(pairs, negatives, args)
     pos, neg = score_with_negatives(scorer, pairs, negatives if negatives.k else None, args.seed, args.progress)
     report: dict = {"rows": len(pairs), "mean_score": float(pos.mean())}
 
@@ -71,12 +108,9 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
             if k and k < neg.shape[1]:
                 report[f"auc_{kind}"] = estimate(roc_auc, pos, neg[:, start : start + k])
             start += k
-    extras = pairs.extras or {}
-    for column in args.targets:
-        y = _numeric(extras[column], column, args.input)
+    for column, y in targets.items():
         report[column] = {"spearman": estimate(spearman, pos, y), "pearson": estimate(pearson, pos, y)}
-    if args.pmi_columns:
-        truth = true_pmi(*(_numeric(extras[c], c, args.input) for c in args.pmi_columns))
+    if truth is not None:
         named: Sequence[tuple[str, Callable[..., float]]] = (("spearman", spearman), ("pearson", pearson), ("mse", mse))
         report["true_pmi"] = {name: estimate(fn, pos, truth) for name, fn in named}
     return report

@@ -27,6 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..data.conversation import prompt_to_context
+from ..data.records import json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
 from ..rewards.reward import PMIReward
@@ -34,13 +35,12 @@ from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
-from .panel import Judge, load_judges, parse_val_aucs, verdict
+from .panel import Judge, check_panel, load_judges, parse_val_aucs, verdict
 from .prompts import PromptArguments, build_prompts
+from .samples import HUMAN
 from .sampling import Replies, SamplingSettings, generate_replies
 
 __all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "text_metrics", "score_grid", "evaluate_policies"]
-
-HUMAN = "human reference"
 
 
 @dataclass
@@ -84,6 +84,19 @@ class EvalArguments:
     sample_contexts: int = field(default=30, metadata={"help": "contexts shown side by side in samples.md"})
     log_file: str | None = field(default=None, metadata={"help": "append one JSON line per policy (a trials log)"})
     output_dir: str = "outputs/eval"
+
+    def __post_init__(self) -> None:
+        """Refuse counts that sampling would only reject after every policy had loaded (best-of-n: sampled); a list
+        given as null in a YAML config is an empty one."""
+        self.tuned, self.best_of_n, self.judge_val_auc = (
+            self.tuned or [],
+            self.best_of_n or [],
+            self.judge_val_auc or [],
+        )
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if any(n < 1 for n in self.best_of_n):
+            raise ValueError(f"best_of_n must be >= 1 each, got {self.best_of_n}")
 
 
 ARGUMENTS = (EvalPromptArguments, EvalArguments, SamplingSettings)
@@ -257,20 +270,22 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     from .report import write_report
     from .samples import write_samples
 
+    val_aucs = _check_options(args, settings)
     if args.from_samples:
         prompts, references, replies = _read_back(args.from_samples, args)
-        policies: dict = {}
-        summaries: dict[str, dict] = {}
     else:
         data = build_prompts(prompt_args)
         prompts = list(data["prompt"])
         has_reference = args.include_reference and "reference" in data.column_names
         references = list(data["reference"]) if has_reference else None
         replies = None
-        policies, summaries = _load_policies(args)
-    judges, reward_scorer, reward_meta = load_judges(
-        args.judges, args.reward_scorer, parse_val_aucs(args.judge_val_auc)
-    )
+    if len(prompts) < 2:
+        raise ValueError(
+            f"evaluate-policy needs at least 2 contexts, got {len(prompts)}: its CIs resample contexts, and one "
+            "context gives a zero-width CI that a verdict would read as certain (widen the range or --max_prompts)"
+        )
+    policies, summaries = _load_policies(args) if replies is None else ({}, {})
+    judges, reward_scorer, reward_meta = load_judges(args.judges, args.reward_scorer, val_aucs)
     warnings = []
     if not prompt_args.prompt_file:
         where = Entry(
@@ -303,13 +318,35 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     return result
 
 
+def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str, float]:
+    """Check what can be checked before anything loads or samples: the judge panel, the reward that best-of-n
+    reranks with, the KL (at the sampling temperature: none for greedy replies), and the tuned policies' names (each
+    a row of the report: a tuned directory named like the base, another tuned policy or a best-of-n row would merge
+    with it). Returns the ``lm:`` judges' validation AUCs."""
+    val_aucs = parse_val_aucs(args.judge_val_auc)
+    check_panel(args.judges, val_aucs)
+    if args.best_of_n and not args.reward_scorer and not args.from_samples:
+        raise ValueError("--best_of_n reranks with the reward: give --reward_scorer")
+    if args.kl and args.tuned and settings.temperature == 0:
+        raise ValueError("--kl compares the tempered policies; greedy replies (--temperature 0) have none: --kl false")
+    taken = {"base", HUMAN, *(f"best-of-{n}" for n in args.best_of_n)}
+    for path in args.tuned:
+        name = Path(path.rstrip("/")).name
+        if name in taken:
+            raise ValueError(
+                f"tuned policy {path!r} is named {name!r} like another row of the report: give its directory "
+                "a distinct name"
+            )
+        taken.add(name)
+    return val_aucs
+
+
 def _load_policies(args: EvalArguments) -> tuple[dict, dict[str, dict]]:
-    """The base and the tuned policies by name, and each tuned run's summary (empty when it has none)."""
+    """The base and the tuned policies by name (``_check_options`` made the names distinct), and each tuned run's
+    summary (empty when it has none)."""
     policies, summaries = {"base": load_policy(args.base_model)}, {}
     for path in args.tuned:
         name = Path(path.rstrip("/")).name
-        if name in policies:
-            raise ValueError(f"two tuned policies are named {name!r}: give their directories distinct names")
         policies[name] = load_policy(path)
         summary = Path(path) / "run_summary.json"
         summaries[name] = json.loads(summary.read_text()) if summary.is_file() else {}
@@ -341,4 +378,4 @@ def _log_trials(path: Path, result: dict, args: EvalArguments, prompt_args, summ
                 "run": summaries.get(row["policy"], {}),
                 "row": row,
             }
-            f.write(json.dumps(line, default=str) + "\n")
+            f.write(json.dumps(json_safe(line), default=str, allow_nan=False) + "\n")

@@ -32,6 +32,7 @@ __all__ = [
     "Judge",
     "parse_judge",
     "parse_val_aucs",
+    "check_panel",
     "pretrained_encoder",
     "training_range",
     "relation",
@@ -139,8 +140,6 @@ def _lm_judge(model: str, val_auc: float | None) -> tuple[Any, dict[str, Any]]:
     """An untrained chat LM's PMI as a scorer, and its provenance: the LM, no training data, no seed."""
     from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 
-    if not model:
-        raise ValueError(f"judge {LM_PREFIX}: name the chat LM, e.g. {LM_PREFIX}smollm2-135m-instruct")
     scorer = LMPMIScorer(LMPMIConfig(model=model))
     return scorer, {"encoder": model, "method": "lm_pmi", "best_val_auc": val_auc, "data": {}, "training": {}}
 
@@ -160,30 +159,42 @@ def parse_val_aucs(specs: list[str]) -> dict[str, float]:
     return out
 
 
+def check_panel(specs: list[str], val_aucs: dict[str, float] | None = None) -> list[tuple[str, str]]:
+    """The panel's (name, directory or ``lm:MODEL``) pairs, checked before any judge loads: at least one judge,
+    distinct names, a model after every ``lm:``, and each validation AUC naming an ``lm:`` judge."""
+    if not specs:
+        raise ValueError("evaluate-policy needs at least one judge (--judges name=scorer_dir ...)")
+    panel = [parse_judge(spec) for spec in specs]
+    names = [name for name, _ in panel]
+    if len(set(names)) != len(names):
+        raise ValueError(f"judge names must differ: {names}")
+    for name, path in panel:
+        if path.startswith(LM_PREFIX) and not path[len(LM_PREFIX) :]:
+            raise ValueError(f"judge {name}={LM_PREFIX}: name the chat LM, e.g. {LM_PREFIX}smollm2-135m-instruct")
+    unknown = sorted(set(val_aucs or {}) - {name for name, path in panel if path.startswith(LM_PREFIX)})
+    if unknown:
+        raise ValueError(f"judge_val_auc names no {LM_PREFIX} judge of the panel: {unknown}")
+    return panel
+
+
 def load_judges(
     specs: list[str], reward_dir: str | None, val_aucs: dict[str, float] | None = None
 ) -> tuple[list[Judge], PMIScorer | None, dict | None]:
     """The judges (compared with the reward scorer when given), the reward scorer and its provenance.
     ``val_aucs``: validation AUCs of judges whose directory holds none (``lm:`` judges)."""
-    if not specs:
-        raise ValueError("evaluate-policy needs at least one judge (--judges name=scorer_dir ...)")
-    val_aucs = dict(val_aucs or {})
+    panel = check_panel(specs, val_aucs)
+    val_aucs = val_aucs or {}
     loaded: list[TextEncoder] = []
     reward = _load(reward_dir, loaded) if reward_dir else None
     reward_meta = _provenance(reward) if reward else None
     judges = []
-    for spec in specs:
-        name, path = parse_judge(spec)
+    for name, path in panel:
         if path.startswith(LM_PREFIX):
-            scorer, meta = _lm_judge(path[len(LM_PREFIX) :], val_aucs.pop(name, None))
+            scorer, meta = _lm_judge(path[len(LM_PREFIX) :], val_aucs.get(name))
         else:
             scorer = _load(path, loaded)
             meta = _provenance(scorer)
         judges.append(Judge(name, path, scorer, meta, relation(meta, reward_meta) if reward_meta else {}))
-    if len({j.name for j in judges}) != len(judges):
-        raise ValueError(f"judge names must differ: {[j.name for j in judges]}")
-    if val_aucs:
-        raise ValueError(f"judge_val_auc names no {LM_PREFIX} judge of the panel: {sorted(val_aucs)}")
     return judges, reward, reward_meta
 
 

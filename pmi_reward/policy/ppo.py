@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from trl import ModelConfig
 
 from ..configs import parse_args
+from ..data.records import json_safe
 from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
@@ -42,6 +43,7 @@ from .trainers import (
     LAST_N,
     ScriptArguments,
     build_rewards,
+    check_reward_weights,
     cpu_seconds,
     last_mean,
     lora_config,
@@ -79,6 +81,17 @@ class PPOConfig:
     )
     seed: int = 0
     use_cpu: bool = field(default=True, metadata={"help": "run on CPU even when a GPU is visible"})
+
+    def __post_init__(self) -> None:
+        """Refuse settings that would crash the run after its models have loaded or its first rollout (no steps
+        to summarise, no mini-batch to update on, a zero temperature dividing the logits)."""
+        for name in ("steps", "rollout_batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0 (PPO samples and divides the logits by it), got {self.temperature}"
+            )
 
 
 class PolicyWithValue(torch.nn.Module):
@@ -245,6 +258,8 @@ def train_ppo(
     reward_options: RewardOptions | None = None,
 ) -> dict:
     """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary."""
+    if reward is None:
+        check_reward_weights(script_args, cfg.reward_weights)
     accelerator = Accelerator(cpu=cfg.use_cpu)
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
     prompts = list(build_prompts(script_args)["prompt"])
@@ -275,7 +290,7 @@ def train_ppo(
         history.append(row)
         if accelerator.is_main_process:
             with log_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(json_safe(row), allow_nan=False) + "\n")  # a step with nothing scored: null
         bar.set_postfix(score=f"{row['score']:+.2f}", kl=f"{row['kl']:.3f}", len=f"{row['response_tokens']:.0f}")
         if _budget_spent(script_args.cpu_budget_seconds, cpu_start, accelerator):
             break

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from datasets import Dataset
 
-from ..data.conversation import turns_to_messages
+from ..data.conversation import message_text, prompt_to_context, turns_to_messages
 from ..data.dialogues import Dialogue, load_dialogues
 from ..data.records import DataError, read_records
 
@@ -34,13 +34,26 @@ class PromptArguments:
         metadata={"help": "JSONL/JSON with a 'prompt' field (a string or chat messages); replaces --dialogues"},
     )
     first_dialogue: int = field(default=2000, metadata={"help": "skip the dialogues before this index"})
-    max_dialogues: int | None = field(default=1400, metadata={"help": "use at most N dialogues from first_dialogue"})
+    max_dialogues: int | None = field(
+        default=1400, metadata={"help": "use at most N dialogues from first_dialogue (0: all)"}
+    )
     prompts_per_dialogue: int = field(default=1, metadata={"help": "contexts cut from each dialogue"})
     prompt_turns: int = field(default=3, metadata={"help": "turns of conversation in each prompt"})
     max_context_chars: int = field(default=400, metadata={"help": "skip contexts longer than this (CPU budget)"})
     system_prompt: str | None = field(default=DEFAULT_SYSTEM_PROMPT, metadata={"help": "system message ('' for none)"})
     prompt_seed: int = field(default=0, metadata={"help": "seed for picking positions in dialogues"})
-    max_prompts: int | None = field(default=None, metadata={"help": "keep at most N prompts"})
+    max_prompts: int | None = field(default=None, metadata={"help": "keep at most N prompts (0: all)"})
+
+    def __post_init__(self) -> None:
+        """Refuse counts that would cut the range silently (a negative index counts from the end) or leave prompts
+        with no conversation in them, when the options are read, before any model loads."""
+        for name in ("first_dialogue", "max_dialogues", "max_prompts"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        for name in ("prompts_per_dialogue", "prompt_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 def dialogue_prompts(
@@ -68,13 +81,41 @@ def dialogue_prompts(
     return rows
 
 
+def _prompt_problem(prompt: object) -> str | None:
+    """What is wrong with a prompt file's prompt, or None for a string or chat messages with a turn to reply to."""
+    if isinstance(prompt, list):
+        if not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and message_text(m.get("content")) is not None
+            for m in prompt
+        ):
+            return "expected chat messages ({role, content} objects)"
+    elif not isinstance(prompt, str):
+        return "expected a string or chat messages"
+    if not prompt_to_context(prompt):
+        return "no conversation to reply to (empty, or no user or assistant turn with text)"
+    return None
+
+
+def _check_prompt_file(path: str, rows: list[dict]) -> None:
+    """Every row holds a prompt to reply to, and all in one form: a dataset column cannot mix strings and lists."""
+    for n, row in enumerate(rows, 1):
+        problem = _prompt_problem(row.get("prompt"))
+        if problem is not None:
+            raise DataError(f"{path}, row {n}, field 'prompt': {problem}")
+    text = isinstance(rows[0]["prompt"], str) if rows else True
+    mixed = next((n for n, r in enumerate(rows, 1) if isinstance(r["prompt"], str) != text), None)
+    if mixed is not None:
+        forms = ("chat messages", "a string") if text else ("a string", "chat messages")
+        raise DataError(
+            f"{path}, row {mixed}, field 'prompt': {forms[0]} where row 1 has {forms[1]}: give every prompt in one form"
+        )
+
+
 def build_prompts(args: PromptArguments) -> Dataset:
     """The prompt dataset the arguments describe (a ``prompt`` column, plus ``reference`` for dialogues)."""
     if args.prompt_file:
         rows = read_records(args.prompt_file)
-        bad = next((n for n, r in enumerate(rows, 1) if not isinstance(r.get("prompt"), (str, list))), None)
-        if bad is not None:
-            raise DataError(f"{args.prompt_file}, row {bad}, field 'prompt': expected a string or chat messages")
+        _check_prompt_file(args.prompt_file, rows)
     else:
         dialogues = load_dialogues(args.dialogues)[args.first_dialogue :]
         dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues

@@ -1,7 +1,8 @@
 """How a policy evaluation is shown: the judges and what they share with the reward, the panel's gains with a
 verdict per policy, the reward-hacking diagnostics, and the gain inside reply-length bins.
 
-``write_report`` writes ``results.md`` (these tables) and ``results.json`` (the rows and the run's settings).
+``write_report`` writes ``results.md`` (these tables) and ``results.json`` (the rows and the run's settings; a
+statistic with no value, NaN, is null there: JSON has no NaN).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..data.records import json_safe
 from ..evaluation.report import markdown_table
 from .panel import Judge, describe
 
@@ -18,8 +20,12 @@ __all__ = ["judges_table", "panel_table", "diagnostics_table", "bins_table", "re
 
 
 def _ci(row: dict, key: str, lo: str, hi: str) -> str:
-    if row.get(key) is None:
+    """``+0.12 [-0.03, +0.27]``; blank where there is no estimate, ``[–]`` where there is no interval (the
+    length-adjusted gain when reply length and policy cannot be told apart)."""
+    if row.get(key) is None or row[key] != row[key]:
         return ""
+    if row[lo] != row[lo] or row[hi] != row[hi]:
+        return f"{row[key]:+.2f} [–]"
     return f"{row[key]:+.2f} [{row[lo]:+.2f}, {row[hi]:+.2f}]"
 
 
@@ -96,7 +102,7 @@ def diagnostics_table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         kl = r.get("kl_reply")
-        kl_text = "" if kl is None else (f"<= {kl:.2f}" if r.get("kl_is_bound") else f"{kl:.2f}")
+        kl_text = f"<= {kl:.2f}" if kl is not None and r.get("kl_is_bound") else _num(kl, ".2f")
         lines.append(
             [
                 r["policy"],
@@ -180,14 +186,26 @@ def report_text(result: dict, judges: list[Judge], reward_meta: dict | None, hea
 def write_report(
     out: Path, result: dict, judges: list[Judge], reward_meta: dict | None, prompt_args, args, settings
 ) -> str:
-    """Write ``results.md`` and ``results.json``; return the markdown."""
+    """Write ``results.md`` and ``results.json``; return the markdown. The header names where the contexts and
+    replies came from: a dialogue range, a prompt file, or an earlier run's samples file (its own reply count)."""
     n_contexts = len(result["contexts"])
     first, count = prompt_args.first_dialogue, prompt_args.max_dialogues
     where = f"{first}-{first + count - 1}" if count else f"{first}+"
+    samples = next((len(r.texts[0]) for r in (result.get("replies") or {}).values() if r.texts), args.samples)
+    if args.from_samples:
+        source, sampling = f"from {args.from_samples}", "replies read back, sampled by that run"
+    else:
+        source = (
+            f"from {prompt_args.prompt_file}"
+            if prompt_args.prompt_file
+            else f"{prompt_args.dialogues} dialogues {where}"
+        )
+        sampling = (
+            f"T={settings.temperature}, top_p={settings.top_p}, max_new_tokens={settings.max_new_tokens}, "
+            f"seed={settings.seed}"
+        )
     header = (
-        f"{n_contexts} contexts ({prompt_args.dialogues} dialogues {where})"
-        f" x {args.samples} samples per policy (T={settings.temperature}, top_p={settings.top_p}, "
-        f"max_new_tokens={settings.max_new_tokens}, seed={settings.seed}); bootstrap CIs over contexts. "
+        f"{n_contexts} contexts ({source}) x {samples} samples per policy ({sampling}); bootstrap CIs over contexts. "
         f"Evaluation took {result.get('seconds', 0) / 60:.1f} min.\n"
     )
     text = report_text(result, judges, reward_meta, header)
@@ -203,5 +221,5 @@ def write_report(
         "sampling": asdict(settings),
         "prompts": asdict(prompt_args),
     }
-    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
+    (out / "results.json").write_text(json.dumps(json_safe(payload), indent=1, default=str, allow_nan=False))
     return text

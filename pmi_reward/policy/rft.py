@@ -36,6 +36,7 @@ from .trainers import (
     LAST_N,
     ScriptArguments,
     build_rewards,
+    check_reward_weights,
     cpu_seconds,
     last_mean,
     lora_config,
@@ -77,6 +78,18 @@ class RFTConfig:
     def __post_init__(self) -> None:
         if self.sample_from not in SAMPLE_FROM:
             raise ValueError(f"sample_from must be one of {SAMPLE_FROM}, got {self.sample_from!r}")
+        # checked when read: each would otherwise fail (or train nothing) after the models and the scorer load
+        for name in (
+            "rounds",
+            "prompts_per_round",
+            "samples_per_prompt",
+            "rollout_max_new_tokens",
+            "rollout_batch_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.rollout_temperature >= 0:
+            raise ValueError(f"rollout_temperature must be >= 0 (0: greedy), got {self.rollout_temperature}")
 
 
 ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)
@@ -141,6 +154,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     reward_options: RewardOptions | None = None,
 ) -> dict:
     """Run RFT; save the policy, a per-round log and a run summary."""
+    if rewards is None:
+        check_reward_weights(script_args, cfg.reward_weights)
     set_seed(sft_args.seed)
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
@@ -179,7 +194,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             peft_config = None  # the adapter now sits on the model: later rounds train it further
         row = {
             "round": r + 1,
-            "score": float(np.nanmean(scores)),
+            "score": float(np.nanmean(scores)) if np.isfinite(scores).any() else None,  # None: nothing scored
             "kept": len(rows),
             "kept_score": float(np.mean([x["score"] for x in rows])) if rows else None,
             "clipped_ratio": replies.truncated_share(),

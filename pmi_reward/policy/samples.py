@@ -10,6 +10,8 @@ from pathlib import Path
 from ..data.conversation import prompt_to_context
 from .sampling import Replies
 
+HUMAN = "human reference"  # the human reply's row, written beside the policies' rows
+
 __all__ = ["sample_records", "samples_markdown", "write_samples", "read_samples"]
 
 
@@ -68,6 +70,13 @@ def write_samples(out: Path, result: dict, prompts: list, references: list[str] 
     (out / "samples.md").write_text(samples_markdown(result, prompts, n_contexts))
 
 
+def _text(value: object, what: str) -> str:
+    """A samples record's text field (``str()`` would read a null or a number as the text "None" or "3")."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected text, got {type(value).__name__}")
+    return value
+
+
 def read_samples(path: str | Path) -> tuple[list[str], list[str] | None, dict[str, Replies]]:
     """A ``samples.jsonl`` read back for judging again: the contexts, the human replies (None when absent) and
     each policy's replies (texts, token counts, cut flags) in the file's order, the base first."""
@@ -82,16 +91,20 @@ def read_samples(path: str | Path) -> tuple[list[str], list[str] | None, dict[st
     for n, line in lines:
         try:
             record = json.loads(line)
-            contexts.append(str(record["context"]))
+            contexts.append(_text(record["context"], "context"))
             references.append(record.get("reference"))
             names = [k for k in record if k not in ("context", "reference")]
+            if not [k for k in names if k != HUMAN]:
+                raise ValueError("no policy's replies (a policy name with its list of replies)")
             if replies and names != list(replies):
                 raise ValueError(f"policies {names} differ from the first row's {list(replies)}")
             for name in names:
                 rep = replies.setdefault(name, Replies([], [], [], counts.setdefault(name, [])))
+                if not record[name]:
+                    raise ValueError(f"{name}: no replies")
                 if rep.texts and len(record[name]) != len(rep.texts[0]):
                     raise ValueError(f"{name}: {len(record[name])} replies, the first row {len(rep.texts[0])}")
-                rep.texts.append([str(r["reply"]) for r in record[name]])
+                rep.texts.append([_text(r["reply"], f"{name} reply") for r in record[name]])
                 rep.tokens.append([[] for _ in record[name]])
                 counts[name].append([int(r["tokens"]) for r in record[name]])
                 rep.truncated.append([bool(r["cut"]) for r in record[name]])

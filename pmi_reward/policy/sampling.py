@@ -39,6 +39,14 @@ class SamplingSettings:
     batch_size: int = 32  # sequences per generate call
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """Refuse settings that generate cannot use when they are read, not after the models have loaded."""
+        for name in ("max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+
 
 @dataclass
 class Replies:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import resource
 import time
@@ -25,6 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
+from ..data.records import json_safe
 from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
@@ -38,6 +40,7 @@ __all__ = [
     "policy_from",
     "lora_config",
     "build_rewards",
+    "check_reward_weights",
     "RewardTimer",
     "cpu_seconds",
     "write_summary",
@@ -74,6 +77,11 @@ class ScriptArguments(PromptArguments):
         metadata={"help": "stop training once the process has used this much CPU time (equal-cost comparisons)"},
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lora_top_layers is not None and self.lora_top_layers < 0:  # would match no layer: peft fails late
+            raise ValueError(f"lora_top_layers must be >= 0 (0: every layer), got {self.lora_top_layers}")
+
 
 def policy_from(model_args: ModelConfig, bf16: bool | None = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16)."""
@@ -91,10 +99,14 @@ def lora_config(model_args: ModelConfig, model: PreTrainedModel, top_layers: int
 
 
 def _import(spec: str) -> Callable:
+    """The callable ``module:function`` names (a user error, not a traceback, when it names none)."""
     module, _, name = spec.partition(":")
-    if not name:
+    if not module or not name:
         raise ValueError(f"reward function {spec!r}: expected module:function")
-    return getattr(importlib.import_module(module), name)
+    function = getattr(importlib.import_module(module), name, None)
+    if not callable(function):
+        raise ValueError(f"reward function {spec!r}: module {module!r} has no function {name!r}")
+    return function
 
 
 def fit_prompt_length_baseline(args: ScriptArguments, reward: PMIReward, path: str | Path) -> Path:
@@ -140,6 +152,22 @@ def build_rewards(
     return rewards
 
 
+def check_reward_weights(args: ScriptArguments, weights: list[float] | None, penalty_default: bool = False) -> None:
+    """One weight per reward function that ``build_rewards`` will build (PMI, the extras, the truncation penalty),
+    checked before the policy and the scorer load rather than by the trainer once they have. ``penalty_default``:
+    the penalty's weight may be left out (``train_with_trl`` gives it 1.0)."""
+    if weights is None:
+        return
+    penalty = args.truncation_penalty is not None
+    count = 1 + len(args.extra_reward_funcs) + penalty
+    if len(weights) == count or (penalty_default and penalty and len(weights) == count - 1):
+        return
+    raise ValueError(
+        f"got {len(weights)} reward_weights for {count} reward functions (PMI, {len(args.extra_reward_funcs)} "
+        f"extra{', the truncation penalty' if penalty else ''})"
+    )
+
+
 def cpu_seconds() -> float:
     """CPU time of this process so far, all threads (a wall-time-free measure of a run's cost on a busy machine)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -177,11 +205,13 @@ class RewardTimer(TrainerCallback):
 
 
 def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
-    """Write ``run_summary.json`` next to the saved policy and print it."""
+    """Write ``run_summary.json`` next to the saved policy and print it (a NaN, e.g. the reward of a step whose
+    replies were all unscorable, as null: JSON has no NaN)."""
     path = Path(output_dir) / "run_summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2, default=str))
-    print(json.dumps(summary, indent=2, default=str))
+    text = json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False)
+    path.write_text(text)
+    print(text)
     return path
 
 
@@ -223,8 +253,8 @@ def run_provenance(script_args: ScriptArguments, reward_options: RewardOptions |
 
 
 def last_mean(history: list[dict], key: str, n: int = LAST_N) -> float | None:
-    """Mean of ``key`` over the last ``n`` logged entries that have it."""
-    values = [h[key] for h in history if h.get(key) is not None][-n:]
+    """Mean of ``key`` over the last ``n`` logged entries that have it (a NaN, nothing scored, is not a value)."""
+    values = [h[key] for h in history if h.get(key) is not None and math.isfinite(h[key])][-n:]
     return round(sum(values) / len(values), 4) if values else None
 
 
@@ -243,6 +273,8 @@ def train_with_trl(
     ``model``/``tokenizer`` and ``rewards`` (PMIReward first) replace what the arguments would load.
     """
     set_seed(training_args.seed)
+    if rewards is None:
+        check_reward_weights(script_args, getattr(training_args, "reward_weights", None), penalty_default=True)
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16)

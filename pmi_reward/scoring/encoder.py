@@ -78,6 +78,10 @@ class EncoderSpec:
             raise ValueError(f"quantize={self.quantize!r} needs backend='onnx' (ONNX Runtime's int8 operators)")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        # a batch < 1 embedded nothing, and returned (and cached) uninitialised memory as the embeddings
+        for name in ("max_length", "encode_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def on(self, device: torch.device) -> EncoderSpec:
         """This spec with ``dtype="auto"`` made concrete for ``device``: bfloat16 where the torch backend runs it
@@ -105,7 +109,7 @@ class EncoderSpec:
         """Whether both embed with the same model the same way (batch size, backend and quantization aside)."""
 
         def plain(spec: EncoderSpec) -> EncoderSpec:
-            return replace(spec, encode_batch_size=0, backend="torch", quantize="none")
+            return replace(spec, encode_batch_size=1, backend="torch", quantize="none")
 
         return plain(self) == plain(other)
 
@@ -210,8 +214,8 @@ class TextEncoder:
     def set_batch_size(self, encode_batch_size: int | None) -> None:
         """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); embeddings do not
         depend on it, so a saved scorer's batch may be tuned to the machine it serves on."""
-        if encode_batch_size:
-            self.spec = replace(self.spec, encode_batch_size=encode_batch_size)
+        if encode_batch_size is not None:
+            self.spec = replace(self.spec, encode_batch_size=encode_batch_size)  # EncoderSpec refuses one < 1
 
     # -- public API -------------------------------------------------------------------------------
     def encode(
@@ -252,7 +256,7 @@ class TextEncoder:
         keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses, strict=True)]
 
         def make(idx: list[int]) -> list[str]:
-            budget = self.spec.max_length - self._overhead(fill(template, context="", response="")) - _MARGIN
+            budget = self._budget(fill(template, context="", response=""))
             cs, rs = [contexts[i] for i in idx], [responses[i] for i in idx]
             lc, lr = np.array(self._lengths(cs)), np.array(self._lengths(rs))
             fits = lc + lr <= budget
@@ -275,7 +279,7 @@ class TextEncoder:
     def _written(self, texts: list[str], template: str, keep: str) -> list[str]:
         """Texts cut to the token budget (keeping their ``start`` or ``end``) and written into the template."""
         slot = self._slot(template)
-        budget = self.spec.max_length - self._overhead(template.replace(slot, "")) - _MARGIN
+        budget = self._budget(template.replace(slot, ""))
         return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
 
     def _forward(self, batch: dict, runtime: bool = True) -> torch.Tensor:
@@ -292,6 +296,18 @@ class TextEncoder:
             hidden = result.last_hidden_state if self.spec.layer == -1 else result.hidden_states[self.spec.layer]
         pooled = pool_hidden(hidden, batch["attention_mask"], self.pooling).float()
         return torch.nn.functional.normalize(pooled, dim=-1) if self.spec.normalize else pooled
+
+    def _budget(self, frame: str) -> int:
+        """The tokens left for text in ``max_length`` once the template's own ``frame`` and the margin are counted;
+        a ValueError if none are left (every text would be cut to nothing and embed alike)."""
+        overhead = self._overhead(frame)
+        budget = self.spec.max_length - overhead - _MARGIN
+        if budget < 1:
+            raise ValueError(
+                f"max_length {self.spec.max_length} leaves no tokens for text (the template and special tokens take "
+                f"{overhead}, and {_MARGIN} are kept free)"
+            )
+        return budget
 
     def _overhead(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])

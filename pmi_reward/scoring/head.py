@@ -73,6 +73,8 @@ class HeadConfig:
         if self.residual not in RESIDUALS or (self.residual != "none" and self.input_mode != "pair"):
             raise ValueError(f"residual must be one of {RESIDUALS} (cosine: pair mode only), got {self.residual!r}")
         object.__setattr__(self, "hidden", [int(h) for h in self.hidden])
+        if any(h < 1 for h in self.hidden):  # a width of 0 scores every pair alike; a negative one cannot be built
+            raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
 
     def with_dim(self, dim: int) -> HeadConfig:
         """This shape for ``dim``-wide embeddings."""

@@ -180,8 +180,11 @@ class PMIScorer:
             raise ScorerLoadError(f"{path}: corrupted ({err})") from None
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ScorerLoadError(f"{path}: not a pmi-reward scorer config (format != {FORMAT!r})")
-        if config.get("version", 0) > VERSION:
-            raise ScorerLoadError(f"{path}: written by a newer pmi-reward (version {config['version']})")
+        version = config.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ScorerLoadError(f"{path}: invalid version {version!r} (expected a whole number)")
+        if version > VERSION:
+            raise ScorerLoadError(f"{path}: written by a newer pmi-reward (version {version})")
         for key in ("encoder", "template", "head"):
             if not isinstance(config.get(key), dict):
                 raise ScorerLoadError(f"{path}: missing or invalid field {key!r}")
@@ -193,9 +196,12 @@ class PMIScorer:
         path = Path(directory) / METADATA_NAME
         if path.is_file():
             try:
-                return json.loads(path.read_text(encoding="utf-8"))
+                metadata = json.loads(path.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise ScorerLoadError(f"{path}: corrupted ({err})") from None
+            if not isinstance(metadata, dict):
+                raise ScorerLoadError(f"{path}: corrupted (expected a JSON object, got {type(metadata).__name__})")
+            return metadata
         return cls.read_config(directory).get("metadata") or {}
 
     @classmethod
@@ -286,7 +292,10 @@ class PMIScorer:
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         if metadata is None:
             metadata = config.get("metadata")
-        scorer = cls(encoder, template, head, metadata, _context_turns(config))
+        try:
+            scorer = cls(encoder, template, head, metadata, _context_turns(config))
+        except (TypeError, ValueError) as err:  # a context_turns that is no count, a head of another width
+            raise ScorerLoadError(f"{source}: invalid scorer config ({err})") from None
         scorer.directory = Path(directory) if directory is not None else None
         return scorer
 

@@ -12,6 +12,7 @@ from sklearn.metrics import roc_auc_score
 from ..data.mining import mine_lexical, mine_nearest
 from ..data.negatives import NegativeSpec, sample_negatives
 from ..data.pairs import PairSet
+from ..data.records import DataError
 from ..scoring.encoder import TextEncoder
 from ..scoring.features import PairFeatures
 from ..scoring.head import HeadConfig
@@ -19,9 +20,9 @@ from ..scoring.models import native_bf16
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
 from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
-from .trainable import TrainableFeatures, finish_tuning, make_trainable
+from .trainable import TrainableFeatures, check_top_layers, finish_tuning, make_trainable
 
-__all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives"]
+__all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives", "check_negative_draws"]
 
 
 def mine_negatives(pairs: PairSet, spec: NegativeSpec, features: PairFeatures) -> None:
@@ -57,6 +58,10 @@ def fit_scorer(
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
+    if config.train_encoder != "none":  # checked before anything is embedded or the warm-up trains
+        if head_config.input_mode != "pair":
+            raise ValueError("train_encoder fine-tunes pair-mode encoders (input_mode pair)")
+        check_top_layers(encoder.model, config.train_encoder, config.encoder_layers)
     train_features: Any = PairFeatures(
         encoder, template, train, head_config.input_mode, progress, head_config.line_turns
     )
@@ -67,8 +72,6 @@ def fit_scorer(
     fixed: dict[str, Any] = {"train_negatives": train_negatives, "val_negatives": val_negatives, "negatives": negatives}
     start_head = None
     if config.train_encoder != "none":
-        if head_config.input_mode != "pair":
-            raise ValueError("train_encoder fine-tunes pair-mode encoders (input_mode pair)")
         if config.warmup_rounds:  # the head alone first, on the frozen encoder's cached embeddings: cheap
             warm = replace(
                 config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
@@ -112,12 +115,29 @@ def score_with_negatives(
     features = PairFeatures(
         scorer.encoder, scorer.template, pairs, scorer.input_mode, progress, scorer.head.config.line_turns
     )
+    negs = None
+    if spec is not None:  # first: a mix these pairs or this scorer cannot give fails before the positives are scored
+        mine_negatives(pairs, spec, features)
+        negs = sample_negatives(pairs, spec, np.random.default_rng(seed))
     pos = score_index_pairs(scorer.head, features, pairs.ctx, pairs.resp)
-    if spec is None:
+    if negs is None:
         return pos, None
-    mine_negatives(pairs, spec, features)
-    negs = sample_negatives(pairs, spec, np.random.default_rng(seed))
     return pos, score_index_pairs(scorer.head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+
+
+def check_negative_draws(pairs: PairSet, spec: NegativeSpec, where: str) -> None:
+    """A DataError naming ``where`` if ``pairs`` cannot give ``spec``'s negatives (e.g. every pair has the same
+    reply), raised before anything is embedded or trained rather than after. One seeded draw, the mined kinds as
+    random ones: they fall back to random replies where they find none, and need embeddings to be mined."""
+    if not spec.k:
+        return
+    mined = spec.k_lexical + spec.k_nearest
+    try:
+        sample_negatives(
+            pairs, replace(spec, k_random=spec.k_random + mined, k_lexical=0, k_nearest=0), np.random.default_rng(0)
+        )
+    except ValueError as err:
+        raise DataError(f"{where}: {err}") from None
 
 
 def evaluate_auc(scorer: PMIScorer, pairs: PairSet, spec: NegativeSpec, seed: int = 0, progress: bool = False) -> float:

@@ -22,7 +22,7 @@ from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.head import HeadConfig
 from ..scoring.models import cache_root
 from ..scoring.templates import PromptTemplate
-from .fit import evaluate_auc, fit_scorer
+from .fit import check_negative_draws, evaluate_auc, fit_scorer
 from .loop import TrainConfig
 
 __all__ = ["TrainData", "ARGUMENTS", "build_pairs", "train_scorer"]
@@ -64,6 +64,16 @@ class TrainData:
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default: ~/.cache/pmi_reward)"})
     no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Counts out of range are refused, not sliced with: a negative ``skip_dialogues`` or ``max_dialogues`` would
+        take dialogues from the end, and ``max_dialogues 0`` would take them all."""
+        if self.skip_dialogues < 0:
+            raise ValueError(f"skip_dialogues must be >= 0, got {self.skip_dialogues}")
+        counts = {"max_dialogues": self.max_dialogues, "max_pairs_per_dialogue": self.max_pairs_per_dialogue}
+        for name, value in {**counts, "max_context_turns": self.max_context_turns}.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 ARGUMENTS = (TrainData, EncoderSpec, PromptTemplate, HeadConfig, NegativeSpec, TrainConfig)
@@ -130,6 +140,14 @@ def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict
     return train, val, test, source
 
 
+def _origin(data: TrainData, split: int) -> str:
+    """Where split ``split`` (0 train, 1 validation, 2 test) comes from, for error messages."""
+    name = ("training", "validation", "test")[split]
+    file = (data.train_file, data.val_file, data.test_file)[split]
+    parts = [f"{data.dialogues} (its {name} dialogues)" if data.dialogues else None, file]
+    return f"the {name} pairs of " + " and ".join(p for p in parts if p)
+
+
 def train_scorer(
     data: TrainData,
     encoder_spec: EncoderSpec,
@@ -141,7 +159,12 @@ def train_scorer(
     """Build pairs, train, report a held-out AUC, save the scorer and its history; the run's summary."""
     start = time.perf_counter()
     check_output_dir(data.output_dir, data.overwrite)
+    if config.checkpoint_dir:
+        check_output_dir(config.checkpoint_dir, overwrite=True, what="--checkpoint_dir")
     train, val, test, source = build_pairs(data)
+    for split, pairs in enumerate((train, val, test)):
+        if pairs is not None:  # each split's negatives, checked before anything is embedded or trained
+            check_negative_draws(pairs, negatives, _origin(data, split))
     cache = None if data.no_cache else EmbeddingCache(data.cache_dir or cache_root() / "embeddings")
     encoder = TextEncoder(encoder_spec, cache=cache)
     scorer, result = fit_scorer(

@@ -116,6 +116,25 @@ class TrainConfig:
         },
     )
 
+    def __post_init__(self) -> None:
+        """Refuse settings out of range when the options are read, not after the data are embedded or a warm-up has
+        run (a batch of 0, 0 rounds that would save an untrained head, a negative patience that stops at once)."""
+        for name in ("batch_size", "encoder_batch_size", "epochs", "patience", "steps_per_round", "encoder_layers"):
+            count = getattr(self, name)
+            if count is not None and count < 1:
+                raise ValueError(f"{name} must be >= 1, got {count}")
+        for name in ("lr", "encoder_lr", "weight_decay", "warmup_rounds", "correction_l2"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:  # NaN too
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        dropout = self.encoder_attention_dropout
+        if dropout is not None and not 0 <= dropout < 1:
+            raise ValueError(f"encoder_attention_dropout must be in [0, 1), got {dropout}")
+        if self.select_by not in ("auc", "loss"):
+            raise ValueError(f"select_by must be auc or loss, got {self.select_by!r}")
+        if self.train_encoder not in ("none", "full", "lora"):
+            raise ValueError(f"train_encoder must be none, full or lora, got {self.train_encoder!r}")
+
 
 @dataclass
 class TrainResult:
@@ -156,6 +175,8 @@ def _validate(head: PMIHead, features, pairs: PairSet, negs: np.ndarray, objecti
     """Validation ROC-AUC and the objective's value (the loss) on the validation positives and negatives."""
     pos = score_index_pairs(head, features, pairs.ctx, pairs.resp)
     neg = score_index_pairs(head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):  # NaN weights: say why, not sklearn's "contains NaN"
+        raise ValueError("the head's validation scores are not numbers: training diverged (try a lower lr)")
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
     loss = float(objective(torch.from_numpy(pos), torch.from_numpy(neg)))
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()])), loss
@@ -386,10 +407,6 @@ def train_head(
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
-    if config.select_by not in ("auc", "loss"):
-        raise ValueError(f"select_by must be auc or loss, got {config.select_by!r}")
-    if config.train_encoder not in ("none", "full", "lora"):
-        raise ValueError(f"train_encoder must be none, full or lora, got {config.train_encoder!r}")
     train_negatives = _check_negatives(train_negatives, train_pairs, "train_negatives")
     val_negatives = _check_negatives(val_negatives, val_pairs, "val_negatives")
     negatives = negatives or NegativeSpec()

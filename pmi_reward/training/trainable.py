@@ -32,6 +32,7 @@ __all__ = [
     "LoraSpec",
     "add_lora",
     "make_trainable",
+    "check_top_layers",
     "layer_stack",
     "set_attention_dropout",
     "TrainableFeatures",
@@ -70,6 +71,18 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
     if not stacks:
         raise ValueError(f"{type(model).__name__} has no stack of layers to train the top of")
     return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+
+def check_top_layers(model: nn.Module, mode: str, top_layers: int | None) -> None:
+    """A ValueError unless ``mode`` can train the top ``top_layers`` layers of ``model`` (None: every layer); cheap,
+    so that ``fit_scorer`` checks it before anything is embedded or the warm-up trains."""
+    if top_layers is None or mode not in ("full", "lora"):
+        return
+    if mode == "lora":
+        raise ValueError("encoder_layers chooses the layers of train_encoder full; LoRA adapts them all")
+    depth = len(layer_stack(model))
+    if not 1 <= top_layers <= depth:
+        raise ValueError(f"encoder_layers must be in 1..{depth} for this encoder, got {top_layers}")
 
 
 def set_attention_dropout(model: nn.Module, p: float) -> int:
@@ -112,6 +125,7 @@ def make_trainable(
     it); eval mode, and so scoring, never applies it. ``activation_checkpointing`` keeps only each layer's input for
     the backward pass and recomputes the rest (dropout masks replayed): the same gradients in a fraction of the
     memory, for one more forward pass."""
+    check_top_layers(encoder.model, mode, top_layers)
     if attention_dropout is not None and not set_attention_dropout(encoder.model, attention_dropout):
         raise ValueError(f"{type(encoder.model).__name__}: no attention module found to set the dropout of")
     if activation_checkpointing:
@@ -122,8 +136,6 @@ def make_trainable(
         model = encoder.model.requires_grad_(top_layers is None)
         if top_layers is not None:
             stack = layer_stack(model)
-            if not 1 <= top_layers <= len(stack):
-                raise ValueError(f"encoder_layers must be in 1..{len(stack)} for this encoder, got {top_layers}")
             last = id(next(iter(stack[-1].parameters())))
             names = [id(p) for p in model.parameters()]
             after = set(names[names.index(last) :])  # parameters listed after the stack's last layer
@@ -132,8 +144,6 @@ def make_trainable(
             stack[len(stack) - top_layers :].requires_grad_(True)
         return model
     if mode == "lora":
-        if top_layers is not None:
-            raise ValueError("encoder_layers chooses the layers of train_encoder full; LoRA adapts them all")
         return add_lora(encoder, lora or LoraSpec())
     raise ValueError(f"train_encoder must be one of {TRAIN_ENCODER[1:]} here, got {mode!r}")
 
