@@ -124,3 +124,19 @@ def test_the_report_adds_the_paired_columns_where_every_seed_has_them():
     lines = report.table("test", runs).splitlines()
     assert "spearman_relevant_minus_cosine" in lines[0] and "spearman_engaging_minus_cosine" not in lines[0]
     assert lines[2].rstrip(" |").endswith("-") and "-0.200 ± 0.141" in lines[3]
+
+
+def test_the_report_keeps_rows_that_read_the_human_set_another_way_apart():
+    """The same scorer's test rows with the human set's contexts cut (the default) and whole are two protocols: one
+    table row each, and one per-seed row each (they were merged into one mean, and the per-seed table kept the last)."""
+    report = load_recipe("recipes/scorer/report.py")
+    row = {"stage": "test", "name": "head", **{c: 0.5 for c in report.COLUMNS["test"]}}
+    runs = [{**row, "seed": s, "spearman_relevant": 0.2} for s in (0, 1)]
+    runs += [{**row, "seed": s, "spearman_relevant": 0.3, "human_context_turns": 0} for s in (0, 1)]
+    runs += [{"stage": "val", "name": "head", "seed": s, "auc_random": 0.9} for s in (0, 1)]
+    lines = report.table("test", runs).splitlines()[2:]
+    assert len(lines) == 2 and "0.200 ± 0.000" in lines[0] and "0.300 ± 0.000" in lines[1]
+    assert "head (human set: whole contexts)" in lines[1]
+    seeds = report.per_seed_table(runs, ["head"]).splitlines()[2:]
+    assert [line.split("|")[-2].strip() for line in seeds] == ["0.200", "0.200", "0.300", "0.300"]
+    assert all("0.900" in line for line in seeds)  # the validation figure the choice read, beside both

@@ -34,10 +34,19 @@ COLUMNS = {
 }
 
 
+def label(run: dict) -> str:
+    """A run's name in the tables: its ``name``, and how it read the human set's contexts when that was not the
+    recipe's cut (``--human_context_turns``), so that rows of the two protocols never merge."""
+    turns = run.get("human_context_turns")
+    if turns is None:
+        return run["name"]
+    return f"{run['name']} (human set: {'whole contexts' if turns == 0 else f'{turns} turns'})"
+
+
 def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     out: dict[tuple, list[dict]] = {}
     for r in runs:
-        out.setdefault((r["stage"], r["name"], r.get("train_pairs", 0)), []).append(r)
+        out.setdefault((r["stage"], label(r), r.get("train_pairs", 0)), []).append(r)
     return out
 
 
@@ -62,14 +71,18 @@ PER_SEED += [("test", "spearman_relevant")]
 
 
 def per_seed_table(runs: list[dict], names: list[str]) -> str:
-    """One row per (run name, seed) of ``names``: validation AUC beside that seed's test figures ("-" where a
-    stage has not run)."""
-    by = {(r["stage"], r["name"], r["seed"]): r for r in runs}
+    """One row per (run, seed) of the runs named ``names`` (and per way of reading the human set): validation AUC
+    beside that seed's test figures ("-" where a stage has not run)."""
+    by = {(r["stage"], label(r), r["seed"]): r for r in runs}
     rows = []
     for name in names:
-        for seed in sorted({r["seed"] for r in runs if r["name"] == name}):
-            cells = [by.get((stage, name, seed), {}).get(col) for stage, col in PER_SEED]
-            rows.append([name, seed] + ["-" if c is None else f"{c:.3f}" for c in cells])
+        tests = dict.fromkeys(label(r) for r in runs if r["name"] == name and r["stage"] == "test") or {name: None}
+        for shown in tests:
+            for seed in sorted({r["seed"] for r in runs if r["name"] == name}):
+                cells = [
+                    by.get((stage, name if stage == "val" else shown, seed), {}).get(col) for stage, col in PER_SEED
+                ]
+                rows.append([shown, seed] + ["-" if c is None else f"{c:.3f}" for c in cells])
     return markdown_table(["run", "seed", *(f"{stage} {col}" for stage, col in PER_SEED)], rows)
 
 
