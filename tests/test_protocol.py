@@ -68,7 +68,7 @@ def _scorer_ranges(all_entries) -> dict[str, Entry | None]:
 
 def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
     scorers = _scorer_ranges(all_entries)
-    assert len(scorers) == 8
+    assert len(scorers) == 9
     checked = 0
     for name in (RECIPE + "tune/evaluate.yaml", RECIPE + "final/evaluate.yaml", "demo/evaluate"):
         values = merged_config([name if name.startswith("demo/") else str(ROOT / name)])
@@ -78,7 +78,7 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
             seen = None if path.startswith(LM_PREFIX) else scorers[path]  # an untrained LM saw no dialogue
             assert seen is None or reward is None or not overlaps(seen.span, reward.span), (name, judge)
             checked += 1
-    assert checked == 8  # tune: judges (b) and (c); final: (b), (c) and the chat LM (d); the demo: its three
+    assert checked == 9  # tune: judges (b) and (c); final: (b), (c), the chat LM (d) and mpnet (e); the demo: its three
 
 
 def test_problems_finds_overlaps_and_ranges_outside_their_band():
