@@ -59,6 +59,21 @@ def test_a_gain_bought_by_length_vanishes_inside_bins_and_after_the_regression()
     assert sum(b["n_policy"] for b in binned["bins"]) == policy.size
 
 
+def test_length_adjusted_gain_is_undefined_when_length_and_policy_cannot_be_told_apart():
+    # every policy reply 3 words longer than the base's replies to its context (all of one length there): the
+    # policy and length columns are collinear within every context, so the coefficient has no value (not a
+    # number made of rounding error: 1.25 [-0.38, 3.50] before)
+    rng = np.random.default_rng(3)
+    base_len = np.repeat(rng.integers(3, 20, (30, 1)).astype(float), 4, axis=1)
+    policy_len = base_len[:, :1] + 3.0
+    base, policy = rng.normal(0.0, 1.0, (30, 4)), rng.normal(0.5, 1.0, (30, 1))
+    adjusted = length_adjusted_gain(policy, base, policy_len, base_len)
+    assert math.isnan(adjusted.value) and math.isnan(adjusted.low) and math.isnan(adjusted.high)
+    # one context apart from the rest makes it identifiable again
+    policy_len[0] += 5.0
+    assert math.isfinite(length_adjusted_gain(policy, base, policy_len, base_len).value)
+
+
 def test_text_diagnostics_see_sameness_templates_and_questions():
     same = [["I love that so much!"] * 3, ["I love that so much!"] * 3]
     varied = [["Where did you go?", "That sounds fun.", "Nice, I have been there too"], ["Who won?", "Ugh", "Ok!"]]

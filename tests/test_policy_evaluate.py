@@ -2,6 +2,7 @@
 (a panel of judges, best-of-n rows, KL, diagnostics, the report and sample files), loading LoRA adapters."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -39,6 +40,17 @@ def test_win_rate_counts_pairs_within_contexts_and_ties_half():
     # context 0: (2>1, 2>1, 0<1, 0<1) -> 2/4; context 1: (tie, 1<3, tie, 1<3) -> 1/4
     assert win_rate(a, b) == pytest.approx((0.5 + 0.25) / 2)
     assert win_rate(a, a[:, ::-1]) == pytest.approx(0.5)
+
+
+def test_win_rate_leaves_out_unscored_replies_and_refuses_other_contexts():
+    # a NaN (unscored) reply is no loss for either side: before, it lost for whichever side it was on (0.5 and
+    # 0.0, which do not add up to 1)
+    a, b = np.array([[1.0, np.nan]]), np.array([[0.0, 0.0]])
+    assert win_rate(a, b) == pytest.approx(1.0) and win_rate(b, a) == pytest.approx(0.0)
+    assert math.isnan(win_rate(np.array([[np.nan]]), np.array([[0.0]])))
+    # one context against three is no pairing of contexts (it broadcast to 1.0 before)
+    with pytest.raises(ValueError, match="contexts"):
+        win_rate(np.ones((3, 2)), np.zeros((1, 2)))
 
 
 def test_bootstrap_ci_is_seeded_covers_the_mean_and_narrows_with_more_contexts():

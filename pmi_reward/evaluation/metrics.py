@@ -157,11 +157,17 @@ def mean_ci(values: np.ndarray, n_boot: int = 2000, seed: int = 0) -> Estimate:
 
 
 def win_rate(a: np.ndarray, b: np.ndarray) -> float:
-    """P(a reply of ``a`` beats a reply of ``b`` to the same context), ties count half; rows are contexts."""
+    """P(a reply of ``a`` beats a reply of ``b`` to the same context), ties count half; rows are contexts.
+    Pairs with a NaN (unscored) reply are left out; NaN when no pair is left."""
     a = np.asarray(a, dtype=np.float64).reshape(len(a), -1)
     b = np.asarray(b, dtype=np.float64).reshape(len(b), -1)
+    if len(a) != len(b):
+        raise ValueError(f"win_rate compares replies to the same contexts, got {len(a)} and {len(b)} contexts")
     diff = a[:, :, None] - b[:, None, :]
-    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+    scored = ~np.isnan(diff)
+    if not scored.any():
+        return float("nan")
+    return float(((diff > 0) + 0.5 * (diff == 0))[scored].mean())
 
 
 _PUNCT = re.compile(r"[^\w\s]+")

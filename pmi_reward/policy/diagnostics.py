@@ -92,6 +92,9 @@ def _solve(s: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         joint = (sll * sdy - sdl * sly) / det
         alone = sdy / sdd  # length constant within every context: no length term to fit
+    # length a linear function of the policy indicator within every context: the coefficient is not identified
+    # (det is 0 up to rounding, and the ratio of two rounding errors is no estimate)
+    joint = np.where(det > 1e-9 * sdd * sll, joint, np.nan)
     return np.where(sll > 1e-9 * np.maximum(sdd, 1.0), joint, alone)
 
 
