@@ -30,6 +30,7 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..data.graded import partial_replies
 from ..data.negatives import NegativeSpec, random_from_batch, sample_negatives
 from ..data.pairs import PairSet
 from ..scoring.head import HeadConfig, PMIHead
@@ -108,6 +109,16 @@ class TrainConfig:
     in_batch_negatives: bool = field(
         default=False, metadata={"help": "every other reply of the batch is a negative too (free once embedded)"}
     )
+    graded_in_dialogue: int = field(
+        default=0,
+        metadata={
+            "help": "graded supervision: per positive, this many other turns of its dialogue (not its context's lines) "
+            "count as positives of weight graded_weight (pmi_reward.data.graded); 0: off"
+        },
+    )
+    graded_weight: float = field(
+        default=0.5, metadata={"help": "with graded_in_dialogue: the weight w of those partially relevant replies"}
+    )
     correction_l2: float = field(
         default=0.0,
         metadata={
@@ -123,7 +134,11 @@ class TrainConfig:
             count = getattr(self, name)
             if count is not None and count < 1:
                 raise ValueError(f"{name} must be >= 1, got {count}")
-        for name in ("lr", "encoder_lr", "weight_decay", "warmup_rounds", "correction_l2"):
+        if self.graded_in_dialogue < 0:
+            raise ValueError(f"graded_in_dialogue must be >= 0, got {self.graded_in_dialogue}")
+        if self.graded_in_dialogue and self.objective == "infonce":
+            raise ValueError("graded_in_dialogue needs an objective whose positive term is a mean, not infonce")
+        for name in ("lr", "encoder_lr", "weight_decay", "warmup_rounds", "correction_l2", "graded_weight"):
             value = getattr(self, name)
             if value is not None and not value >= 0:  # NaN too
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -336,16 +351,20 @@ class _Run:
         rng: np.random.Generator,
         progress: bool,
         batch_random: int = 0,
+        partial: np.ndarray | None = None,
     ) -> float:
         """One round: shuffled batches of positives (all, or ``steps_per_round`` batches), each with its K
         negatives (``batch_random`` random ones drawn from the batch first; with ``in_batch_negatives``, all the
-        batch's other replies too); the mean loss."""
+        batch's other replies too) and its ``partial`` replies (graded supervision; -1: none); the mean loss."""
         k = negs.shape[1] + batch_random
         order = rng.permutation(len(pairs))
         if config.steps_per_round:
             order = order[: config.steps_per_round * self.batch_size]
+        partial = np.zeros((len(pairs), 0), np.int64) if partial is None else partial
+        kp, have = partial.shape[1], partial[order] >= 0
         features.prepare(
-            np.r_[pairs.ctx[order], np.repeat(pairs.ctx[order], k)], np.r_[pairs.resp[order], negs[order].ravel()]
+            np.r_[pairs.ctx[order], np.repeat(pairs.ctx[order], k), np.repeat(pairs.ctx[order], kp)[have.ravel()]],
+            np.r_[pairs.resp[order], negs[order].ravel(), partial[order][have]],
         )
         losses = []
         self.set_training(True)
@@ -353,16 +372,20 @@ class _Run:
         bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
         for s in bar:
             b = order[s : s + self.batch_size]
-            c, nb = pairs.ctx[b], negs[b]
+            c, nb, pb = pairs.ctx[b], negs[b], partial[b]
             if batch_random:
                 nb = np.c_[random_from_batch(pairs, b, batch_random, rng), nb]
+            pc, pr = np.repeat(c, kp)[pb.ravel() >= 0], pb[pb >= 0]
             # one features call per batch: a trainable encoder embeds each distinct text of it once
-            u, v = features(np.r_[c, np.repeat(c, k)], np.r_[pairs.resp[b], nb.ravel()])
+            u, v = features(np.r_[c, np.repeat(c, k), pc], np.r_[pairs.resp[b], nb.ravel(), pr])
             scores, correction = self.head.scores_and_correction(u, v)
-            neg = scores[len(b) :].view(len(b), k)
+            neg = scores[len(b) : len(b) * (k + 1)].view(len(b), k)
             if config.in_batch_negatives and len(b) > 1:
                 neg = torch.cat([neg, _in_batch(self.head, u[: len(b)], v[: len(b)], pairs.resp[b])], dim=1)
             loss = objective(scores[: len(b)], neg)
+            if len(pr):  # positives of weight w: the mixture (p + w p_dialogue) / (1 + w), the negatives' term once
+                w = config.graded_weight
+                loss = (loss + w * objective(scores[len(b) * (k + 1) :], neg)) / (1 + w)
             if config.correction_l2 and correction is not None:
                 loss = loss + config.correction_l2 * correction.square().mean()
             self.optim.zero_grad(set_to_none=True)
@@ -449,7 +472,8 @@ def train_head(
             negs = train_negatives
         else:
             negs = sample_negatives(train_pairs, drawn, rng) if drawn.k else np.zeros((len(train_pairs), 0), np.int64)
-        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress, batch_random)
+        partial = partial_replies(train_pairs, config.graded_in_dialogue, rng) if config.graded_in_dialogue else None
+        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress, batch_random, partial)
         auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)
         run.history.append(
             {"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
