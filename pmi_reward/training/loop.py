@@ -12,7 +12,8 @@ more to embed), and a round is ``steps_per_round`` batches, so that validation a
 that training continues (``head``) is validated first as round 0, so the result is never worse on validation than
 the start. With ``graded_in_dialogue``, each round also draws other turns of each positive's dialogue, which join
 the positives at weight ``graded_weight`` (``pmi_reward.data.graded``). Checkpoints hold the head, the optimizer,
-the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded and deterministic on CPU (all but the rounds' wall-clock ``seconds``).
+the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded and deterministic on CPU (all
+but the rounds' wall-clock ``seconds``).
 """
 
 from __future__ import annotations
