@@ -205,3 +205,30 @@ def test_train_cli_takes_a_checkpoint_dir(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "--checkpoint_dir" in capsys.readouterr().out
+
+
+def _drop_from_fingerprint(directory: Path, prefix: str) -> None:
+    """Rewrite the checkpoint as a pmi-reward that had no option named ``prefix...`` would have written it."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    path = directory / checkpoint.CHECKPOINT_NAME
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["state"])
+    meta["fingerprint"] = {k: v for k, v in meta["fingerprint"].items() if not k.startswith(prefix)}
+    save_file(load_file(path), str(path), metadata={"state": json.dumps(meta)})
+
+
+def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_at_its_default(tmp_path):
+    """Adding an option (e.g. graded_in_dialogue) must not strand the checkpoints written before it: they resume
+    runs that leave the option at its default, to the uninterrupted result, and refuse runs that set it."""
+    uninterrupted = _train()
+    _train(str(tmp_path), epochs=2)
+    _drop_from_fingerprint(tmp_path, "training.graded_")
+    _same(_train(str(tmp_path)), uninterrupted)
+    _train(str(tmp_path / "other"), epochs=2)
+    _drop_from_fingerprint(tmp_path / "other", "training.graded_")
+    with pytest.raises(
+        ValueError, match=re.escape("training.graded_in_dialogue (checkpoint: '<absent>', this run: 1)")
+    ):
+        _train(str(tmp_path / "other"), graded_in_dialogue=1)

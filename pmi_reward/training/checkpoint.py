@@ -64,11 +64,16 @@ def run_fingerprint(**parts: Any) -> Fingerprint:
     return {k: v for name, value in parts.items() for k, v in _flatten(name, value).items()}
 
 
-def _differences(saved: Any, current: Fingerprint) -> list[str]:
+def _differences(saved: Any, current: Fingerprint, defaults: Fingerprint | None = None) -> list[str]:
+    """What differs between a checkpoint's fingerprint and this run's; a setting the checkpoint does not hold (an
+    option added to pmi-reward after it was written) is no difference where this run leaves it at its default."""
     if not isinstance(saved, dict):
         return ["the fingerprint's format (written by an older pmi-reward)"]
+    defaults = defaults or {}
     out = []
     for key in sorted(set(saved) | set(current)):
+        if key not in saved and key in current and key in defaults and current[key] == defaults[key]:
+            continue
         old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if old != new:
             hashed = isinstance(new, str) and new.startswith("sha256:")
@@ -137,9 +142,12 @@ def load_round(
     head: torch.nn.Module,
     optim: torch.optim.Optimizer,
     rng: np.random.Generator,
+    defaults: Fingerprint | None = None,
 ) -> RoundState | None:
     """Restore head, optimizer, torch and numpy RNGs from ``directory``'s checkpoint; return the rest (epoch,
-    best, history), or None when there is no checkpoint. A checkpoint of a different run is refused."""
+    best, history), or None when there is no checkpoint. A checkpoint of a different run is refused; ``defaults``
+    (the fingerprint of default settings) lets a checkpoint written before an option existed resume a run that
+    leaves that option at its default."""
     path = Path(directory) / CHECKPOINT_NAME
     if not path.is_file():
         return None
@@ -149,7 +157,7 @@ def load_round(
         tensors = load_file(path)
     except (SafetensorError, OSError, KeyError, ValueError) as err:
         raise ValueError(f"{path}: corrupted training checkpoint ({err}); delete it to start over") from None
-    differ = _differences(meta.get("fingerprint"), fingerprint)
+    differ = _differences(meta.get("fingerprint"), fingerprint, defaults)
     if differ:
         shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
         raise ValueError(

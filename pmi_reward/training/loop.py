@@ -251,6 +251,12 @@ def _fingerprint(
     )
 
 
+def _default_settings() -> dict:
+    """The fingerprint of the options' defaults: a checkpoint written before an option was added resumes a run that
+    leaves it at its default (the run then trains as the older code did)."""
+    return run_fingerprint(head=asdict(HeadConfig()), training=asdict(TrainConfig()), negatives=asdict(NegativeSpec()))
+
+
 def _in_batch(head: PMIHead, u: torch.Tensor, v: torch.Tensor, resp: np.ndarray) -> torch.Tensor:
     """(B, B - 1) scores of each context with the batch's other replies; where another reply IS the gold one (the
     same text twice in a batch) the score is the floor -cap, a constant, so no positive is ever a negative."""
@@ -334,7 +340,7 @@ class _Run:
     def resume(self, directory: str, fingerprint: dict, rng: np.random.Generator, patience: int) -> int | None:
         """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
         a large number: the interrupted run had already stopped early)."""
-        resumed = load_round(directory, fingerprint, self.saved, self.optim, rng)
+        resumed = load_round(directory, fingerprint, self.saved, self.optim, rng, _default_settings())
         if resumed is None:
             return None
         (auc, epoch, state), self.history = resumed.best, resumed.history
