@@ -12,32 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .negatives import context_lines, draw_from_pool
 from .pairs import PairSet
 
 __all__ = ["partial_replies"]
-
-_TRIES = 32
 
 
 def partial_replies(pairs: PairSet, k: int, rng: np.random.Generator, rows: np.ndarray | None = None) -> np.ndarray:
     """(len(rows), k) response-table indices: for each pair, turns of its dialogue that are neither its gold reply
     nor a line of its context, drawn with replacement; -1 where its dialogue has no such turn."""
     rows = np.arange(len(pairs)) if rows is None else np.asarray(rows)
-    out = np.full((len(rows), k), -1, dtype=np.int64)
-    group, gold, ctx = pairs.group[rows], pairs.resp[rows], pairs.ctx[rows]
-    start, size = pairs.pool_ptr[group], pairs.pool_ptr[group + 1] - pairs.pool_ptr[group]
-    line_start, line_size = pairs.line_ptr[ctx], pairs.line_ptr[ctx + 1] - pairs.line_ptr[ctx]
-    for col in range(k):
-        todo = np.flatnonzero(size > 0)
-        for _ in range(_TRIES):
-            if not len(todo):
-                break
-            cand = pairs.pool[start[todo] + (rng.random(len(todo)) * size[todo]).astype(np.int64)]
-            ok = cand != gold[todo]
-            for j in range(int(line_size.max(initial=0))):
-                has = line_size[todo] > j
-                line = pairs.lines[np.where(has, line_start[todo] + j, 0)]
-                ok &= ~(has & (line == cand))
-            out[todo[ok], col] = cand[ok]
-            todo = todo[~ok]
-    return out
+    lines, group = context_lines(pairs, rows), pairs.group[rows]
+    cols = [draw_from_pool(pairs, rows, rng, pairs.pool_ptr, pairs.pool, group, None, avoid=lines) for _ in range(k)]
+    return np.stack(cols, axis=1) if cols else np.full((len(rows), 0), -1, dtype=np.int64)

@@ -116,7 +116,7 @@ def random_from_batch(pairs: PairSet, rows: np.ndarray, k: int, rng: np.random.G
     return out
 
 
-def _from_pool(
+def draw_from_pool(
     pairs: PairSet,
     rows: np.ndarray,
     rng: np.random.Generator,
@@ -124,8 +124,10 @@ def _from_pool(
     pool: np.ndarray,
     owner: np.ndarray,
     fallback,
+    avoid: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A pool member other than the gold response; ``fallback`` where the pool has none."""
+    """A pool member other than the gold response (and, per row, other than the indices in ``avoid``, -1 padded);
+    ``fallback`` where the pool has none (None: -1)."""
     start, size = ptr[owner], ptr[owner + 1] - ptr[owner]
     out = np.full(len(rows), -1, dtype=np.int64)
     todo = np.flatnonzero(size > 0)
@@ -134,22 +136,33 @@ def _from_pool(
             break
         cand = pool[start[todo] + (rng.random(len(todo)) * size[todo]).astype(np.int64)]
         ok = cand != pairs.resp[rows[todo]]
+        if avoid is not None:
+            ok &= (avoid[todo] != cand[:, None]).all(axis=1)
         out[todo[ok]] = cand[ok]
         todo = todo[~ok]
     missing = np.flatnonzero(out < 0)
-    if len(missing):
+    if len(missing) and fallback is not None:
         out[missing] = fallback(pairs, rows[missing], rng)
     return out
 
 
+def context_lines(pairs: PairSet, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), N) response-table indices of each pair's context lines, -1 padded."""
+    ctx = pairs.ctx[rows]
+    start, size = pairs.line_ptr[ctx], pairs.line_ptr[ctx + 1] - pairs.line_ptr[ctx]
+    j = np.arange(int(size.max(initial=0)))
+    idx = np.minimum(start[:, None] + j, max(len(pairs.lines) - 1, 0))
+    return np.where(j < size[:, None], pairs.lines[idx], -1) if len(j) else np.zeros((len(rows), 0), np.int64)
+
+
 def _in_dialogue(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Another turn of the same dialogue; random where the dialogue has none."""
-    return _from_pool(pairs, rows, rng, pairs.pool_ptr, pairs.pool, pairs.group[rows], _random)
+    return draw_from_pool(pairs, rows, rng, pairs.pool_ptr, pairs.pool, pairs.group[rows], _random)
 
 
 def _in_context(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One of the context's own lines; in-dialogue where the context has none (e.g. it is empty)."""
-    return _from_pool(pairs, rows, rng, pairs.line_ptr, pairs.lines, pairs.ctx[rows], _in_dialogue)
+    return draw_from_pool(pairs, rows, rng, pairs.line_ptr, pairs.lines, pairs.ctx[rows], _in_dialogue)
 
 
 def _mined(kind: str):
@@ -157,7 +170,7 @@ def _mined(kind: str):
         if kind not in pairs.mined:
             raise ValueError(f"k_{kind} needs mined {kind} negatives: call pmi_reward.data.mining.mine_{kind} first")
         ptr, pool = pairs.mined[kind]
-        return _from_pool(pairs, rows, rng, ptr, pool, pairs.ctx[rows], _random)
+        return draw_from_pool(pairs, rows, rng, ptr, pool, pairs.ctx[rows], _random)
 
     return draw
 
