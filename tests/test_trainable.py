@@ -43,15 +43,28 @@ def test_lora_adapters_train_in_the_one_loop_and_merge(topic_dialogues, tiny_enc
     np.testing.assert_allclose(score_index_pairs(result.head, fm, val.ctx, val.resp), pos_before, atol=1e-4)
 
 
-@pytest.mark.parametrize(("mode", "bf16"), [("full", False), ("lora", False), ("full", True)])
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu_check.sh)")
+
+
+@pytest.mark.parametrize(
+    ("mode", "bf16", "device"),
+    [
+        ("full", False, "cpu"),
+        ("lora", False, "cpu"),
+        ("full", True, "cpu"),
+        pytest.param("full", True, "cuda", marks=GPU),
+        pytest.param("lora", False, "cuda", marks=GPU),
+    ],
+)
 def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(
-    mode, bf16, topic_dialogues, tiny_encoder_factory, tmp_path
+    mode, bf16, device, topic_dialogues, tiny_encoder_factory, tmp_path
 ):
-    """Fine-tuning (in float32, or under bfloat16 autocast) lowers the training loss and raises validation AUC on a
-    small config-built encoder, and the saved scorer (its encoder inside, float32 weights) loads to identical scores,
-    with cache keys apart from the pretrained encoder's."""
+    """Fine-tuning (in float32, or under bfloat16 autocast; on the CPU, or on a GPU where the head stays on the CPU)
+    lowers the training loss and raises validation AUC on a small config-built encoder, and the saved scorer (its
+    encoder inside, float32 weights) loads to identical scores, with cache keys apart from the pretrained
+    encoder's."""
     train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
-    enc = tiny_encoder_factory("bert", "mean")
+    enc = tiny_encoder_factory("bert", "mean", device=device)
     pretrained_key = enc.spec.fingerprint(enc.pooling)
     config = TrainConfig(
         batch_size=16,
@@ -70,6 +83,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(
         train, val, enc, TEMPLATES["en"], config, HeadConfig(line_turns=2), NegativeSpec(2, 0, 1), progress=False
     )
     assert result.history[0]["epoch"] == 0  # the warmed-up head on the pretrained encoder, validated first
+    assert next(scorer.encoder.model.parameters()).device.type == device
     losses = [h["loss"] for h in result.history[1:]]
     aucs = [h["val_auc"] for h in result.history]
     assert losses[-1] < losses[0] and max(aucs) > aucs[0]

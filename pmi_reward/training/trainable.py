@@ -152,7 +152,9 @@ class TrainableFeatures:
     """Pair-mode features from a trainable encoder: ``module`` holds the trainable parameters.
 
     Under ``torch.no_grad`` (validation, scoring) embeddings are computed in chunks without gradients. ``bf16`` runs
-    the encoder under bfloat16 autocast (mixed precision: float32 weights, optimizer and embeddings out).
+    the encoder under bfloat16 autocast (mixed precision: float32 weights, optimizer and embeddings out). The
+    features come back on the CPU, as the frozen encoder's cached ones do: the encoder runs on its device (a GPU),
+    the small head and the loop's tensors stay on the CPU, and gradients flow back across the copy.
     """
 
     def __init__(
@@ -201,8 +203,8 @@ class TrainableFeatures:
         v = table[torch.as_tensor(ir[: resp.size].reshape(resp.shape))]
         if self.line_turns:
             line_emb = table[torch.as_tensor(ir[resp.size :].reshape(lines.shape))]
-            u = stack_lines(u, line_emb, torch.as_tensor(lines >= 0))
-        return u, v
+            u = stack_lines(u, line_emb, torch.as_tensor(lines >= 0, device=line_emb.device))
+        return u.cpu(), v.cpu()
 
 
 def weights_digest(model: nn.Module) -> str:
