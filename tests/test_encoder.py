@@ -116,3 +116,18 @@ def test_embed_with_grad_matches_encode_and_reaches_the_weights(tiny_encoder_fac
     np.testing.assert_allclose(live.detach().numpy(), fixed, atol=1e-5)  # same cut, same pooling, same norm
     live.sum().backward()
     assert enc.model.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_batches_are_padded_as_the_tokenizer_pads_them(tiny_encoder, side, monkeypatch):
+    """The encoder pads its own batches (the tokenizer's ``pad`` cost more than a GPU's forward pass): the same
+    ids and attention mask as ``tokenizer.pad``, on either padding side, with an empty text among them."""
+    tok = tiny_encoder.tokenizer
+    monkeypatch.setattr(tok, "padding_side", side)
+    ids = tok(["a much longer text than the others, by far", "short", "", "mid length text"])["input_ids"]
+    ids[2] = []
+    expected = tok.pad({"input_ids": ids}, return_tensors="pt")
+    got = tiny_encoder._pad(ids)
+    assert set(got) == set(expected)
+    for key in expected:
+        assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), key
