@@ -12,7 +12,13 @@ by each fast one: ROC-AUC of each, and how far the fast path's PMI is from float
 nat, quantiles of the gap). Accuracy uses the embedding cache (``--cache_dir``): each runtime's embeddings have
 their own keys, so nothing mixes; ``--no_accuracy`` times only.
 
+``--device cuda``: everything timed runs on the GPU (the bare forward, the float32 scorer, each ``--dtypes``
+variant; pass ``--quantize ''``, ONNX Runtime is refused there), while accuracy keeps the CPU's float32 scores
+as the reference and adds the GPU's float32 scorer as one more variant: the same scorer, another device.
+
     python benchmarks/fast_path.py --scorer outputs/scorer --backend onnx --quantize int8,int8-block --threads 1
+    python benchmarks/fast_path.py --scorer outputs/scorer --device cuda --quantize '' --dtypes bfloat16 \
+        --pairs 1000 --encode_batch_size 256
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=512, help="pairs timed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="where the timed runs go: cpu, cuda, cuda:1 ...")
     parser.add_argument("--encode_batch_size", type=int, default=None, help="default: the scorer's")
     parser.add_argument("--cache_dir", default=str(cache_root() / "embeddings"), help="for the accuracy part")
     parser.add_argument("--seed", type=int, default=2)
@@ -75,11 +82,15 @@ def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMISco
     """Pairs/s of the bare float32 forward, the float32 scorer and each fast scorer on the same texts."""
     contexts, replies = _timed_texts(args.input, args.pairs)
     batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode, reference.head.config.line_turns)
+    device = reference.encoder.device
+    batches = [{k: v.to(device) for k, v in batch.items()} for batch in batches]
 
     def bare() -> None:
         with torch.inference_mode():
             for batch in batches:
                 reference.encoder.model(**batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the scorers' runs end on a copy to the host; the bare one must wait too
 
     runs = {
         "bare float32 forward": bare,
@@ -138,14 +149,13 @@ def main() -> int:
     args = _arguments()
     torch.set_num_threads(args.threads)
     variants = _variants(args)
-    reference = PMIScorer.from_pretrained(args.scorer, device="cpu")
-    timed = {
-        name: PMIScorer.from_pretrained(args.scorer, device="cpu", **runtime) for name, runtime in variants.items()
-    }
+    reference = PMIScorer.from_pretrained(args.scorer, device=args.device)
+    timed = {name: PMIScorer.from_pretrained(args.scorer, device=args.device, **rt) for name, rt in variants.items()}
     for scorer in (reference, *timed.values()):
         scorer.encoder.set_batch_size(args.encode_batch_size)
     result = {
         "scorer": args.scorer,
+        "device": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
         "threads": args.threads,
         "cpus": os.cpu_count(),
         "load1_start": round(os.getloadavg()[0], 2),
@@ -155,8 +165,12 @@ def main() -> int:
     if args.no_accuracy:
         print(json.dumps(result, indent=1))
         return 0
+    if args.device != "cpu":
+        variants = {f"{args.device} float32": {}} | {f"{args.device} {k}": v for k, v in variants.items()}
+    # cache keys name the dtype, not the device: the GPU's embeddings get a folder of their own
+    device_cache = args.cache_dir if args.device == "cpu" else str(Path(args.cache_dir) / args.device.replace(":", "-"))
     cached = {
-        name: PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir, **runtime)
+        name: PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=device_cache, **runtime)
         for name, runtime in variants.items()
     }
     reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The checks a CUDA machine allows and CI (no GPU) cannot, each on the default device a user's GPU gives:
+#   1. scoring on the GPU against the CPU: pairs/s in float32 and bfloat16, and how far the GPU's scores are from
+#      the CPU's float32 ones (benchmarks/fast_path.py --device cuda);
+#   2. training a scorer on the GPU: a frozen-encoder head, then a short full fine-tune (bf16 autocast);
+#   3. the reward called the way TRL calls it (chat messages, an empty reply, a non-string reply);
+#   4. the unit tests with CUDA visible (tiny models: most pin the CPU, PPO's accelerate takes the GPU).
+#
+#   benchmarks/gpu_check.sh SCORER_DIR PAIRS_DIR OUT_DIR
+#
+# PAIRS_DIR holds train.csv, val.csv and test.csv (e.g. ../shared/data/pmiscore/datasets/empirical/en).
+# Each step prints its exit status and the seconds since the start; one failing step does not stop the others.
+set -u
+scorer=$1 pairs=$2 out=$3
+work=$(mktemp -d)  # embedding caches and trained scorers; OUT_DIR gets the logs
+mkdir -p "$out"
+start=$(date +%s)
+step() { echo "== $1: exit $2, $(($(date +%s) - start)) s"; }
+
+python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
+
+timeout 180 python3 benchmarks/fast_path.py --scorer "$scorer" --input "$pairs/test.csv" --device cuda \
+    --quantize '' --dtypes bfloat16 --pairs 1000 --encode_batch_size 256 --threads "$(nproc)" \
+    --cache_dir "$work/embeddings" >"$out/fast_path.json" 2>"$out/fast_path.err"
+step "scoring, GPU against CPU" $?
+tail -c 2500 "$out/fast_path.json"
+
+train=(python3 -m pmi_reward.cli.main train --config scorer/minilm --train_file "$pairs/train.csv"
+    --val_file "$pairs/val.csv" --test_file "$pairs/test.csv" --cache_dir "$work/train-embeddings")
+timeout 120 "${train[@]}" --output_dir "$work/scorer-frozen" >"$out/train.log" 2>&1
+step "training, frozen encoder" $?
+timeout 180 "${train[@]}" --output_dir "$work/scorer-full" --train_encoder full --warmup_rounds 1 --epochs 3 \
+    --patience 3 >>"$out/train.log" 2>&1
+step "training, full fine-tune" $?
+grep -aE "\"(best_val_auc|test_auc|seconds|encoded_texts)\"|Error" "$out/train.log"
+
+timeout 90 python3 - "$scorer" >"$out/reward.log" 2>&1 <<'EOF'
+import sys
+
+from pmi_reward.rewards.reward import PMIReward
+
+reward = PMIReward.from_pretrained(sys.argv[1])
+prompts = [[{"role": "user", "content": "I just got back from a hiking trip in the Alps."}]] * 4
+replies = ["Which trail did you take? Was the weather kind to you?", "That's interesting.", "", 42]
+scores = reward(prompts=prompts, completions=[[{"role": "assistant", "content": r}] for r in replies])
+print(reward.scorer.encoder.device, dict(zip(map(repr, replies), scores, strict=True)))
+EOF
+step "reward, TRL's call" $?
+cat "$out/reward.log"
+
+timeout 300 python3 -m pytest -q -m "not integration" -p no:cacheprovider --timeout 120 \
+    --junitxml="$out/junit.xml" >"$out/pytest.log" 2>&1
+step "unit tests, CUDA visible" $?
+tail -40 "$out/pytest.log"
