@@ -122,6 +122,8 @@ def save_round(
     optim_tensors, optim_meta = _optimizer_tensors(optim)
     tensors.update(optim_tensors)
     tensors["torch_rng"] = torch.get_rng_state()
+    if torch.cuda.is_initialized():  # a GPU's dropout (an encoder fine-tuned there) draws from its own generators
+        tensors.update({f"cuda_rng.{i}": state for i, state in enumerate(torch.cuda.get_rng_state_all())})
     meta = {
         "fingerprint": fingerprint,
         "epoch": epoch,
@@ -144,10 +146,10 @@ def load_round(
     rng: np.random.Generator,
     defaults: Fingerprint | None = None,
 ) -> RoundState | None:
-    """Restore head, optimizer, torch and numpy RNGs from ``directory``'s checkpoint; return the rest (epoch,
-    best, history), or None when there is no checkpoint. A checkpoint of a different run is refused; ``defaults``
-    (the fingerprint of default settings) lets a checkpoint written before an option existed resume a run that
-    leaves that option at its default."""
+    """Restore head, optimizer, torch (the CPU's, and each GPU's where the run used them) and numpy RNGs from
+    ``directory``'s checkpoint; return the rest (epoch, best, history), or None when there is no checkpoint. A
+    checkpoint of a different run is refused; ``defaults`` (the fingerprint of default settings) lets a checkpoint
+    written before an option existed resume a run that leaves that option at its default."""
     path = Path(directory) / CHECKPOINT_NAME
     if not path.is_file():
         return None
@@ -176,5 +178,8 @@ def load_round(
         optim_state["state"].setdefault(int(idx), {})[name] = value
     optim.load_state_dict(optim_state)
     torch.set_rng_state(tensors["torch_rng"])
+    cuda = [tensors[f"cuda_rng.{i}"] for i in range(sum(k.startswith("cuda_rng.") for k in tensors))]
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
     rng.bit_generator.state = meta["numpy_rng"]
     return RoundState(meta["epoch"], (meta["best_auc"], meta["best_epoch"], best_state), meta["history"])
