@@ -14,7 +14,8 @@ their own keys, so nothing mixes; ``--no_accuracy`` times only.
 
 ``--device cuda``: everything timed runs on the GPU (the bare forward, the float32 scorer, each ``--dtypes``
 variant; pass ``--quantize ''``, ONNX Runtime is refused there), while accuracy keeps the CPU's float32 scores
-as the reference and adds the GPU's float32 scorer as one more variant: the same scorer, another device.
+as the reference and adds the GPU's float32 scorer as one more variant: the same scorer, another device. Each
+device then caches its embeddings in its own folder under ``--cache_dir``.
 
     python benchmarks/fast_path.py --scorer outputs/scorer --backend onnx --quantize int8,int8-block --threads 1
     python benchmarks/fast_path.py --scorer outputs/scorer --device cuda --quantize '' --dtypes bfloat16 \
@@ -167,13 +168,17 @@ def main() -> int:
         return 0
     if args.device != "cpu":
         variants = {f"{args.device} float32": {}} | {f"{args.device} {k}": v for k, v in variants.items()}
-    # cache keys name the dtype, not the device: the GPU's embeddings get a folder of their own
-    device_cache = args.cache_dir if args.device == "cpu" else str(Path(args.cache_dir) / args.device.replace(":", "-"))
+
+    # cache keys name the dtype, not the device: against a GPU, each device's embeddings get a folder of their own
+    # (the default cache of a GPU machine may hold embeddings the GPU made)
+    def cache(device: str) -> str:
+        return args.cache_dir if args.device == "cpu" else str(Path(args.cache_dir) / device.replace(":", "-"))
+
     cached = {
-        name: PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=device_cache, **runtime)
+        name: PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=cache(args.device), **runtime)
         for name, runtime in variants.items()
     }
-    reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=args.cache_dir)
+    reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=cache("cpu"))
     result["accuracy"] = accuracy(args, reference, cached)
     print(json.dumps(result, indent=1))
     return 0

@@ -2,39 +2,68 @@
 # The checks a CUDA machine allows and CI (no GPU) cannot, each on the default device a user's GPU gives:
 #   1. scoring on the GPU against the CPU: pairs/s in float32 and bfloat16, and how far the GPU's scores are from
 #      the CPU's float32 ones (benchmarks/fast_path.py --device cuda);
-#   2. training a scorer on the GPU: a frozen-encoder head, then a short full fine-tune (bf16 autocast);
+#   2. training a scorer with its encoder on the GPU: frozen (embedding there), then a short full fine-tune
+#      (bf16 autocast, the GPU's default); the head trains on the CPU;
 #   3. the reward called the way TRL calls it (chat messages, an empty reply, a non-string reply);
-#   4. the unit tests with CUDA visible (tiny models: most pin the CPU, PPO's accelerate takes the GPU).
+#   4. the unit tests with CUDA visible (tiny models: most pin the CPU; PPO's accelerate and the CUDA cases of
+#      tests/test_trainable.py take the GPU).
 #
 #   benchmarks/gpu_check.sh SCORER_DIR PAIRS_DIR OUT_DIR
 #
-# PAIRS_DIR holds train.csv, val.csv and test.csv (e.g. ../shared/data/pmiscore/datasets/empirical/en).
-# Each step prints its exit status and the seconds since the start; one failing step does not stop the others.
+# PAIRS_DIR holds train.csv, val.csv and test.csv (e.g. ../shared/data/pmiscore/datasets/empirical/en). Python is
+# $PYTHON, else the repository's .venv (make setup), else python3. Tokenizers run on one thread and the Hub stays
+# offline, as under the Makefile, unless the environment says otherwise. Each step prints its exit status and the
+# seconds since the start, and one failing step does not stop the others; the script exits 1 if any failed.
 set -u
-scorer=$1 pairs=$2 out=$3
+if [ $# -ne 3 ]; then
+    sed -n '11p' "$0" >&2
+    exit 2
+fi
+scorer=$(realpath "$1") pairs=$(realpath "$2") out=$(realpath -m "$3")
+cd "$(dirname "$0")/.." || exit 2
+py=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 work=$(mktemp -d)  # embedding caches and trained scorers; OUT_DIR gets the logs
 mkdir -p "$out"
-start=$(date +%s)
-step() { echo "== $1: exit $2, $(($(date +%s) - start)) s"; }
+start=$(date +%s) failed=0
+step() {
+    echo "== $1: exit $2, $(($(date +%s) - start)) s"
+    [ "$2" -eq 0 ] || failed=1
+}
 
-python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
+"$py" - >"$out/versions.txt" 2>&1 <<'EOF'
+import importlib.metadata as md
+import os
 
-timeout 180 python3 benchmarks/fast_path.py --scorer "$scorer" --input "$pairs/test.csv" --device cuda \
+import torch
+
+print("torch", torch.__version__, torch.cuda.get_device_name(0), "cpus", os.cpu_count())
+for name in ("transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "huggingface_hub", "onnxruntime"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+print("TOKENIZERS_PARALLELISM", os.environ.get("TOKENIZERS_PARALLELISM"))
+EOF
+step "versions" $?
+cat "$out/versions.txt"
+
+timeout 1800 "$py" benchmarks/fast_path.py --scorer "$scorer" --input "$pairs/test.csv" --device cuda \
     --quantize '' --dtypes bfloat16 --pairs 1000 --encode_batch_size 256 --threads "$(nproc)" \
     --cache_dir "$work/embeddings" >"$out/fast_path.json" 2>"$out/fast_path.err"
 step "scoring, GPU against CPU" $?
 tail -c 2500 "$out/fast_path.json"
 
-train=(python3 -m pmi_reward.cli.main train --config scorer/minilm --train_file "$pairs/train.csv"
+train=("$py" -m pmi_reward.cli.main train --config scorer/minilm --train_file "$pairs/train.csv"
     --val_file "$pairs/val.csv" --test_file "$pairs/test.csv" --cache_dir "$work/train-embeddings")
-timeout 120 "${train[@]}" --output_dir "$work/scorer-frozen" >"$out/train.log" 2>&1
+timeout 1800 "${train[@]}" --output_dir "$work/scorer-frozen" >"$out/train.log" 2>&1
 step "training, frozen encoder" $?
-timeout 180 "${train[@]}" --output_dir "$work/scorer-full" --train_encoder full --warmup_rounds 1 --epochs 3 \
+timeout 3600 "${train[@]}" --output_dir "$work/scorer-full" --train_encoder full --warmup_rounds 1 --epochs 3 \
     --patience 3 >>"$out/train.log" 2>&1
 step "training, full fine-tune" $?
-grep -aE "\"(best_val_auc|test_auc|seconds|encoded_texts)\"|Error" "$out/train.log"
+grep -aE "\"(best_val_auc|epochs_run|seconds|test_auc|encoded_texts)\"|Error" "$out/train.log"
 
-timeout 90 python3 - "$scorer" >"$out/reward.log" 2>&1 <<'EOF'
+timeout 600 "$py" - "$scorer" >"$out/reward.log" 2>&1 <<'EOF'
 import sys
 
 from pmi_reward.rewards.reward import PMIReward
@@ -48,7 +77,9 @@ EOF
 step "reward, TRL's call" $?
 cat "$out/reward.log"
 
-timeout 300 python3 -m pytest -q -m "not integration" -p no:cacheprovider --timeout 120 \
-    --junitxml="$out/junit.xml" >"$out/pytest.log" 2>&1
+timeout 3600 "$py" -m pytest -q -m "not integration" -p no:cacheprovider --junitxml="$out/junit.xml" \
+    >"$out/pytest.log" 2>&1
 step "unit tests, CUDA visible" $?
 tail -40 "$out/pytest.log"
+rm -rf "$work"
+exit "$failed"

@@ -68,7 +68,12 @@ def tiny_encoder_factory(tokenizer):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 
     def make(
-        kind: str = "bert", pooling: str = "mean", max_length: int = 64, cache=None, batch_size: int = 8, device="cpu"
+        kind: str = "bert",
+        pooling: str = "mean",
+        max_length: int = 64,
+        cache=None,
+        batch_size: int = 8,
+        device: str = "cpu",
     ):
         spec = EncoderSpec(model=f"tiny-{kind}", pooling=pooling, max_length=max_length, encode_batch_size=batch_size)
         return TextEncoder(spec, cache=cache, device=device, model=_tiny(kind, len(tokenizer)), tokenizer=tokenizer)

@@ -120,8 +120,8 @@ def test_embed_with_grad_matches_encode_and_reaches_the_weights(tiny_encoder_fac
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_batches_are_padded_as_the_tokenizer_pads_them(tiny_encoder, side, monkeypatch):
-    """The encoder pads its own batches (the tokenizer's ``pad`` cost more than a GPU's forward pass): the same
-    ids and attention mask as ``tokenizer.pad``, on either padding side, with an empty text among them."""
+    """The encoder pads its own batches (``tokenizer.pad`` converts every token in Python): the same ids and
+    attention mask as ``tokenizer.pad``, on either padding side, with an empty text among them."""
     tok = tiny_encoder.tokenizer
     monkeypatch.setattr(tok, "padding_side", side)
     ids = tok(["a much longer text than the others, by far", "short", "", "mid length text"])["input_ids"]

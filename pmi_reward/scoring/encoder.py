@@ -358,7 +358,7 @@ class TextEncoder:
 
     def _pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
         """One padded batch, as ``tokenizer.pad`` makes it (the tokenizer's pad id and padding side), without its
-        per-token Python conversion: on a GPU, padding that way took more time than the encoder's forward pass."""
+        per-token Python conversion: on a GPU the scorer's host side, not the forward pass, is what costs."""
         width = max(map(len, ids))
         input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id, dtype=np.int64)
         mask = np.zeros((len(ids), width), dtype=np.int64)

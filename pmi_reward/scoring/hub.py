@@ -61,7 +61,7 @@ def resolve(
                 revision=revision,
                 cache_dir=hub_cache_dir,
                 token=token,
-                # offline: the cache alone (huggingface_hub 1.x still lists a commit's files online, and fails)
+                # offline: the cache alone (huggingface_hub 1.33 still lists a commit's files online, and fails)
                 local_files_only=local_files_only or constants.HF_HUB_OFFLINE,
                 library_name="pmi-reward",
                 library_version=_version(),
