@@ -37,7 +37,8 @@ import os
 
 import torch
 
-print("torch", torch.__version__, torch.cuda.get_device_name(0), "cpus", os.cpu_count())
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+print("torch", torch.__version__, gpu, "cpus", os.cpu_count())
 for name in ("transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "huggingface_hub", "onnxruntime"):
     try:
         print(name, md.version(name))
