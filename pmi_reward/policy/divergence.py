@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..scoring.models import pad_token_ids
 from .ppo_core import token_logprobs
 
 __all__ = ["reply_logprobs", "kl_to_base"]
@@ -47,14 +48,10 @@ def reply_logprobs(
         for s in range(0, len(pairs), batch_size):
             rows = order[s : s + batch_size]
             chunk = [pairs[i] for i in rows]
-            width = max(len(p) + len(r) for p, r in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            attention = torch.zeros_like(ids)
+            ids, attention = pad_token_ids([p + list(r) for p, r in chunk], pad, left=True)  # as generation saw it
+            width = ids.shape[1]
             reply_mask = torch.zeros(len(chunk), width, dtype=torch.bool)
-            for i, (p, r) in enumerate(chunk):  # left padding, as generation saw the prompt
-                seq = p + list(r)
-                ids[i, width - len(seq) :] = torch.tensor(seq)
-                attention[i, width - len(seq) :] = 1
+            for i, (_, r) in enumerate(chunk):
                 reply_mask[i, width - len(r) :] = True
             positions = (attention.cumsum(-1) - 1).clamp(min=0)
             keep = max(len(r) for _, r in chunk) + 1  # left padding: every reply lies in the last `keep` positions

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .cache import EmbeddingCache, cache_key
-from .models import default_pooling, load_backbone, load_tokenizer, native_bf16
+from .models import default_pooling, load_backbone, load_tokenizer, native_bf16, pad_token_ids
 from .templates import fill
 
 if TYPE_CHECKING:
@@ -357,16 +357,10 @@ class TextEncoder:
         return out
 
     def _pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
-        """One padded batch, as ``tokenizer.pad`` makes it (the tokenizer's pad id and padding side), without its
-        per-token Python conversion: on a GPU the scorer's host side, not the forward pass, is what costs."""
-        width = max(map(len, ids))
-        input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(ids), width), dtype=np.int64)
+        """One padded batch, as ``tokenizer.pad`` makes it (the tokenizer's pad id and padding side)."""
         left = self.tokenizer.padding_side == "left"
-        for row, seq in enumerate(ids):
-            span = slice(width - len(seq), width) if left else slice(0, len(seq))
-            input_ids[row, span], mask[row, span] = seq, 1
-        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+        input_ids, mask = pad_token_ids(ids, self.tokenizer.pad_token_id, left)
+        return {"input_ids": input_ids, "attention_mask": mask}
 
     @torch.inference_mode()
     def _embed(self, texts: list[str], progress: bool | str) -> np.ndarray:

@@ -35,6 +35,7 @@ __all__ = [
     "load_backbone",
     "load_causal_lm",
     "default_pooling",
+    "pad_token_ids",
 ]
 
 
@@ -237,3 +238,19 @@ def load_causal_lm(name: str, dtype: str = "float32", **kwargs):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=_dtype(dtype), **kwargs)
+
+
+def pad_token_ids(seqs: list[list[int]], pad_id: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask), int64, of token id lists padded to the longest with ``pad_id`` on the right (or the
+    left): what ``tokenizer.pad`` returns, without its per-token Python conversion (a scoring call on a GPU is bound
+    by its host side)."""
+    import numpy as np
+    import torch
+
+    width = max(map(len, seqs), default=0)
+    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), width), dtype=np.int64)
+    for row, seq in enumerate(seqs):
+        span = slice(width - len(seq), width) if left else slice(0, len(seq))
+        ids[row, span], mask[row, span] = seq, 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from ...data.conversation import turns_to_messages
 from ...policy.prompts import DEFAULT_SYSTEM_PROMPT
-from ...scoring.models import load_causal_lm, load_tokenizer
+from ...scoring.models import load_causal_lm, load_tokenizer, pad_token_ids
 from .jsonl_cache import JsonlCache
 
 __all__ = ["LMPMIConfig", "LMPMIScorer"]
@@ -111,11 +111,8 @@ class LMPMIScorer:
         totals = [0.0] * len(replies)
         for rows in self._batches(replies):
             batch = [replies[i] for i in rows]
-            width = max(map(len, batch))
-            ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros(len(batch), width, dtype=torch.long)
-            for i, r in enumerate(batch):
-                ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+            ids, mask = pad_token_ids(batch, self.tokenizer.pad_token_id)
+            width = ids.shape[1]
             cache = _repeat(out.past_key_values, len(batch))
             full = torch.cat([torch.ones(len(batch), len(prefix), dtype=torch.long), mask], 1)
             positions = len(prefix) + torch.arange(width).expand(len(batch), width)
