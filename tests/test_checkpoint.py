@@ -236,7 +236,8 @@ def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_at_its
 
 def test_a_gpus_random_state_is_saved_and_restored(tmp_path, monkeypatch):
     """An encoder fine-tuned on a GPU draws its dropout from the GPU's generator: a checkpoint keeps that state
-    too, and restores it where the same GPUs are there (no GPU here: torch.cuda's state calls are stood in for)."""
+    too, and restores it where the same GPUs are there. torch.cuda's state calls are stood in for, seeding too: two
+    stand-in GPUs on a machine with none or one (seeding the second failed on a one-GPU machine)."""
     states = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]
     restored = []
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -244,6 +245,7 @@ def test_a_gpus_random_state_is_saved_and_restored(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.extend)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: None)
     _train(str(tmp_path), epochs=2)
     _train(str(tmp_path), epochs=3)  # resumes after round 2
     assert len(restored) == 2 and all(torch.equal(a, b) for a, b in zip(restored, states, strict=True))
