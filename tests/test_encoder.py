@@ -45,13 +45,13 @@ def test_pair_prompt_keeps_response_and_template_tail(tiny_encoder):
     template = TEMPLATES["en"].pair_template
     response = "a short reply"
     captured = {}
-    original = enc._embed
+    original = enc._tokenized
 
-    def spy(texts, progress):
+    def spy(texts):
         captured["texts"] = texts
-        return original(texts, progress)
+        return original(texts)
 
-    enc._embed = spy
+    enc._tokenized = spy
     enc.encode_pairs(["old stuff " * 100 + "latest line"], [response], template)
     prompt = captured["texts"][0]
     assert prompt.endswith(fill("Response: {response}\nResult:", response=response))
@@ -131,3 +131,17 @@ def test_batches_are_padded_as_the_tokenizer_pads_them(tiny_encoder, side, monke
     assert set(got) == set(expected)
     for key in expected:
         assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), key
+
+
+@pytest.mark.parametrize("tokenizer_name", ["tokenizer", "smol_tokenizer"])
+@pytest.mark.parametrize("keep", ["start", "end"])
+def test_texts_alone_are_tokenized_once_to_the_same_ids(tiny_encoder, request, tokenizer_name, keep):
+    """Contexts, replies and lines are tokenized once and again only where cut: the same ids as cutting the text
+    first and tokenizing what is written (the two-pass way), for texts that fit, texts cut and odd texts."""
+    enc = tiny_encoder  # max_length 64
+    enc.tokenizer = request.getfixturevalue(tokenizer_name)
+    enc._special = len(enc.tokenizer("", add_special_tokens=True)["input_ids"])
+    texts = ["short", "", "🙂 你好", "a [SEP] inside <|im_end|> too", "word " * 59, "word " * 60, "old " * 300 + "end"]
+    ids = enc._written_ids(texts, "{text}", keep)
+    assert ids == enc._tokenized(enc._written(texts, "{text}", keep))
+    assert max(len(row) for row in ids) <= 64 and len(ids[-1]) < 64  # the long ones were cut to the budget

@@ -225,17 +225,12 @@ class TextEncoder:
         ``{response}`` or ``{text}``); over-long texts keep their ``start`` or their ``end``."""
         self._slot(template)
         keys = [cache_key(self._fingerprint, "text", template, keep, t) for t in texts]
-        return self._cached(keys, lambda idx: self._written([texts[i] for i in idx], template, keep), progress)
+        return self._cached(keys, lambda idx: self._written_ids([texts[i] for i in idx], template, keep), progress)
 
     def embed_with_grad(self, texts: Sequence[str], template: str = "{text}", keep: str = "start") -> torch.Tensor:
         """(n, dim) float32 embeddings as ``encode`` makes them, but as a tensor that carries gradients back
         into the model and bypasses the cache: for fine-tuning the encoder (e.g. LoRA) under a head's loss."""
-        ids = self.tokenizer(
-            self._written(list(texts), template, keep),
-            add_special_tokens=True,
-            truncation=True,
-            max_length=self.spec.max_length,
-        )["input_ids"]
+        ids = self._written_ids(list(texts), template, keep)
         order = np.argsort([len(x) for x in ids], kind="stable")
         parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
         for s in range(0, len(order), self.spec.encode_batch_size):
@@ -253,7 +248,7 @@ class TextEncoder:
             raise ValueError("contexts and responses must have the same length")
         keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses, strict=True)]
 
-        def make(idx: list[int]) -> list[str]:
+        def make(idx: list[int]) -> list[list[int]]:
             budget = self._budget(fill(template, context="", response=""))
             cs, rs = [contexts[i] for i in idx], [responses[i] for i in idx]
             lc, lr = np.array(self._lengths(cs)), np.array(self._lengths(rs))
@@ -262,7 +257,7 @@ class TextEncoder:
             c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
             cs = self._cut(cs, c_keep.tolist(), keep_end=True)
             rs = self._cut(rs, r_keep.tolist(), keep_end=False)
-            return [fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)]
+            return self._tokenized([fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)])
 
         return self._cached(keys, make, progress)
 
@@ -279,6 +274,32 @@ class TextEncoder:
         slot = self._slot(template)
         budget = self._budget(template.replace(slot, ""))
         return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
+
+    def _written_ids(self, texts: list[str], template: str, keep: str) -> list[list[int]]:
+        """The token ids of ``_written``'s texts. A text alone (the template is only its slot, as contexts, replies
+        and context lines are embedded) is tokenized once, and again only where it must be cut: tokenizing
+        is most of a scoring call's time outside the model."""
+        slot = self._slot(template)
+        if template != slot:
+            return self._tokenized(self._written(texts, template, keep))
+        if not texts:
+            return []
+        ids = self.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]
+        budget = self._budget("")
+        long = [i for i, row in enumerate(ids) if len(row) - self._special > budget]
+        if long:
+            cut = self._cut([texts[i] for i in long], [budget] * len(long), keep_end=(keep == "end"))
+            for i, row in zip(long, self._tokenized(cut), strict=True):
+                ids[i] = row
+        return ids
+
+    def _tokenized(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of written texts, special tokens added, at most ``max_length``."""
+        if not texts:
+            return []
+        return self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.spec.max_length)[
+            "input_ids"
+        ]
 
     def _forward(self, batch: dict, runtime: bool = True) -> torch.Tensor:
         """Pooled (and, per the spec, L2-normalized) float32 embeddings of one padded token batch, by the spec's
@@ -363,11 +384,11 @@ class TextEncoder:
         return {"input_ids": input_ids, "attention_mask": mask}
 
     @torch.inference_mode()
-    def _embed(self, texts: list[str], progress: bool | str) -> np.ndarray:
-        enc = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.spec.max_length)
-        ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in enc["input_ids"]]
+    def _embed(self, token_ids: list[list[int]], progress: bool | str) -> np.ndarray:
+        """(n, dim) embeddings of tokenized texts, in length-sorted batches."""
+        ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in token_ids]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
         bs = self.spec.encode_batch_size
         starts = range(0, len(order), bs)
         desc = progress if isinstance(progress, str) else "encoding"
@@ -375,6 +396,6 @@ class TextEncoder:
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
             out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
-        self.stats.texts += len(texts)
+        self.stats.texts += len(ids)
         self.stats.tokens += int(sum(len(x) for x in ids))
         return out
