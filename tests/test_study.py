@@ -59,6 +59,8 @@ def test_text_methods_score_a_subset_and_averages_and_storage(sets, tmp_path):
     assert seen == [5 * 4]  # 5 positives and their 3 negatives each
     assert np.isfinite(run.pos["test"][:5]).all() and np.isnan(run.pos["test"][5:]).all()
     assert run.neg["test"][4, 2] == len(test.pairs.responses[test.negatives[4, 2]])
+    skipped = score_texts("lm", "meep", fake, [test], limit={"test": 0})  # a limit of 0 calls the method not at all
+    assert seen == [5 * 4] and np.isnan(skipped.pos["test"]).all() and np.isnan(skipped.neg["test"]).all()
     a = MethodScores("enc", "nwj", "pair", 0, {"test": np.array([1.0, 2.0])}, {"test": np.zeros((2, 1))})
     b = MethodScores("enc", "nwj", "pair", 1, {"test": np.array([3.0, 4.0])}, {"test": np.ones((2, 1))})
     (avg,) = average_rounds([a, b])

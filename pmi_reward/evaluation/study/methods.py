@@ -170,7 +170,8 @@ def score_texts(
     limit: dict[str, int] | None = None,
 ) -> MethodScores:
     """Scores of a text-level method (e.g. MEEP with ``model``) on the evaluation sets; with ``limit[set] = n``
-    only the first n positives (and their negatives) are scored and the rest are NaN."""
+    only the first n positives (and their negatives) are scored and the rest are NaN (``n = 0``: the set is not
+    scored at all)."""
     result = MethodScores(model, method, "text", 0)
     for data in evals:
         n = min(len(data.pairs), (limit or {}).get(data.name, len(data.pairs)))
@@ -180,7 +181,7 @@ def score_texts(
         k = 0 if data.negatives is None else data.negatives.shape[1]
         contexts += [c for c in contexts for _ in range(k)]
         responses += [p.responses[j] for j in (data.fixed_negatives()[:n].ravel() if k else [])]
-        scores = np.asarray(fn(contexts, responses), dtype=np.float32)
+        scores = np.asarray(fn(contexts, responses) if n else [], dtype=np.float32)
         result.pos[data.name] = np.full(len(p), np.nan, dtype=np.float32)
         result.pos[data.name][:n] = scores[:n]
         if k:
