@@ -27,6 +27,7 @@ from pmi_reward.evaluation.report import markdown_table, provenance, scatter_plo
 from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, load_scores, run_study, save_scores
 from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.objectives import CALIBRATED
 
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 PROBS = ["p_xy", "p_x", "p_y"]
@@ -82,7 +83,7 @@ def validation_section(runs, truth: np.ndarray) -> str:
     calibrated objectives of runs that scored them; empty for older runs that did not."""
     rows = []
     for (encoder, method, mode, averaged), group in group_runs(runs).items():
-        if averaged or method not in ("nwj", "js", "chi2", "hellinger") or "validation" not in group[0].pos:
+        if averaged or method not in CALIBRATED or "validation" not in group[0].pos:
             continue
         values = [mse(g.pos["validation"], truth) for g in group]
         per_round = ", ".join(f"{v:.3f}" for v in values)
