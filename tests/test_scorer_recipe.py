@@ -80,6 +80,27 @@ def test_the_lm_mix_weights_a_head_and_the_chat_lm_and_reads_texts_by_index(tiny
     np.testing.assert_allclose(both(features, ctx, resp), want, rtol=1e-5)
 
 
+def test_the_cosine_mix_adds_the_cosine_of_plain_embeddings_to_a_head_that_reads_context_lines(tiny_encoder):
+    """head + w x cos: the cosine is that of the context and reply embeddings alone (the cosine row's), not of the
+    head's stacked line features, and the head's own score is unchanged."""
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+
+    torch = __import__("torch")
+    torch.manual_seed(0)
+    head = RUN.Scoring(tiny_encoder, PMIHead(HeadConfig(dim=tiny_encoder.dim, line_turns=2)))
+    contexts = ["hello there\nhow are you doing\nfine", "what do you do for a living"]
+    replies = ["fine thanks", "I teach maths", "ok"]
+    pairs = PairSet.from_pairs([c for c in contexts for _ in replies], replies * len(contexts))
+    ctx, resp = pairs.ctx.reshape(2, 3), pairs.resp.reshape(2, 3)
+    features = head.features(pairs)
+    cosine = RUN.Scoring(tiny_encoder)
+    want_cos = cosine(cosine.features(pairs), ctx, resp)
+    mix = RUN.MixScoring(head, cosine, 4.0, "add")
+    got = mix(features, ctx, resp)
+    np.testing.assert_allclose(got, head(features, ctx, resp) + 4.0 * want_cos, rtol=1e-5, atol=1e-6)
+    assert np.ptp(want_cos) > 1e-3  # the cosine term varies, so a wrong one would show
+
+
 def test_a_row_scores_with_its_trained_head_the_mix_the_lm_or_the_cosine(tiny_encoder, tiny_policy, smol_tokenizer):
     """The row's scorer follows the method: a trained head is never replaced by the cosine (a regression of
     ffb1eff scored plain head rows with the cosine)."""
@@ -95,6 +116,8 @@ def test_a_row_scores_with_its_trained_head_the_mix_the_lm_or_the_cosine(tiny_en
     assert type(RUN.row_scoring(tiny_encoder, None, lm, args)) is RUN.LMScoring
     cosine = RUN.row_scoring(tiny_encoder, None, None, args)
     assert type(cosine) is RUN.Scoring and cosine.head is None
+    plus = RUN.row_scoring(tiny_encoder, head, None, RUN.ScorerRecipeArguments(name="t", cosine_weight=2.0))
+    assert isinstance(plus, RUN.MixScoring) and plus.combine == "add" and plus.other.head is None
 
 
 def test_the_human_set_is_cut_like_the_others_unless_read_whole(tmp_path):

@@ -9,7 +9,8 @@ all rows, 95% bootstrap intervals). ``--method cosine`` is the untrained baselin
 context and reply embeddings; ``--method lm_pmi`` the untrained chat LM's own PMI, log p(r | c) - log p(r)
 (``LMPMIScorer``; ``--lm_model``, ``--lm_per_token``), scored on the same negatives (mined by ``--model``'s
 embeddings, as for every other row); ``--lm_weight w`` combines it with a trained head's score (an ensemble row,
-logged as NAME+lmW, or NAME+lmWmin with ``--lm_combine min``).
+logged as NAME+lmW, or NAME+lmWmin with ``--lm_combine min``); ``--cosine_weight w`` adds w x the encoder's cosine to
+a trained head's score (one scorer, the same embeddings; logged as NAME+cosW).
 ``--max_train_pairs 1000 3000 ...`` trains one run per size (a scaling curve).
 ``--normalize_k K`` scores the self-normalised PMI instead (``self_normalise``), logged as NAME+selfnormK.
 ``--paired_cosine true`` (test stage) adds each head's Spearman minus the cosine's, with a paired interval.
@@ -77,6 +78,10 @@ class ScorerRecipeArguments:
         default=0.0, metadata={"help": "--method head: combine the head's score with w x the chat LM's PMI"}
     )
     lm_combine: str = field(default="sum", metadata={"help": "sum: (1 - w) head + w LM; min: min(head, w LM)"})
+    cosine_weight: float = field(
+        default=0.0,
+        metadata={"help": "--method head: add w x the encoder's cosine of context and reply (nats per unit of cosine)"},
+    )
     seeds: int = 3
     first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
@@ -239,27 +244,42 @@ def lm_scorer(args: ScorerRecipeArguments, out: Path) -> LMPMIScorer:
 
 
 class MixScoring(Scoring):
-    """A trained head's score and the chat LM's zero-shot PMI, two PMI estimates combined (a labelled ensemble row,
-    not a single scorer): ``sum``, (1 - w) x head + w x LM; ``min``, min(head, w x LM), credit only where both agree
-    (the head refuses copies, the LM on-topic non-answers)."""
+    """A trained head's score combined with another score of the same pairs: the chat LM's zero-shot PMI (two PMI
+    estimates, a labelled ensemble row, not a single scorer) or the encoder's cosine (no trained parameter, the same
+    embeddings: one scorer). ``sum``, (1 - w) x head + w x other; ``min``, min(head, w x other), credit only where
+    both agree (the head refuses copies, the LM on-topic non-answers); ``add``, head + w x other."""
 
-    def __init__(self, head: Scoring, lm: LMScoring, weight: float, combine: str = "sum") -> None:
+    COMBINES = ("sum", "min", "add")
+
+    def __init__(self, head: Scoring, other: Scoring, weight: float, combine: str = "sum") -> None:
         super().__init__(head.encoder, head.head)
-        if combine not in ("sum", "min"):
-            raise ValueError(f"combine must be sum or min, got {combine!r}")
-        self.lm, self.weight, self.combine = lm, weight, combine
+        if combine not in self.COMBINES:
+            raise ValueError(f"combine must be one of {self.COMBINES}, got {combine!r}")
+        self.other, self.weight, self.combine = other, weight, combine
+        self._features: dict[int, tuple[PairFeatures, PairFeatures]] = {}
+
+    def other_features(self, features: PairFeatures) -> PairFeatures:
+        """The other score's own features of the same pairs (the cosine reads no context lines), built once."""
+        if id(features) not in self._features:  # the pair keeps ``features`` alive, so its id is not reused
+            self._features[id(features)] = (features, self.other.features(features.pairs))
+        return self._features[id(features)][1]
 
     def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
-        head, lm = super().__call__(features, ctx, resp), self.weight * self.lm(features, ctx, resp)
-        return np.minimum(head, lm) if self.combine == "min" else (1 - self.weight) * head + lm
+        head = super().__call__(features, ctx, resp)
+        other = self.weight * self.other(self.other_features(features), ctx, resp)
+        if self.combine == "min":
+            return np.minimum(head, other)
+        return head + other if self.combine == "add" else (1 - self.weight) * head + other
 
 
 def row_scoring(
     encoder: TextEncoder, trained: Scoring | None, lm: LMPMIScorer | None, args: ScorerRecipeArguments
 ) -> Scoring:
-    """What a row scores with: the trained head (combined with the chat LM under ``--lm_weight``), else the chat
-    LM alone (``--method lm_pmi``), else the encoder's cosine."""
+    """What a row scores with: the trained head (combined with the chat LM under ``--lm_weight``, or plus the
+    encoder's cosine under ``--cosine_weight``), else the chat LM alone (``--method lm_pmi``), else the cosine."""
     if trained is not None:
+        if args.cosine_weight:
+            return MixScoring(trained, Scoring(encoder), args.cosine_weight, "add")
         return trained if lm is None else MixScoring(trained, LMScoring(encoder, lm), args.lm_weight, args.lm_combine)
     return Scoring(encoder) if lm is None else LMScoring(encoder, lm)
 
@@ -373,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--lm_weight {args.lm_weight}: a weight in (0, 1], with --method head")
     if args.lm_combine not in ("sum", "min"):
         raise SystemExit(f"--lm_combine {args.lm_combine}: sum or min")
+    if args.cosine_weight and (args.method != "head" or args.lm_weight or args.cosine_weight < 0):
+        raise SystemExit(f"--cosine_weight {args.cosine_weight}: a weight >= 0, with --method head and no --lm_weight")
     all_train = training_pairs(args, root) if args.method == "head" else None
     lm = lm_scorer(args, out) if args.method == "lm_pmi" or args.lm_weight else None  # loaded once, for every seed
     if args.paired_cosine and args.normalize_k:
@@ -388,9 +410,13 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{args.name}+selfnorm{args.normalize_k}" if args.normalize_k else args.name
             if args.lm_weight:  # the head is saved under --name
                 name = f"{name}+lm{args.lm_weight:g}" + ("min" if args.lm_combine == "min" else "")
+            if args.cosine_weight:
+                name = f"{name}+cos{args.cosine_weight:g}"
             row: dict = {"name": name, "stage": args.stage, "method": args.method, "seed": seed}
             if args.lm_weight:
                 row["lm_weight"], row["lm_combine"] = args.lm_weight, args.lm_combine
+            if args.cosine_weight:
+                row["cosine_weight"] = args.cosine_weight
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
