@@ -83,9 +83,10 @@ def test_the_lm_mix_weights_a_head_and_the_chat_lm_and_reads_texts_by_index(tiny
 def test_the_cosine_mix_adds_the_cosine_of_plain_embeddings_to_a_head_that_reads_context_lines(tiny_encoder):
     """head + w x cos: the cosine is that of the context and reply embeddings alone (the cosine row's), not of the
     head's stacked line features, and the head's own score is unchanged."""
+    import torch
+
     from pmi_reward.scoring.head import HeadConfig, PMIHead
 
-    torch = __import__("torch")
     torch.manual_seed(0)
     head = RUN.Scoring(tiny_encoder, PMIHead(HeadConfig(dim=tiny_encoder.dim, line_turns=2)))
     contexts = ["hello there\nhow are you doing\nfine", "what do you do for a living"]
