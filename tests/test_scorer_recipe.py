@@ -148,6 +148,7 @@ def test_the_report_adds_the_paired_columns_where_every_seed_has_them():
     lines = report.table("test", runs).splitlines()
     assert "spearman_relevant_minus_cosine" in lines[0] and "spearman_engaging_minus_cosine" not in lines[0]
     assert lines[2].rstrip(" |").endswith("-") and "-0.200 ± 0.141" in lines[3]
+    assert "-0.2000 ± 0.1414" in report.table("test", runs, digits=4).splitlines()[3]  # --digits 4
 
 
 def test_the_report_keeps_rows_that_read_the_human_set_another_way_apart():

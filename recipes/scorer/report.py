@@ -1,5 +1,6 @@
 """Tables (mean ± std over seeds, in the order the runs were tried) and the scaling plot from ``runs.jsonl``;
-``--per_seed NAME ...`` adds one row per seed of those runs, their validation and test figures side by side.
+``--per_seed NAME ...`` adds one row per seed of those runs, their validation and test figures side by side;
+``--digits N`` prints N decimals (default 3; a rule that reads a margin of 0.001 needs 4).
 
 python recipes/scorer/report.py --runs outputs/scorer-recipe/runs.jsonl
 """
@@ -54,13 +55,13 @@ def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
 PAIRED = ["spearman_relevant_minus_cosine", "spearman_engaging_minus_cosine"]
 
 
-def table(stage: str, runs: list[dict]) -> str:
+def table(stage: str, runs: list[dict], digits: int = 3) -> str:
     cols = COLUMNS[stage] + [c for c in PAIRED if stage == "test" and any(c in r for r in runs)]
     rows = []
     for (s, name, pairs), rs in groups(runs).items():
         if s != stage:
             continue
-        cells = [format_mean_std([r[c] for r in rs]) if all(c in r for r in rs) else "-" for c in cols]
+        cells = [format_mean_std([r[c] for r in rs], digits) if all(c in r for r in rs) else "-" for c in cols]
         rows.append([name, pairs or "-", len(rs), *cells])
     return markdown_table(["run", "train pairs", "seeds", *cols], rows)
 
@@ -70,7 +71,7 @@ PER_SEED = [("val", "auc_random"), ("test", "auc_random"), ("test", "auc_context
 PER_SEED += [("test", "spearman_relevant")]
 
 
-def per_seed_table(runs: list[dict], names: list[str]) -> str:
+def per_seed_table(runs: list[dict], names: list[str], digits: int = 3) -> str:
     """One row per (run, seed) of the runs named ``names`` (and per way of reading the human set): validation AUC
     beside that seed's test figures ("-" where a stage has not run)."""
     by = {(r["stage"], label(r), r["seed"]): r for r in runs}
@@ -82,7 +83,7 @@ def per_seed_table(runs: list[dict], names: list[str]) -> str:
                 cells = [
                     by.get((stage, name if stage == "val" else shown, seed), {}).get(col) for stage, col in PER_SEED
                 ]
-                rows.append([shown, seed] + ["-" if c is None else f"{c:.3f}" for c in cells])
+                rows.append([shown, seed] + ["-" if c is None else f"{c:.{digits}f}" for c in cells])
     return markdown_table(["run", "seed", *(f"{stage} {col}" for stage, col in PER_SEED)], rows)
 
 
@@ -117,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="outputs/scorer-recipe/runs.jsonl")
     parser.add_argument("--scaling", default="scaling-chitchat", help="the run name of the scaling curve")
     parser.add_argument("--per_seed", nargs="*", default=[], help="run names to list seed by seed")
+    parser.add_argument("--digits", type=int, default=3, help="decimals of every figure")
     args = parser.parse_args(argv)
     runs = [json.loads(line) for line in Path(args.runs).read_text().splitlines() if line.strip()]
     out = Path(args.runs).parent
-    text = "\n\n".join(f"## {stage}\n\n{table(stage, runs)}" for stage in ("val", "test"))
+    text = "\n\n".join(f"## {stage}\n\n{table(stage, runs, args.digits)}" for stage in ("val", "test"))
     if args.per_seed:
-        text += f"\n\n## per seed\n\n{per_seed_table(runs, args.per_seed)}"
+        text += f"\n\n## per seed\n\n{per_seed_table(runs, args.per_seed, args.digits)}"
     plot = scaling_plot(runs, args.scaling, out / "scaling.png")
     (out / "results.md").write_text(text + "\n")
     print(text)
