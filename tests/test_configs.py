@@ -92,6 +92,7 @@ def _arguments(name: str):
         "rloo": (*trl, RLOOConfig, ModelConfig),
         "ppo": ppo.ARGUMENTS,
         "rft": rft.ARGUMENTS,
+        "dpo": rft.DPO_ARGUMENTS,
         "evaluate": evaluate.ARGUMENTS,
     }
     recipe = "recipes/smollm2-135m/"

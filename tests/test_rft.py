@@ -1,13 +1,14 @@
-"""Rejection-sampling fine-tuning: the selection of each prompt's best reply, and one round on a tiny policy."""
+"""Rejection-sampling fine-tuning and iterative DPO: the selection of each prompt's best reply (and worst), and rounds
+on a tiny policy."""
 
 import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from trl import ModelConfig, SFTConfig
+from trl import DPOConfig, ModelConfig, SFTConfig
 
-from pmi_reward.policy.rft import RFTConfig, select_best, train_rft
+from pmi_reward.policy.rft import RFTConfig, select_best, select_pairs, train_rft
 from pmi_reward.policy.sampling import Replies
 from pmi_reward.policy.trainers import ScriptArguments
 
@@ -47,6 +48,61 @@ def test_select_best_skips_cut_empty_unscorable_and_low_replies():
     assert [(r["prompt"], r["completion"][0]["content"]) for r in rows] == [("p0", "c"), ("p3", "k")]
     assert [r["prompt"] for r in select_best(prompts, replies, scores, min_score=0.0)] == ["p0"]
     assert select_best(prompts, replies, scores, drop_truncated=False)[0]["completion"][0]["content"] == "b"
+
+
+def test_select_pairs_pairs_the_best_with_the_worst_of_the_same_candidates():
+    prompts = ["p0", "p1", "p2", "p3", "p4"]
+    replies = Replies(
+        [["a", "b", "c"], ["d", "", "f"], ["g", "h", "i"], ["j", "k", "l"], ["m", "n", "o"]],
+        [[[1]] * 3] * 5,
+        [[False, True, False], [False, False, False], [False, False, False], [True, False, True], [False] * 3],
+    )
+    scores = np.array([[1.0, 9.0, 2.0], [4.0, 9.0, np.nan], [2.0, 2.0, 2.0], [5.0, 1.0, 0.0], [-1.0, 3.0, 0.5]])
+    rows = select_pairs(prompts, replies, scores)
+    # p0: "b" is cut -> "c" over "a"; p1: "" empty, "f" unscorable -> one candidate; p2: a tie; p3: only "k" uncut
+    picked = [(r["prompt"], r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows]
+    assert picked == [("p0", "c", "a"), ("p4", "n", "m")]
+    assert [(r["score"], r["rejected_score"]) for r in rows] == [(2.0, 1.0), (3.0, -1.0)]
+    assert [r["prompt"] for r in select_pairs(prompts, replies, scores, min_score=2.5)] == ["p4"]
+    assert select_pairs(prompts, replies, scores, drop_truncated=False)[0]["chosen"][0]["content"] == "b"
+
+
+def _dpo(output_dir: str, **changes) -> DPOConfig:
+    """A CPU DPO step of one batch of 2 pairs, its metrics logged, nothing saved or reported."""
+    settings = dict(
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        learning_rate=1e-2,
+    )
+    return DPOConfig(output_dir=output_dir, **{**settings, **changes})
+
+
+def _longer(prompts, completions, **kwargs) -> list[float]:
+    """A reward that tells the tiny policy's samples apart (the tiny scorer saturates): the reply's length."""
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
+    """Round 1 starts at the reference (DPO margin 0 on its first batch); round 2's first batch is measured
+    against the starting model again, not against round 1's policy, so its margin is no longer 0."""
+    import torch
+
+    script = _script(tmp_path, topic_dialogues)
+    policy = tiny_policy()
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=4, rollout_max_new_tokens=6, drop_truncated=False)
+    summary = train_rft(cfg, script, _dpo(str(tmp_path / "out")), ModelConfig(), policy, smol_tokenizer, [_longer])
+    assert summary["trainer"] == "DPO" and summary["steps"] == 2
+    log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
+    assert all(r["kept"] > 0 and r["kept_score"] > r["rejected_score"] and r["rejected_words"] > 0 for r in log)
+    assert log[0]["dpo_margin"] == pytest.approx(0.0, abs=1e-6) and abs(log[1]["dpo_margin"]) > 1e-4
+    assert 0.0 <= log[1]["dpo_accuracy"] <= 1.0
+    assert any(not torch.equal(v, start[k]) for k, v in policy.state_dict().items())  # the policy learned
 
 
 def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward):

@@ -191,6 +191,7 @@ def test_lora_top_layers_below_zero_is_refused_when_read():
         ["rloo", "--use_cpu", "true", "--bf16", "false"],
         ["ppo"],
         ["rft", "--use_cpu", "true", "--bf16", "false"],
+        ["dpo", "--use_cpu", "true", "--bf16", "false"],
     ],
 )
 def test_reward_weights_are_counted_before_anything_loads(command, monkeypatch, capsys):

@@ -24,6 +24,7 @@ COMMANDS = {
     "rloo": ("pmi_reward.cli.rloo", "RLOO of a chat policy with PMIReward (TRL's RLOOTrainer)"),
     "ppo": ("pmi_reward.cli.ppo", "PPO of a chat policy with PMIReward (ours: value head, GAE, KL to the reference)"),
     "rft": ("pmi_reward.cli.rft", "rejection-sampling fine-tuning: sample n, keep the best by PMI, SFT, repeat"),
+    "dpo": ("pmi_reward.cli.dpo", "iterative DPO: sample n, pair the best and worst by PMI, DPO (TRL), repeat"),
     "evaluate-policy": ("pmi_reward.cli.evaluate_policy", "engagement gain of tuned policies over their base"),
     "demo": ("pmi_reward.cli.demo", "the main job: scorers, a short GRPO run and its held-out engagement gain"),
 }

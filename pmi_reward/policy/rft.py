@@ -1,6 +1,8 @@
-"""Rejection-sampling fine-tuning (RFT, a.k.a. best-of-n distillation or ReST/expert iteration) with the PMI reward.
+"""Rejection-sampling fine-tuning (RFT, a.k.a. best-of-n distillation or ReST/expert iteration) with the PMI reward,
+and its preference form, iterative DPO on the reward's best-versus-worst pairs.
 
     pmi-reward rft --config recipes/smollm2-135m/tune/rft.yaml
+    pmi-reward dpo --config recipes/smollm2-135m/tune/dpo.yaml
 
 Each round: take the next ``prompts_per_round`` training prompts, sample ``samples_per_prompt`` replies from
 the current policy (or, with ``sample_from: base``, from the starting model: best-of-n distillation), score them
@@ -9,8 +11,13 @@ each prompt's best reply (never one cut at the token limit with ``drop_truncated
 if set) and fine-tune on the kept (prompt, reply) pairs with TRL's SFTTrainer (loss on the reply only; LoRA as the
 other trainers). ``rounds`` rounds, or fewer when ``--cpu_budget_seconds`` is spent. The cheap baseline users
 reach for before RL: no value model, no reference forward, no on-policy loss.
+``pmi-reward dpo`` runs the same rounds but pairs each prompt's best reply with its worst (the same candidates,
+the best scoring strictly higher) and trains with TRL's DPOTrainer against the starting model as the reference in
+every round: the reward's ranking, not only its pick, reaches the policy, and the KL anchor is the model the
+evaluation measures KL to.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
-and of the kept ones, how many were kept, the clipped ratio) and ``run_summary.json``.
+and of the kept ones, how many were kept, the clipped ratio; for DPO also the rejected replies' and DPO's last
+margin and pair accuracy) and ``run_summary.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 import numpy as np
 from datasets import Dataset
 from transformers import set_seed
-from trl import ModelConfig, SFTConfig, SFTTrainer
+from trl import DPOConfig, DPOTrainer, ModelConfig, SFTConfig, SFTTrainer
 
 from ..configs import parse_args
 from ..rewards.combined import CombinedReward
@@ -45,7 +52,16 @@ from .trainers import (
     write_summary,
 )
 
-__all__ = ["RFTConfig", "ARGUMENTS", "select_best", "train_rft", "rft_main"]
+__all__ = [
+    "RFTConfig",
+    "ARGUMENTS",
+    "DPO_ARGUMENTS",
+    "select_best",
+    "select_pairs",
+    "train_rft",
+    "rft_main",
+    "dpo_main",
+]
 
 
 SAMPLE_FROM = ("policy", "base")
@@ -93,6 +109,15 @@ class RFTConfig:
 
 
 ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)
+DPO_ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, DPOConfig, ModelConfig)
+
+
+def _candidates(replies: Replies, scores: np.ndarray, i: int, drop_truncated: bool) -> np.ndarray:
+    """Which of prompt ``i``'s replies may be kept: scored, not empty and (with ``drop_truncated``) not cut."""
+    ok = np.isfinite(scores[i]) & np.array([bool(t.strip()) for t in replies.texts[i]])
+    if drop_truncated:
+        ok &= ~np.array(replies.truncated[i], dtype=bool)
+    return ok
 
 
 def select_best(
@@ -102,9 +127,7 @@ def select_best(
     candidates are all unscorable (NaN), cut (with ``drop_truncated``) or below ``min_score`` are skipped."""
     rows = []
     for i, prompt in enumerate(prompts):
-        ok = np.isfinite(scores[i]) & np.array([bool(t.strip()) for t in replies.texts[i]])
-        if drop_truncated:
-            ok &= ~np.array(replies.truncated[i], dtype=bool)
+        ok = _candidates(replies, scores, i, drop_truncated)
         if not ok.any():
             continue
         best = int(np.argmax(np.where(ok, scores[i], -np.inf)))
@@ -120,6 +143,33 @@ def select_best(
     return rows
 
 
+def select_pairs(
+    prompts: list, replies: Replies, scores: np.ndarray, drop_truncated: bool = True, min_score: float | None = None
+) -> list[dict]:
+    """Each prompt's best and worst reply among the same candidates as :func:`select_best`, as a preference row
+    (``prompt``, ``chosen``, ``rejected``); prompts without two candidates whose scores differ, or whose best is
+    below ``min_score``, are skipped (a tie says nothing about which reply is better)."""
+    rows = []
+    for i, prompt in enumerate(prompts):
+        ok = _candidates(replies, scores, i, drop_truncated)
+        if ok.sum() < 2:
+            continue
+        best = int(np.argmax(np.where(ok, scores[i], -np.inf)))
+        worst = int(np.argmin(np.where(ok, scores[i], np.inf)))
+        if scores[i, best] <= scores[i, worst] or (min_score is not None and scores[i, best] < min_score):
+            continue
+        rows.append(
+            {
+                "prompt": prompt,
+                "chosen": [{"role": "assistant", "content": replies.texts[i][best]}],
+                "rejected": [{"role": "assistant", "content": replies.texts[i][worst]}],
+                "score": float(scores[i, best]),
+                "rejected_score": float(scores[i, worst]),
+            }
+        )
+    return rows
+
+
 def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarray:
     flat_p = [p for p, row in zip(prompts, replies.texts, strict=True) for _ in row]
     flat_c = [[{"role": "assistant", "content": t}] for row in replies.texts for t in row]
@@ -128,48 +178,77 @@ def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarra
     return np.asarray(out, dtype=np.float64).reshape(len(prompts), -1)
 
 
+def _kept(row: dict) -> str:
+    """The reply a row trains toward: RFT's completion, DPO's chosen reply."""
+    return row["chosen" if "chosen" in row else "completion"][0]["content"]
+
+
 def _mean_words(texts: list[str]) -> float:
     """Mean reply length in words: the log shows whether selection keeps shorter or longer replies than sampled."""
     return round(float(np.mean([len(t.split()) for t in texts])), 2) if texts else 0.0
 
 
-def _sft(model, tokenizer, rows: list[dict], sft_args: SFTConfig, peft_config) -> Any:
-    """One SFT pass on the kept rows; the (LoRA-wrapped) model it leaves."""
+def _sft(model, tokenizer, rows: list[dict], sft_args: Any, peft_config, reference=None) -> tuple[Any, dict]:
+    """One SFT pass on the kept rows; the (LoRA-wrapped) model it leaves, and nothing more to log."""
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     trainer = SFTTrainer(
         model=model, args=sft_args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
     )
     trainer.train()
-    return trainer.model
+    return trainer.model, {}
+
+
+def _dpo(model, tokenizer, rows: list[dict], dpo_args: Any, peft_config, reference) -> tuple[Any, dict]:
+    """One DPO pass on the preference rows against ``reference`` (a fresh copy of the starting model: the trainer
+    wraps the reference it is given); the model it leaves, and the last logged DPO margin and pair accuracy."""
+    data = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=copy.deepcopy(reference),
+        args=dpo_args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "rewards/margins" in h]
+    last = logged[-1] if logged else {}
+    return trainer.model, {
+        "dpo_margin": last.get("rewards/margins"),
+        "dpo_accuracy": last.get("rewards/accuracies"),
+    }
 
 
 def train_rft(  # the round loop reads top to bottom: sample, score, select, fine-tune, log
     cfg: RFTConfig,
     script_args: ScriptArguments,
-    sft_args: SFTConfig,
+    train_args: SFTConfig | DPOConfig,
     model_args: ModelConfig,
     model=None,
     tokenizer=None,
     rewards: list | None = None,
     reward_options: RewardOptions | None = None,
 ) -> dict:
-    """Run RFT; save the policy, a per-round log and a run summary."""
+    """Run RFT (``train_args`` an ``SFTConfig``) or iterative DPO (a ``DPOConfig``); save the policy, a per-round
+    log and a run summary."""
+    preference = isinstance(train_args, DPOConfig)
+    select, fit = (select_pairs, _dpo) if preference else (select_best, _sft)
     if rewards is None:
         check_reward_weights(script_args, cfg.reward_weights)
-    set_seed(sft_args.seed)
+    set_seed(train_args.seed)
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = policy_from(model_args, sft_args.bf16)
-    reward = CombinedReward(
-        rewards or build_rewards(script_args, reward_options, model, tokenizer, sft_args.output_dir), cfg.reward_weights
-    )
+        model, tokenizer = policy_from(model_args, train_args.bf16)
+    built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
+    reward = CombinedReward(built, cfg.reward_weights)
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)
-    sampler = copy.deepcopy(model).eval() if cfg.sample_from == "base" else None  # SFT below changes ``model``
-    out = Path(sft_args.output_dir or "outputs/rft")
+    base = copy.deepcopy(model).eval() if cfg.sample_from == "base" or preference else None  # training changes model
+    sampler = base if cfg.sample_from == "base" else None
+    out = Path(train_args.output_dir or "outputs/rft")
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "rft_log.jsonl"
     log_path.write_text("")
-    order = np.random.default_rng(sft_args.seed).permutation(len(prompts))
+    order = np.random.default_rng(train_args.seed).permutation(len(prompts))
     history: list[dict] = []
     start, cpu_start = time.perf_counter(), cpu_seconds()
     for r in range(cfg.rounds):
@@ -183,14 +262,15 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             temperature=cfg.rollout_temperature,
             top_p=cfg.rollout_top_p,
             batch_size=cfg.rollout_batch_size,
-            seed=sft_args.seed * 1000 + r,
+            seed=train_args.seed * 1000 + r,
         )
         source = model if sampler is None else sampler
         replies = generate_replies(source, tokenizer, take, cfg.samples_per_prompt, settings, f"rft round {r + 1}")
         scores = _score(reward, take, replies)
-        rows = select_best(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
+        rows = select(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
+        fitted: dict = {}
         if rows:
-            model = _sft(model, tokenizer, rows, sft_args, peft_config)
+            model, fitted = fit(model, tokenizer, rows, train_args, peft_config, base)
             peft_config = None  # the adapter now sits on the model: later rounds train it further
         row = {
             "round": r + 1,
@@ -199,10 +279,14 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             "kept_score": float(np.mean([x["score"] for x in rows])) if rows else None,
             "clipped_ratio": replies.truncated_share(),
             "words": _mean_words(replies.flat()),
-            "kept_words": _mean_words([x["completion"][0]["content"] for x in rows]) if rows else None,
+            "kept_words": _mean_words([_kept(x) for x in rows]) if rows else None,
             "seconds": round(time.perf_counter() - t0, 1),
-            "example": rows[0]["completion"][0]["content"] if rows else None,
+            "example": _kept(rows[0]) if rows else None,
         }
+        if preference:
+            row["rejected_score"] = float(np.mean([x["rejected_score"] for x in rows])) if rows else None
+            row["rejected_words"] = _mean_words([x["rejected"][0]["content"] for x in rows]) if rows else None
+            row.update(fitted)
         history.append(row)
         with log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -211,7 +295,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     tokenizer.save_pretrained(str(out))
     total = time.perf_counter() - start
     summary = {
-        "trainer": "RFT",
+        "trainer": "DPO" if preference else "RFT",
         "steps": len(history),
         "prompts_used": len(prompts),
         "first_reward": history[0]["score"] if history else None,
@@ -226,7 +310,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         **run_provenance(
             script_args,
             getattr(reward.rewards[0], "options", reward_options),
-            {"seed": sft_args.seed, "learning_rate": sft_args.learning_rate, "epochs": sft_args.num_train_epochs},
+            {"seed": train_args.seed, "learning_rate": train_args.learning_rate, "epochs": train_args.num_train_epochs},
         ),
     }
     write_summary(str(out), summary)
@@ -237,3 +321,10 @@ def rft_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
     """RFT's command: script, reward, RFT, SFT and model options from YAML and flags; train; the run summary."""
     script_args, reward_options, cfg, sft_args, model_args = parse_args(ARGUMENTS, argv, prog)
     return train_rft(cfg, script_args, sft_args, model_args, reward_options=reward_options)
+
+
+def dpo_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
+    """Iterative DPO's command: script, reward, round, DPO and model options from YAML and flags; train; the run
+    summary."""
+    script_args, reward_options, cfg, dpo_args, model_args = parse_args(DPO_ARGUMENTS, argv, prog)
+    return train_rft(cfg, script_args, dpo_args, model_args, reward_options=reward_options)
