@@ -48,10 +48,10 @@ def test_tuning_configs_evaluate_on_the_tuning_contexts_and_finals_on_held_out(a
     assert inside(evaluations[RECIPE + "tune/evaluate.yaml"].span, BANDS["tune"])
     for name in (RECIPE + "final/evaluate.yaml", RECIPE + "evaluate.yaml", "demo/evaluate"):
         assert inside(evaluations[name].span, BANDS["heldout"]), name
-    tuned = [f"{stage}/{method}" for method in ("grpo", "rloo", "ppo", "rft") for stage in ("tune", "final")]
-    for name in [*tuned, "tune/dpo"]:  # DPO has a tuning trial and no finals
-        policy = [e for e in all_entries if e.source == f"{RECIPE}{name}.yaml"]
-        assert [e.role for e in policy] == ["policy"] and inside(policy[0].span, BANDS["policy"]), name
+    for method in ("grpo", "rloo", "ppo", "rft", "dpo"):
+        for stage in ("tune", "final"):
+            policy = [e for e in all_entries if e.source == f"{RECIPE}{stage}/{method}.yaml"]
+            assert [e.role for e in policy] == ["policy"] and inside(policy[0].span, BANDS["policy"])
 
 
 def _scorer_ranges(all_entries) -> dict[str, Entry | None]:
@@ -127,7 +127,7 @@ def test_several_configs_merge_in_order(tmp_path):
 
 @pytest.mark.parametrize("stage", ["tune", "final", "demo"])
 def test_policy_configs_mask_or_penalise_truncation_with_a_budget_that_fits_replies(stage):
-    methods = ("grpo", "rloo", "ppo", "rft") + (("dpo",) if stage == "tune" else ())
+    methods = ("grpo", "rloo", "ppo", "rft", "dpo")
     names = ["demo/grpo"] if stage == "demo" else [f"{RECIPE}{stage}/{m}.yaml" for m in methods]
     for name in names:
         values = merged_config([name if name.startswith("demo/") else str(ROOT / name)])

@@ -265,7 +265,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             seed=train_args.seed * 1000 + r,
         )
         source = model if sampler is None else sampler
-        replies = generate_replies(source, tokenizer, take, cfg.samples_per_prompt, settings, f"rft round {r + 1}")
+        label = f"{'dpo' if preference else 'rft'} round {r + 1}"
+        replies = generate_replies(source, tokenizer, take, cfg.samples_per_prompt, settings, label)
         scores = _score(reward, take, replies)
         rows = select(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
         fitted: dict = {}
