@@ -211,3 +211,21 @@ def test_seeds_recipe_averages_gains_over_seeds(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "| grpo | j | 3 | +0.50 / +1.00 / +1.50 | +1.00 ± 0.50 |" in out
     assert "| +3.00 (base +2.00) | 16.0 (-20%) | 0.800 (base 0.700) | 2.00 |" in out
+
+
+def test_overlap_recipe_measures_how_far_replies_moved_from_the_base(tmp_path, monkeypatch, capsys):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/overlap.py")
+    assert recipe.shared_opening("I went hiking today", "I went swimming") == 0.5
+    assert recipe.shared_opening("ok", "ok") == 1.0 and recipe.shared_opening("ok", "no") == 0.0
+    stats = recipe.overlap_stats(["a b", "c d", "e f g h"], ["a b", "x d", "e f y"])
+    assert stats == {"replies": 3, "identical": pytest.approx(1 / 3), "shared_opening": pytest.approx(0.5)}
+    with pytest.raises(ValueError, match="same seeds"):
+        recipe.overlap_stats(["a"], ["a", "b"])
+    row = {"context": "c", "base": [{"reply": "a b"}, {"reply": "c d"}], "p": [{"reply": "a b"}, {"reply": "e"}]}
+    (tmp_path / "samples.jsonl").write_text(json.dumps({**row, "human reference": [{"reply": "h"}]}) + "\n")
+    monkeypatch.setattr("sys.argv", ["overlap.py", str(tmp_path / "samples.jsonl")])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert "| p | 2 | 0.500 | 0.500 |" in out and "human reference" not in out and "| base |" not in out
