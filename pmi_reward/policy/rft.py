@@ -69,7 +69,7 @@ SAMPLE_FROM = ("policy", "base")
 
 @dataclass
 class RFTConfig:
-    """Rounds of sampling and selection (the SFT step's settings are TRL's ``SFTConfig``)."""
+    """Rounds of sampling and selection (the fit's settings are TRL's ``SFTConfig``, or ``DPOConfig`` for DPO)."""
 
     rounds: int = field(default=4, metadata={"help": "sample-select-SFT rounds"})
     prompts_per_round: int = field(default=64, metadata={"help": "training prompts sampled per round"})
@@ -214,9 +214,14 @@ def _dpo(model, tokenizer, rows: list[dict], dpo_args: Any, peft_config, referen
     logged = [h for h in trainer.state.log_history if "rewards/margins" in h]
     last = logged[-1] if logged else {}
     return trainer.model, {
-        "dpo_margin": last.get("rewards/margins"),
-        "dpo_accuracy": last.get("rewards/accuracies"),
+        "dpo_margin": _finite(last.get("rewards/margins")),
+        "dpo_accuracy": _finite(last.get("rewards/accuracies")),
     }
+
+
+def _finite(value: float | None) -> float | None:
+    """A logged figure, or None where there is none or it is not finite (the round log is JSON: no NaN)."""
+    return float(value) if value is not None and np.isfinite(value) else None
 
 
 def train_rft(  # the round loop reads top to bottom: sample, score, select, fine-tune, log
