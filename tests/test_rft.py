@@ -20,8 +20,8 @@ def _script(tmp_path, dialogues) -> ScriptArguments:
     return ScriptArguments(dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused")
 
 
-def _sft(output_dir: str, **changes) -> SFTConfig:
-    """A CPU SFT step of a few batches of 2, nothing saved or reported."""
+def _fit_args(output_dir: str, config: type = SFTConfig, **changes):
+    """A CPU fit step (TRL's SFTConfig, or DPOConfig) of a few batches of 2, logged, nothing saved or reported."""
     settings = dict(
         use_cpu=True,
         bf16=False,
@@ -32,7 +32,7 @@ def _sft(output_dir: str, **changes) -> SFTConfig:
         logging_steps=1,
         activation_checkpointing=False,
     )
-    return SFTConfig(output_dir=output_dir, **{**settings, **changes})
+    return config(output_dir=output_dir, **{**settings, **changes})
 
 
 def test_select_best_skips_cut_empty_unscorable_and_low_replies():
@@ -67,21 +67,6 @@ def test_select_pairs_pairs_the_best_with_the_worst_of_the_same_candidates():
     assert select_pairs(prompts, replies, scores, drop_truncated=False)[0]["chosen"][0]["content"] == "b"
 
 
-def _dpo(output_dir: str, **changes) -> DPOConfig:
-    """A CPU DPO step of one batch of 2 pairs, its metrics logged, nothing saved or reported."""
-    settings = dict(
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        learning_rate=1e-2,
-    )
-    return DPOConfig(output_dir=output_dir, **{**settings, **changes})
-
-
 def _longer(prompts, completions, **kwargs) -> list[float]:
     """A reward that tells the tiny policy's samples apart (the tiny scorer saturates): the reply's length."""
     return [float(len(c[0]["content"])) for c in completions]
@@ -96,7 +81,15 @@ def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, 
     policy = tiny_policy()
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=4, rollout_max_new_tokens=6, drop_truncated=False)
-    summary = train_rft(cfg, script, _dpo(str(tmp_path / "out")), ModelConfig(), policy, smol_tokenizer, [_longer])
+    summary = train_rft(
+        cfg,
+        script,
+        _fit_args(str(tmp_path / "out"), DPOConfig, learning_rate=1e-2),
+        ModelConfig(),
+        policy,
+        smol_tokenizer,
+        [_longer],
+    )
     assert summary["trainer"] == "DPO" and summary["steps"] == 2
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert all(r["kept"] > 0 and r["kept_score"] > r["rejected_score"] and r["rejected_words"] > 0 for r in log)
@@ -108,7 +101,7 @@ def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, 
 def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward):
     script = _script(tmp_path, topic_dialogues)
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
-    sft = _sft(str(tmp_path / "out"))
+    sft = _fit_args(str(tmp_path / "out"))
     summary = train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
     assert summary["trainer"] == "RFT" and summary["steps"] == 2
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
@@ -135,7 +128,7 @@ def test_sample_from_base_samples_the_starting_model_every_round(
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(rft, "generate_replies", spy)
-    sft = _sft(str(tmp_path / "out"), max_steps=2, learning_rate=1e-2)
+    sft = _fit_args(str(tmp_path / "out"), max_steps=2, learning_rate=1e-2)
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
     train_rft(
         replace(cfg, sample_from="base"), script, sft, ModelConfig(), policy, smol_tokenizer, rewards=[tiny_reward]
@@ -162,7 +155,7 @@ def test_reward_weights_weigh_the_scores_that_select_the_kept_replies(
             rounds=1, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False
         )
         cfg.reward_weights = [weight]
-        sft = _sft(str(tmp_path / f"w{weight}"))
+        sft = _fit_args(str(tmp_path / f"w{weight}"))
         train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
         kept.append(json.loads((tmp_path / f"w{weight}" / "rft_log.jsonl").read_text())["kept_score"])
     assert kept[0] != 0 and np.isclose(kept[1], 3.0 * kept[0])
@@ -212,7 +205,7 @@ def test_a_round_with_nothing_scorable_logs_no_nan(tmp_path, topic_dialogues, ti
         return [None] * len(completions)
 
     summary = train_rft(
-        cfg, script, _sft(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable]
+        cfg, script, _fit_args(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable]
     )
 
     def refuse(constant):
