@@ -122,7 +122,7 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     records = sample_records(out, ["Coltrane.", "Yes!", "Pasta?"])
     assert len(records) == 3 and records[0]["reference"] == "Coltrane."
     assert set(records[0]["other"][0]) == {"reply", "pmi", "tokens", "cut"}
-    md = samples_markdown(out, prompts, n_contexts=2)
+    md = samples_markdown(records, n_contexts=2)
     assert md.count("## ") == 2 and "| best-of-4 |" in md
     assert plot_distributions(out["scores"]["twin"], tmp_path / "h.png").stat().st_size > 1000
 
@@ -136,7 +136,7 @@ def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokeniz
     args = EvalArguments(samples=3)
     settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=7)
     first = evaluate_policies(policies, prompts, judges, tiny_scorer, args, settings, references=refs)
-    write_samples(tmp_path, first, prompts, refs, n_contexts=2)
+    write_samples(tmp_path, first, refs, n_contexts=2)
     contexts, references, replies = read_samples(tmp_path / "samples.jsonl")
     assert references == refs and list(replies) == ["base", "other", "human reference"]
     again = evaluate_policies({}, contexts, judges, tiny_scorer, args, settings, references, replies)

@@ -309,7 +309,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = write_report(out, result, judges, reward_meta, prompt_args, args, settings)
-    write_samples(out, result, prompts, references, args.sample_contexts)
+    write_samples(out, result, references, args.sample_contexts)
     main_judge = next((j.name for j in judges if j.independent), judges[0].name)
     plot_distributions(result["scores"][main_judge], out / "pmi_hist.png")
     if args.log_file:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..data.conversation import prompt_to_context
 from .sampling import Replies
 
 HUMAN = "human reference"  # the human reply's row, written beside the policies' rows
 
-__all__ = ["sample_records", "samples_markdown", "write_samples", "read_samples"]
+__all__ = ["sample_records", "samples_markdown", "merge_records", "write_samples", "write_records", "read_samples"]
 
 
 def sample_records(result: dict, references: list[str] | None) -> list[dict]:
@@ -42,32 +41,67 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|") or "*(empty)*"
 
 
-def samples_markdown(result: dict, prompts: list, n_contexts: int = 30) -> str:
-    """The first ``n_contexts`` contexts with each policy's first reply (PMI by every judge) side by side."""
-    judges = list(result["scores"])
+def samples_markdown(records: list[dict], n_contexts: int = 30) -> str:
+    """The first ``n_contexts`` records (``sample_records``) with each policy's first reply (PMI by every judge) side
+    by side."""
+    shown = records[:n_contexts]
+    policies = [k for k in shown[0] if k not in ("context", "reference")] if shown else []
+    judges = list(shown[0][policies[0]][0]["pmi"]) if policies else []
     parts = [
-        f"# Sampled replies, side by side\n\nThe first {min(n_contexts, len(prompts))} evaluation contexts (fixed by "
+        f"# Sampled replies, side by side\n\nThe first {len(shown)} evaluation contexts (fixed by "
         "the evaluation's config), each policy's first sampled reply, and the human reply. PMI in nats by "
         f"judge ({', '.join(judges)}); *cut*: the reply hit the token limit.\n"
     ]
-    for i in range(min(n_contexts, len(prompts))):
-        turns = (prompt_to_context(prompts[i]) or "").split("\n")
-        context = "\n".join(f"> {t}" for t in turns)
+    for i, record in enumerate(shown):
+        context = "\n".join(f"> {t}" for t in record["context"].split("\n"))
         lines = [f"## {i + 1}\n\n{context}\n", f"| policy | reply | PMI ({' / '.join(judges)}) |", "|---|---|---|"]
-        for name, rep in result["replies"].items():
-            pmi = " / ".join(f"{result['scores'][j][name][i][0]:+.2f}" for j in judges)
-            cut = " *(cut)*" if rep.truncated[i][0] else ""
-            lines.append(f"| {name} | {_cell(rep.texts[i][0])}{cut} | {pmi} |")
+        for name in policies:
+            first = record[name][0]
+            pmi = " / ".join(f"{first['pmi'][j]:+.2f}" for j in judges)
+            cut = " *(cut)*" if first["cut"] else ""
+            lines.append(f"| {name} | {_cell(first['reply'])}{cut} | {pmi} |")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
 
-def write_samples(out: Path, result: dict, prompts: list, references: list[str] | None, n_contexts: int) -> None:
+def merge_records(first: list[dict], second: list[dict], base: str = "base") -> list[dict]:
+    """Two evaluations' records as one, ``second``'s policies added to ``first``'s, the human reply last. Only for
+    evaluations of the same contexts whose base replies are the same (the same config and seeds), so that every row
+    compares like for like; a judge's PMI is kept only where both evaluations ran that judge."""
+    if len(first) != len(second):
+        raise ValueError(f"merge_records: {len(first)} contexts against {len(second)}")
+    merged = []
+    for i, (a, b) in enumerate(zip(first, second, strict=True), 1):
+        if a["context"] != b["context"] or a.get("reference") != b.get("reference"):
+            raise ValueError(f"merge_records: context {i} differs between the two evaluations")
+        if base not in a or base not in b or [r["reply"] for r in a[base]] != [r["reply"] for r in b[base]]:
+            raise ValueError(f"merge_records: context {i}: the base's replies differ (another config or seed?)")
+        clash = (set(a) & set(b)) - {"context", "reference", base, HUMAN}
+        if clash:
+            raise ValueError(f"merge_records: both evaluations hold policies {sorted(clash)}")
+        record = {k: v for k, v in a.items() if k != HUMAN}
+        record.update({k: v for k, v in b.items() if k not in record and k != HUMAN})
+        if HUMAN in a:
+            record[HUMAN] = a[HUMAN]
+        merged.append(record)
+    judges = set(first[0][base][0]["pmi"]) & set(second[0][base][0]["pmi"]) if merged else set()
+    for record in merged:
+        for name in [k for k in record if k not in ("context", "reference")]:
+            record[name] = [r | {"pmi": {j: v for j, v in r["pmi"].items() if j in judges}} for r in record[name]]
+    return merged
+
+
+def write_samples(out: Path, result: dict, references: list[str] | None, n_contexts: int) -> None:
     """Write ``samples.jsonl`` and ``samples.md`` into ``out``."""
+    write_records(out, sample_records(result, references), n_contexts)
+
+
+def write_records(out: Path, records: list[dict], n_contexts: int) -> None:
+    """``samples.jsonl`` (every record) and ``samples.md`` (the first ``n_contexts``) into ``out``."""
     with (out / "samples.jsonl").open("w") as f:
-        for record in sample_records(result, references):
+        for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    (out / "samples.md").write_text(samples_markdown(result, prompts, n_contexts))
+    (out / "samples.md").write_text(samples_markdown(records, n_contexts))
 
 
 def _text(value: object, what: str) -> str:
