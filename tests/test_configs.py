@@ -99,7 +99,7 @@ def _arguments(name: str):
     if name.startswith(("demo/scorers/", recipe + "scorers/")):
         return TRAIN, []
     if name.startswith((recipe + "tune/", recipe + "final/")):
-        return methods[Path(name).stem], []
+        return methods[Path(name).stem.split("-")[0]], []  # final/dpo-d.yaml: a trial's settings of `dpo` (final.sh)
     return {
         "scorer/minilm": (TRAIN, []),
         "scorer/smollm2": (TRAIN, []),
