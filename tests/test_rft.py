@@ -11,6 +11,8 @@ from trl import DPOConfig, ModelConfig, SFTConfig
 from pmi_reward.policy.rft import RFTConfig, select_best, select_pairs, train_rft
 from pmi_reward.policy.sampling import Replies
 from pmi_reward.policy.trainers import ScriptArguments
+from pmi_reward.rewards.combined import CombinedReward
+from pmi_reward.rewards.truncation import TruncationPenalty
 
 
 def _script(tmp_path, dialogues) -> ScriptArguments:
@@ -70,6 +72,22 @@ def test_select_pairs_pairs_the_best_with_the_worst_of_the_same_candidates():
 def _longer(prompts, completions, **kwargs) -> list[float]:
     """A reward that tells the tiny policy's samples apart (the tiny scorer saturates): the reply's length."""
     return [float(len(c[0]["content"])) for c in completions]
+
+
+def test_cut_replies_kept_with_a_truncation_penalty_become_the_rejected_ones():
+    """Trial dpo-d's settings (``--drop_truncated false --truncation_penalty``): a round's scores carry the penalty of
+    a reply that ran into the token limit (its ids end without a stop id), so the cut reply, which the reward alone
+    ranks first, becomes the pair's rejected one."""
+    from pmi_reward.policy import rft
+
+    cut = "a longer reply that never"
+    replies = Replies([[cut, "short.", "mid reply."]], [[[5, 6], [5, 0], [7, 0]]], [[True, False, False]])
+    plain = rft._score(CombinedReward([_longer]), ["p"], replies)
+    assert select_pairs(["p"], replies, plain, drop_truncated=False)[0]["chosen"][0]["content"] == cut
+    scores = rft._score(CombinedReward([_longer, TruncationPenalty({0}, -30.0)]), ["p"], replies)
+    assert np.allclose(scores, [[25.0 - 30.0, 6.0, 10.0]])
+    pair = select_pairs(["p"], replies, scores, drop_truncated=False)[0]
+    assert (pair["chosen"][0]["content"], pair["rejected"][0]["content"]) == ("mid reply.", cut)
 
 
 def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
