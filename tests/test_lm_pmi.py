@@ -95,3 +95,14 @@ def test_log_likelihoods_are_cached_on_disk_and_reused(tiny_policy, smol_tokeniz
     np.testing.assert_array_equal(again.score([CONTEXT] * 2, REPLIES[:2]), pmi)
     fresh = LMPMIScorer(LMPMIConfig(), model=tiny_policy(1), tokenizer=smol_tokenizer)
     assert not np.allclose(fresh.score([CONTEXT] * 2, REPLIES[:2]), pmi)
+
+
+def test_an_lm_it_loads_goes_to_the_default_device(tiny_policy, smol_tokenizer, tmp_path, monkeypatch):
+    """The chat LM that a judge loads by name lands where ``default_device`` says (the GPU where there is one; the
+    meta device stands in for it here), as the policies and the trained scorers do: it stayed on the CPU before."""
+    from pmi_reward.evaluation.baselines import lm_pmi
+
+    tiny_policy(0).save_pretrained(tmp_path)
+    monkeypatch.setattr(lm_pmi, "default_device", lambda device=None: torch.device("meta"))
+    scorer = LMPMIScorer(LMPMIConfig(model=str(tmp_path)), tokenizer=smol_tokenizer)
+    assert {p.device.type for p in scorer.model.parameters()} == {"meta"}

@@ -197,6 +197,29 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
 
 
+def test_policies_land_on_the_device_asked_and_training_honours_use_cpu(
+    tiny_policy, smol_tokenizer, tmp_path, monkeypatch
+):
+    """A loaded policy sits on the device asked for (the meta device stands in for a GPU here), by default the one
+    ``default_device`` names (the GPU where there is one: sampling, KL and judges run there); a training config's
+    ``use_cpu`` keeps it on the CPU even where a GPU is visible."""
+    from trl import ModelConfig
+
+    from pmi_reward.policy import loading
+    from pmi_reward.policy.trainers import policy_from
+
+    tiny_policy(0).save_pretrained(tmp_path)
+    smol_tokenizer.save_pretrained(tmp_path)
+    model, _ = load_policy(str(tmp_path), device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    asked = []
+    monkeypatch.setattr(loading, "default_device", lambda device=None: asked.append(device) or torch.device("cpu"))
+    for use_cpu in (True, False):
+        model, _ = policy_from(ModelConfig(model_name_or_path=str(tmp_path)), use_cpu=use_cpu)
+        assert next(model.parameters()).device.type == "cpu"
+    assert asked == ["cpu", None]
+
+
 def test_reply_logprobs_match_one_unpadded_pass_per_reply(tiny_policy, smol_tokenizer):
     """The batched, left-padded log-probabilities (logits kept for the reply positions only) equal a plain
     forward pass over each prompt + reply alone, for prompts and replies of different lengths, an empty reply

@@ -154,7 +154,7 @@ def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, t
     )
     model_args = ModelConfig(use_peft=use_peft, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
     summary = train_ppo(cfg, script, model_args, model=tiny_policy(), tokenizer=smol_tokenizer, reward=tiny_reward)
-    assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10
+    assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10 and summary["device"] == "cpu"
     log = [json.loads(line) for line in (tmp_path / "ppo" / "ppo_log.jsonl").read_text().splitlines()]
     assert len(log) == 2 and abs(log[0]["kl"]) < 1e-4  # the first rollout is from the reference policy itself
     saved = tmp_path / "ppo"

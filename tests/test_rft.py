@@ -121,7 +121,7 @@ def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, 
     cfg = RFTConfig(rounds=2, prompts_per_round=4, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
     sft = _fit_args(str(tmp_path / "out"))
     summary = train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
-    assert summary["trainer"] == "RFT" and summary["steps"] == 2
+    assert summary["trainer"] == "RFT" and summary["steps"] == 2 and summary["device"] == "cpu"
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert [r["round"] for r in log] == [1, 2] and all(0 <= r["clipped_ratio"] <= 1 for r in log)
     assert all(r["words"] > 0 and r["kept_words"] > 0 for r in log if r["kept"])

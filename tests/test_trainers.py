@@ -41,7 +41,7 @@ def _run(trainer_cls, config_cls, tmp_path, dialogue_file, model, smol_tokenizer
     assert summary["steps"] == 2 and summary["prompts_used"] == 12
     assert summary["reward_seconds"] > 0 and 0 < summary["reward_share"] < 1
     saved = json.loads((tmp_path / "out" / "run_summary.json").read_text())
-    assert saved["trainer"] == trainer_cls.__name__
+    assert saved["trainer"] == trainer_cls.__name__ and saved["device"] == "cpu"  # use_cpu, GPU or not
     assert (tmp_path / "out" / "model.safetensors").is_file()
     return saved
 

@@ -306,6 +306,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     start = time.perf_counter()
     result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references, replies)
     result.update(judges=judge_info(judges), warnings=warnings, seconds=round(time.perf_counter() - start, 1))
+    result["device"] = sorted({str(next(model.parameters()).device) for model, _ in policies.values()})
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = write_report(out, result, judges, reward_meta, prompt_args, args, settings)

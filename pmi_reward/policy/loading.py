@@ -3,7 +3,8 @@
 The one place that readies a causal LM for generation: the tokenizer pads on the left and has a pad token,
 and the model's generation config knows it. Adapters (what ``pmi-reward grpo/rloo/ppo`` save with
 ``--use_peft``) are merged into their base model, so every policy is trained or evaluated as a plain
-causal LM with the same sampling code. ``check_bf16`` warns when bfloat16 is asked for where it is only emulated.
+causal LM with the same sampling code. The policy lands on the GPU where there is one (as the scorers do), so that
+sampling, KL and the LM judges run there; ``check_bf16`` warns when bfloat16 is asked for where it is only emulated.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..scoring.encoder import default_device
 from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16
 
 __all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
@@ -22,9 +24,13 @@ DEFAULT_POLICY = "smollm2-135m-instruct"
 
 
 def load_policy(
-    name_or_path: str | None = None, dtype: str | None = "float32", attn_implementation: str | None = None
+    name_or_path: str | None = None,
+    dtype: str | None = "float32",
+    attn_implementation: str | None = None,
+    device: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """(model, tokenizer with left padding) for a policy name or directory (default: SmolLM2-135M-Instruct).
+    """(model, tokenizer with left padding) for a policy name or directory (default: SmolLM2-135M-Instruct), on
+    ``device`` (default: the GPU where there is one, else the CPU).
 
     ``dtype`` None or ``"auto"`` loads float32.
     """
@@ -45,7 +51,7 @@ def load_policy(
     tokenizer = load_tokenizer(str(path) if has_tokenizer else source, padding_side="left")
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    return model.to(default_device(device)), tokenizer
 
 
 def check_bf16(dtype: str | None, autocast: bool = False) -> None:

@@ -264,7 +264,7 @@ def train_ppo(
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = policy_from(model_args)
+        model, tokenizer = policy_from(model_args, use_cpu=cfg.use_cpu)
     if reward is None:
         reward = CombinedReward(
             build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights
@@ -314,7 +314,7 @@ def train_ppo(
         "load_average": round(os.getloadavg()[0], 2),
         "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
         "config": asdict(cfg),
-        **run_provenance(script_args, _pmi_options(reward), asdict(cfg)),
+        **run_provenance(script_args, _pmi_options(reward), asdict(cfg), policy),
     }
     if accelerator.is_main_process:
         _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)

@@ -217,6 +217,7 @@ def write_report(
         "warnings": result.get("warnings", []),
         "length_edges": result.get("length_edges"),
         "seconds": result.get("seconds"),
+        "device": result.get("device"),
         "args": asdict(args),
         "sampling": asdict(settings),
         "prompts": asdict(prompt_args),

@@ -83,10 +83,14 @@ class ScriptArguments(PromptArguments):
             raise ValueError(f"lora_top_layers must be >= 0 (0: every layer), got {self.lora_top_layers}")
 
 
-def policy_from(model_args: ModelConfig, bf16: bool | None = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16)."""
+def policy_from(
+    model_args: ModelConfig, bf16: bool | None = False, use_cpu: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16), on
+    the CPU with ``use_cpu`` (the training config's), else where the trainer will put it (the GPU if there is one)."""
     check_bf16(model_args.dtype, bool(bf16))
-    return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation)
+    device = "cpu" if use_cpu else None
+    return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation, device)
 
 
 def lora_config(model_args: ModelConfig, model: PreTrainedModel, top_layers: int | None = None):
@@ -235,9 +239,13 @@ TRL_SETTINGS = (
 )
 
 
-def run_provenance(script_args: ScriptArguments, reward_options: RewardOptions | None, settings: dict) -> dict:
-    """What a run summary records about a run's inputs: prompts, reward and the main settings."""
+def run_provenance(
+    script_args: ScriptArguments, reward_options: RewardOptions | None, settings: dict, model: Any
+) -> dict:
+    """What a run summary records about a run's inputs: prompts, reward, the main settings, and the device the
+    policy trained on."""
     return {
+        "device": str(next(model.parameters()).device),
         "prompts": {
             k: getattr(script_args, k) for k in ("dialogues", "prompt_file", "first_dialogue", "max_dialogues")
         },
@@ -277,7 +285,7 @@ def train_with_trl(
         check_reward_weights(script_args, getattr(training_args, "reward_weights", None), penalty_default=True)
     dataset = build_prompts(script_args)
     if model is None:
-        model, tokenizer = policy_from(model_args, training_args.bf16)
+        model, tokenizer = policy_from(model_args, training_args.bf16, training_args.use_cpu)
     rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
     weights = training_args.reward_weights
     if weights is not None and len(weights) == len(rewards) - 1 and script_args.truncation_penalty is not None:
@@ -308,7 +316,7 @@ def train_with_trl(
         f"kl_last{LAST_N}": last_mean(logged, "kl"),
         "mean_step_time": _mean(h.get("step_time") for h in logged),
         **timer.summary(),
-        **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings),
+        **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings, trainer.model),
     }
     write_summary(training_args.output_dir, summary)
     return summary

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from ...data.conversation import turns_to_messages
 from ...policy.prompts import DEFAULT_SYSTEM_PROMPT
+from ...scoring.encoder import default_device
 from ...scoring.models import load_causal_lm, load_tokenizer, pad_token_ids
 from .jsonl_cache import JsonlCache
 
@@ -60,7 +61,9 @@ class LMPMIScorer:
     ) -> None:
         self.config = config or LMPMIConfig()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
-        self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
+        if model is None:  # on the GPU where there is one, as the policies and the trained scorers
+            model = load_causal_lm(self.config.model, self.config.dtype).to(default_device())
+        self.model = model
         self.model.eval()
         end = self.tokenizer.eos_token
         if end is None:
