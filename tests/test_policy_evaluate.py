@@ -201,9 +201,9 @@ def test_policies_land_on_the_device_asked_and_training_honours_use_cpu(
     tiny_policy, smol_tokenizer, tmp_path, monkeypatch
 ):
     """A loaded policy sits on the device asked for (the meta device stands in for a GPU here), by default the one
-    ``default_device`` names (the GPU where there is one: sampling, KL and judges run there); a training config's
-    ``use_cpu`` keeps it on the CPU even where a GPU is visible."""
-    from trl import ModelConfig
+    ``default_device`` names (the GPU where there is one: sampling, KL and judges run there); a trainer loads it on
+    its config's device, so ``use_cpu`` keeps it on the CPU even where a GPU is visible."""
+    from trl import ModelConfig, SFTConfig
 
     from pmi_reward.policy import loading
     from pmi_reward.policy.trainers import policy_from
@@ -214,8 +214,9 @@ def test_policies_land_on_the_device_asked_and_training_honours_use_cpu(
     assert {p.device.type for p in model.parameters()} == {"meta"}
     asked = []
     monkeypatch.setattr(loading, "default_device", lambda device=None: asked.append(device) or torch.device("cpu"))
-    for use_cpu in (True, False):
-        model, _ = policy_from(ModelConfig(model_name_or_path=str(tmp_path)), use_cpu=use_cpu)
+    trainer_device = str(SFTConfig(output_dir=str(tmp_path / "out"), use_cpu=True).device)
+    for device in (trainer_device, None):
+        model, _ = policy_from(ModelConfig(model_name_or_path=str(tmp_path)), device=device)
         assert next(model.parameters()).device.type == "cpu"
     assert asked == ["cpu", None]
 

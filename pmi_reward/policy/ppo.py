@@ -264,7 +264,7 @@ def train_ppo(
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = policy_from(model_args, use_cpu=cfg.use_cpu)
+        model, tokenizer = policy_from(model_args, device=str(accelerator.device))
     if reward is None:
         reward = CombinedReward(
             build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights

@@ -243,7 +243,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     set_seed(train_args.seed)
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
-        model, tokenizer = policy_from(model_args, train_args.bf16, train_args.use_cpu)
+        model, tokenizer = policy_from(model_args, train_args.bf16, str(train_args.device))
     built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
     reward = CombinedReward(built, cfg.reward_weights)
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)

@@ -84,12 +84,12 @@ class ScriptArguments(PromptArguments):
 
 
 def policy_from(
-    model_args: ModelConfig, bf16: bool | None = False, use_cpu: bool = False
+    model_args: ModelConfig, bf16: bool | None = False, device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16), on
-    the CPU with ``use_cpu`` (the training config's), else where the trainer will put it (the GPU if there is one)."""
+    ``device``: the one the trainer will use (its config's ``device``, the CPU under ``use_cpu``; each process's own
+    GPU when several run), else the GPU where there is one."""
     check_bf16(model_args.dtype, bool(bf16))
-    device = "cpu" if use_cpu else None
     return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation, device)
 
 
@@ -285,7 +285,7 @@ def train_with_trl(
         check_reward_weights(script_args, getattr(training_args, "reward_weights", None), penalty_default=True)
     dataset = build_prompts(script_args)
     if model is None:
-        model, tokenizer = policy_from(model_args, training_args.bf16, training_args.use_cpu)
+        model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
     rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
     weights = training_args.reward_weights
     if weights is not None and len(weights) == len(rewards) - 1 and script_args.truncation_penalty is not None:
