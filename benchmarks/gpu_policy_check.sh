@@ -10,10 +10,10 @@
 #   benchmarks/gpu_policy_check.sh SCORER_DIR JUDGE_DIR DIALOGUES OUT_DIR
 #
 # SCORER_DIR: the reward scorer (e.g. outputs/scorers/reward-minilm-s0); JUDGE_DIR: a judge scorer (e.g.
-# outputs/scorers/judge-minilm-en); DIALOGUES: a JSONL of {"id", "turns"} dialogues, at least 260 (prompts from
-# the first 200, evaluation contexts from the next 60). The policy is $POLICY (default smollm2-135m-instruct); the
-# trainers' device flags $GPU_FLAGS (default "--use_cpu false --bf16 true"); each step stops after $STEP_TIMEOUT
-# seconds (default 900).
+# outputs/scorers/judge-minilm-en); DIALOGUES: `chitchat` or a JSONL of {"id", "turns"} dialogues, at least 260
+# (prompts from the first 200, evaluation contexts from the next 60: a device check, not the recipes' protocol).
+# The policy is $POLICY (default smollm2-135m-instruct); the trainers' device flags $GPU_FLAGS (default "--use_cpu
+# false --bf16 true"); each step stops after $STEP_TIMEOUT seconds (default 900).
 # Python is $PYTHON, else the repository's .venv, else python3. Each step prints its exit status and the seconds
 # it took; one failing step does not stop the others; the script exits 1 if any failed.
 set -u
@@ -21,7 +21,8 @@ if [ $# -ne 4 ]; then
     sed -n '10p' "$0" >&2
     exit 2
 fi
-scorer=$(realpath "$1") judge=$(realpath "$2") dialogues=$(realpath "$3") out=$(realpath -m "$4")
+scorer=$(realpath "$1") judge=$(realpath "$2") dialogues=$3 out=$(realpath -m "$4")
+[ "$dialogues" = chitchat ] || dialogues=$(realpath "$dialogues")
 cd "$(dirname "$0")/.." || exit 2
 py=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
