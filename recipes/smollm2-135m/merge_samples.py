@@ -12,16 +12,10 @@ python recipes/smollm2-135m/merge_samples.py outputs/eval/final/rejudge-mpnet/sa
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from pmi_reward.data.records import read_records
 from pmi_reward.policy.samples import merge_records, write_records
-
-
-def read_records(path: Path) -> list[dict]:
-    """A ``samples.jsonl`` as its records, one per context."""
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> None:

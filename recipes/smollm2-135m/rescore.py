@@ -14,11 +14,11 @@ python recipes/smollm2-135m/rescore.py recipes/smollm2-135m/samples.jsonl --cont
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.scoring.scorer import PMIScorer
 
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contexts", type=int, default=40, help="the first contexts whose base replies are scored")
     parser.add_argument("--policy", default="base", help="whose replies are scored again")
     args = parser.parse_args(argv)
-    with args.samples.open() as f:
-        records = [json.loads(line) for line in f if line.strip()][: args.contexts]
+    records = read_records(args.samples)[: args.contexts]
     replies = [(r["context"], x) for r in records for x in r[args.policy]]
     rows = []
     for spec in args.judges:
