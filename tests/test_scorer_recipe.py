@@ -165,3 +165,36 @@ def test_the_report_keeps_rows_that_read_the_human_set_another_way_apart():
     seeds = report.per_seed_table(runs, ["head"]).splitlines()[2:]
     assert [line.split("|")[-2].strip() for line in seeds] == ["0.200", "0.200", "0.300", "0.300"]
     assert all("0.900" in line for line in seeds)  # the validation figure the choice read, beside both
+
+
+def test_a_prompt_mode_scorer_scores_its_prompts_on_negatives_mined_by_plain_embeddings(tiny_encoder):
+    """A prompt-mode row scores (context, reply) prompts with its own scorer, as ``PMIScorer.score`` does, while
+    the features it hands out for mining are the pretrained encoder's pair embeddings (every row's negatives)."""
+    import torch
+
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.scoring.scorer import PMIScorer
+    from pmi_reward.scoring.templates import TEMPLATES
+
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, input_mode="prompt"))
+    scorer = PMIScorer(tiny_encoder, TEMPLATES["en"], head)
+    row = RUN.PromptScoring(tiny_encoder, scorer)
+    contexts = ["hello there\nhow are you doing", "what do you do for a living"]
+    replies = ["fine thanks", "I teach maths", "ok"]
+    pairs = PairSet.from_pairs([c for c in contexts for _ in replies], replies * len(contexts))
+    features = row.features(pairs)
+    assert features.input_mode == "pair"
+    got = row(features, pairs.ctx.reshape(2, 3), pairs.resp.reshape(2, 3))
+    want = scorer.score(pairs.context_texts, pairs.response_texts).reshape(2, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.ptp(got) > 1e-4
+
+
+def test_select_pairs_is_a_fixed_draw_of_validation_pairs():
+    """``select_pairs`` chooses the training round on the same seeded subset of validation pairs for every seed and
+    run; 0 keeps them all."""
+    val = PairSet.from_pairs([f"c{i}" for i in range(50)], [f"r{i}" for i in range(50)])
+    a, b = RUN.subsample(val, 20, RUN.EVAL_SEED), RUN.subsample(val, 20, RUN.EVAL_SEED)
+    assert len(a) == 20 and a.context_texts == b.context_texts
+    assert RUN.subsample(val, 0, RUN.EVAL_SEED) is val

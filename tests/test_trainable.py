@@ -313,3 +313,57 @@ def test_fit_scorer_checks_encoder_layers_before_the_warm_up(topic_dialogues, ti
         with pytest.raises(ValueError, match=message):
             fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(hidden=[8]), progress=False)
         assert enc.stats.texts == 0
+
+
+def test_prompt_mode_fine_tuning_trains_a_cross_encoder(topic_dialogues, tiny_encoder_factory, tmp_path):
+    """In prompt mode the encoder reads context and reply together and learns under the head's loss: the training
+    loss falls, validation AUC rises above the untrained prompt head's, and the saved scorer loads to identical
+    scores."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
+    enc = tiny_encoder_factory("bert", "mean")
+    config = TrainConfig(
+        batch_size=16,
+        encoder_batch_size=16,
+        epochs=10,
+        patience=10,
+        lr=3e-3,
+        encoder_lr=1e-3,
+        train_encoder="full",
+        warmup_rounds=1,
+        steps_per_round=6,
+        bf16=False,
+    )
+    head = HeadConfig(input_mode="prompt")
+    scorer, result = fit_scorer(train, val, enc, TEMPLATES["en"], config, head, NegativeSpec(2, 0, 1), progress=False)
+    losses = [h["loss"] for h in result.history[1:]]
+    aucs = [h["val_auc"] for h in result.history]
+    assert losses[-1] < losses[0] and max(aucs) > aucs[0] + 0.05
+    assert scorer.input_mode == "prompt" and scorer.encoder.spec.revision
+    contexts, replies = val.context_texts[:6], val.response_texts[:6]
+    before = scorer.score(contexts, replies)
+    scorer.save_pretrained(tmp_path / "s")
+    np.testing.assert_allclose(PMIScorer.from_pretrained(tmp_path / "s").score(contexts, replies), before, atol=1e-5)
+
+
+def test_prompt_features_embed_each_distinct_pair_prompt_once(topic_dialogues, tiny_encoder_factory):
+    """A prompt-mode batch embeds each distinct (context, reply) once, with gradients, as the frozen encoder's
+    ``encode_pairs`` would; line features and in-batch negatives, which need embeddings made apart, are refused."""
+    pairs = PairSet.from_dialogues(topic_dialogues[:10])
+    enc = tiny_encoder_factory("bert", "mean")
+    features = TrainableFeatures(enc, TEMPLATES["en"], pairs, input_mode="prompt")
+    ctx, resp = np.array([[0, 0], [1, 0]]), np.array([[0, 1], [1, 1]])
+    enc.model.requires_grad_(True)
+    u, v = features(ctx, resp)
+    assert v is None and u.shape == (2, 2, enc.dim) and u.requires_grad
+    frozen = enc.encode_pairs(
+        [pairs.contexts[c] for c in ctx.ravel()],
+        [pairs.responses[r] for r in resp.ravel()],
+        TEMPLATES["en"].pair_template,
+    )
+    np.testing.assert_allclose(u.detach().reshape(4, -1).numpy(), frozen, atol=1e-5)
+    with pytest.raises(ValueError, match="line features"):
+        TrainableFeatures(enc, TEMPLATES["en"], pairs, line_turns=2, input_mode="prompt")
+    with pytest.raises(ValueError, match="in_batch_negatives"):
+        fit_scorer(
+            pairs, pairs, enc, TEMPLATES["en"], TrainConfig(in_batch_negatives=True), HeadConfig(input_mode="prompt")
+        )

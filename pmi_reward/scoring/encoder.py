@@ -230,15 +230,7 @@ class TextEncoder:
     def embed_with_grad(self, texts: Sequence[str], template: str = "{text}", keep: str = "start") -> torch.Tensor:
         """(n, dim) float32 embeddings as ``encode`` makes them, but as a tensor that carries gradients back
         into the model and bypasses the cache: for fine-tuning the encoder (e.g. LoRA) under a head's loss."""
-        ids = self._written_ids(list(texts), template, keep)
-        order = np.argsort([len(x) for x in ids], kind="stable")
-        parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
-        for s in range(0, len(order), self.spec.encode_batch_size):
-            batch = self._pad([ids[i] for i in order[s : s + self.spec.encode_batch_size]])
-            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}, runtime=False))
-        if not parts:
-            return torch.zeros(0, self.dim)
-        return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
+        return self._embed_ids_with_grad(self._written_ids(list(texts), template, keep))
 
     def encode_pairs(
         self, contexts: Sequence[str], responses: Sequence[str], template: str, progress: bool | str = False
@@ -249,19 +241,40 @@ class TextEncoder:
         keys = [cache_key(self._fingerprint, "pair", template, c, r) for c, r in zip(contexts, responses, strict=True)]
 
         def make(idx: list[int]) -> list[list[int]]:
-            budget = self._budget(fill(template, context="", response=""))
-            cs, rs = [contexts[i] for i in idx], [responses[i] for i in idx]
-            lc, lr = np.array(self._lengths(cs)), np.array(self._lengths(rs))
-            fits = lc + lr <= budget
-            r_keep = np.where(fits, lr, np.minimum(lr, np.maximum(budget - lc, budget // 2)))
-            c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
-            cs = self._cut(cs, c_keep.tolist(), keep_end=True)
-            rs = self._cut(rs, r_keep.tolist(), keep_end=False)
-            return self._tokenized([fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)])
+            return self._pair_ids([contexts[i] for i in idx], [responses[i] for i in idx], template)
 
         return self._cached(keys, make, progress)
 
+    def embed_pairs_with_grad(self, contexts: Sequence[str], responses: Sequence[str], template: str) -> torch.Tensor:
+        """(n, dim) pair-prompt embeddings as ``encode_pairs`` makes them, as a tensor that carries gradients back
+        into the model and bypasses the cache: for fine-tuning the encoder as a cross-encoder (prompt input)."""
+        if len(contexts) != len(responses):
+            raise ValueError("contexts and responses must have the same length")
+        return self._embed_ids_with_grad(self._pair_ids(list(contexts), list(responses), template))
+
     # -- internals --------------------------------------------------------------------------------
+    def _pair_ids(self, contexts: list[str], responses: list[str], template: str) -> list[list[int]]:
+        """Token ids of filled pair prompts: the context cut from its start and the reply from its end so that both
+        fit the budget (the reply keeps at least half of it)."""
+        budget = self._budget(fill(template, context="", response=""))
+        lc, lr = np.array(self._lengths(contexts)), np.array(self._lengths(responses))
+        fits = lc + lr <= budget
+        r_keep = np.where(fits, lr, np.minimum(lr, np.maximum(budget - lc, budget // 2)))
+        c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
+        cs = self._cut(contexts, c_keep.tolist(), keep_end=True)
+        rs = self._cut(responses, r_keep.tolist(), keep_end=False)
+        return self._tokenized([fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)])
+
+    def _embed_ids_with_grad(self, ids: list[list[int]]) -> torch.Tensor:
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
+        for s in range(0, len(order), self.spec.encode_batch_size):
+            batch = self._pad([ids[i] for i in order[s : s + self.spec.encode_batch_size]])
+            parts.append(self._forward({k: v.to(self.device) for k, v in batch.items()}, runtime=False))
+        if not parts:
+            return torch.zeros(0, self.dim)
+        return torch.cat(parts)[torch.as_tensor(np.argsort(order, kind="stable"), device=parts[0].device)]
+
     @staticmethod
     def _slot(template: str) -> str:
         slot = next((s for s in ("{context}", "{response}", "{text}") if s in template), None)

@@ -58,9 +58,12 @@ def fit_scorer(
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
     head_config = (head or HeadConfig()).with_dim(encoder.dim)
+    if config.in_batch_negatives and head_config.input_mode != "pair":
+        raise ValueError(
+            "in_batch_negatives pairs embeddings made apart (input_mode pair); in prompt mode every "
+            "negative is its own encoder pass: ask for k_random instead"
+        )
     if config.train_encoder != "none":  # checked before anything is embedded or the warm-up trains
-        if head_config.input_mode != "pair":
-            raise ValueError("train_encoder fine-tunes pair-mode encoders (input_mode pair)")
         check_top_layers(encoder.model, config.train_encoder, config.encoder_layers)
     train_features: Any = PairFeatures(
         encoder, template, train, head_config.input_mode, progress, head_config.line_turns
@@ -86,7 +89,10 @@ def fit_scorer(
         )
         bf16 = native_bf16(encoder.device) if config.bf16 is None else config.bf16
         train_features, val_features = (
-            TrainableFeatures(encoder, template, pairs, head_config.line_turns, bf16=bf16) for pairs in (train, val)
+            TrainableFeatures(
+                encoder, template, pairs, head_config.line_turns, bf16=bf16, input_mode=head_config.input_mode
+            )
+            for pairs in (train, val)
         )
     result = train_head(
         head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed

@@ -1,9 +1,10 @@
 """Encoder fine-tuning under the head's loss: the whole encoder (``full``) or LoRA adapters (``lora``), trained by
 the same loop as the head.
 
-``TrainableFeatures`` serves pair-mode head inputs (line features included) from an encoder with trainable
-parameters: each batch embeds its distinct contexts, replies and context lines with gradients, so the one training
-loop (``train_head``) updates encoder and head together under any objective of the registry. ``finish_tuning``
+``TrainableFeatures`` serves head inputs from an encoder with trainable parameters: in pair mode each batch embeds its
+distinct contexts, replies and context lines with gradients; in prompt mode its distinct (context, reply) prompts, so
+that the encoder learns to read the two together (a cross-encoder). The one training loop (``train_head``) updates
+encoder and head together under any objective of the registry. ``finish_tuning``
 then folds LoRA adapters into the weights, freezes the encoder and gives its spec a ``revision`` (a digest of the
 weights), so that its embeddings never share cache entries with the pretrained encoder's and a saved scorer
 carries its own encoder (``PMIScorer.save_pretrained`` writes it under ``encoder/``).
@@ -149,12 +150,14 @@ def make_trainable(
 
 
 class TrainableFeatures:
-    """Pair-mode features from a trainable encoder: ``module`` holds the trainable parameters.
+    """Head inputs from a trainable encoder: ``module`` holds the trainable parameters.
 
-    Under ``torch.no_grad`` (validation, scoring) embeddings are computed in chunks without gradients. ``bf16`` runs
-    the encoder under bfloat16 autocast (mixed precision: float32 weights, optimizer and embeddings out). The
-    features come back on the CPU, as the frozen encoder's cached ones do: the encoder runs on its device (a GPU),
-    the small head and the loop's tensors stay on the CPU, and gradients flow back across the copy.
+    ``input_mode`` pair: context and reply embedded apart (line features with ``line_turns``); prompt: one embedding
+    of each filled pair prompt, every negative one more encoder pass. Under ``torch.no_grad`` (validation, scoring)
+    embeddings are computed in chunks without gradients. ``bf16`` runs the encoder under bfloat16 autocast (mixed
+    precision: float32 weights, optimizer and embeddings out). The features come back on the CPU, as the frozen
+    encoder's cached ones do: the encoder runs on its device (a GPU), the small head and the loop's tensors stay on
+    the CPU, and gradients flow back across the copy.
     """
 
     def __init__(
@@ -165,9 +168,14 @@ class TrainableFeatures:
         line_turns: int = 0,
         chunk: int = 256,
         bf16: bool = False,
+        input_mode: str = "pair",
     ) -> None:
+        if input_mode not in ("pair", "prompt"):
+            raise ValueError(f"input_mode must be pair or prompt, got {input_mode!r}")
+        if input_mode == "prompt" and line_turns:
+            raise ValueError("line features are pair-mode inputs; a prompt reads its context's lines itself")
         self.encoder, self.template, self.pairs, self.chunk, self.bf16 = encoder, template, pairs, chunk, bf16
-        self.input_mode, self.line_turns = "pair", line_turns
+        self.input_mode, self.line_turns = input_mode, line_turns
         self.line_idx = PairFeatures.line_table(pairs, line_turns)
 
     def identity(self) -> dict:
@@ -181,18 +189,31 @@ class TrainableFeatures:
     def prepare(self, ctx: np.ndarray, resp: np.ndarray) -> None:
         return None
 
-    def _embed(self, texts: list[str], template: str, keep: str) -> torch.Tensor:
+    def _chunked(self, n: int, embed) -> torch.Tensor:
+        """``embed(start, stop)`` over all ``n`` rows: at once with gradients, in chunks without."""
         with torch.autocast(self.encoder.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if torch.is_grad_enabled():
-                return self.encoder.embed_with_grad(texts, template, keep)
-            parts = [
-                self.encoder.embed_with_grad(texts[s : s + self.chunk], template, keep)
-                for s in range(0, len(texts), self.chunk)
-            ]
+                return embed(0, n)
+            parts = [embed(s, min(s + self.chunk, n)) for s in range(0, n, self.chunk)]
         return torch.cat(parts) if parts else torch.zeros(0, self.encoder.dim)
 
-    def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def _embed(self, texts: list[str], template: str, keep: str) -> torch.Tensor:
+        return self._chunked(len(texts), lambda a, b: self.encoder.embed_with_grad(texts[a:b], template, keep))
+
+    def _prompts(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, None]:
+        keys = ctx.astype(np.int64) * len(self.pairs.responses) + resp.astype(np.int64)
+        uk, ik = np.unique(keys, return_inverse=True)
+        cs = [self.pairs.contexts[k] for k in (uk // len(self.pairs.responses)).tolist()]
+        rs = [self.pairs.responses[k] for k in (uk % len(self.pairs.responses)).tolist()]
+        table = self._chunked(
+            len(uk), lambda a, b: self.encoder.embed_pairs_with_grad(cs[a:b], rs[a:b], self.template.pair_template)
+        )
+        return table[torch.as_tensor(ik.reshape(ctx.shape), device=table.device)].cpu(), None
+
+    def __call__(self, ctx: np.ndarray, resp: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         ctx, resp = np.asarray(ctx), np.asarray(resp)
+        if self.input_mode == "prompt":
+            return self._prompts(ctx, resp)
         lines = self.line_idx[ctx] if self.line_turns else np.zeros((*ctx.shape, 0), dtype=np.int64)
         uc, ic = np.unique(ctx, return_inverse=True)
         # replies and context lines are both embedded as replies: one call for all distinct ones

@@ -62,6 +62,13 @@ class ScorerRecipeArguments:
     train_data: list[str] = field(default_factory=lambda: ["study"], metadata={"help": "study and/or chitchat"})
     chitchat_range: list[int] = field(default_factory=lambda: [0, 2000], metadata={"help": "dialogues [a, b)"})
     max_pairs_per_dialogue: int = 8
+    select_pairs: int = field(
+        default=0,
+        metadata={
+            "help": "choose the training round on this many validation pairs drawn at random (0: all); the val stage "
+            "still scores every pair. For prompt-mode runs, where each validation round is 5 encoder passes a pair"
+        },
+    )
     context_turns: int = field(default=3, metadata={"help": "contexts keep their last N turns (the reward's cut)"})
     human_context_turns: int | None = field(
         default=None,
@@ -177,6 +184,7 @@ def train_or_reuse(
                 "head": asdict(head),
                 "negatives": asdict(negatives),
                 "training": asdict(config),
+                **({"select_pairs": args.select_pairs} if args.select_pairs else {}),
             }
         )
     )
@@ -218,6 +226,19 @@ class Scoring:
         u, v = features(ctx, resp)
         with torch.no_grad():
             return torch.nn.functional.cosine_similarity(u, v, dim=-1).numpy()
+
+
+class PromptScoring(Scoring):
+    """A prompt-mode scorer (one encoder pass per context and reply together: a cross-encoder when fine-tuned);
+    features stay the pretrained encoder's pair embeddings, so that the mined negatives are every other row's."""
+
+    def __init__(self, encoder: TextEncoder, scorer: PMIScorer) -> None:
+        super().__init__(encoder)
+        self.scorer = scorer
+
+    def __call__(self, features: PairFeatures, ctx: np.ndarray, resp: np.ndarray) -> np.ndarray:
+        prompts = PairFeatures(self.scorer.encoder, self.scorer.template, features.pairs, "prompt", False)
+        return score_index_pairs(self.scorer.head, prompts, ctx, resp)
 
 
 class LMScoring(Scoring):
@@ -422,9 +443,11 @@ def main(argv: list[str] | None = None) -> int:
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
                 # fine-tuning changes the encoder it is given: every seed starts from a fresh pretrained one
                 base = encoder if tc.train_encoder == "none" else TextEncoder(EncoderSpec(args.model), cache=cache)
-                scorer, fields = train_or_reuse(args, train, val, base, tc, head, negatives)
+                select = subsample(val, args.select_pairs, EVAL_SEED)
+                scorer, fields = train_or_reuse(args, train, select, base, tc, head, negatives)
                 row |= fields
-                trained = Scoring(scorer.encoder, scorer.head)
+                prompt = scorer.input_mode == "prompt"
+                trained = PromptScoring(encoder, scorer) if prompt else Scoring(scorer.encoder, scorer.head)
             else:
                 trained = None
             scoring = row_scoring(encoder, trained, lm, args)
