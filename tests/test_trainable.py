@@ -367,3 +367,45 @@ def test_prompt_features_embed_each_distinct_pair_prompt_once(topic_dialogues, t
         fit_scorer(
             pairs, pairs, enc, TEMPLATES["en"], TrainConfig(in_batch_negatives=True), HeadConfig(input_mode="prompt")
         )
+
+
+def test_fit_scorer_continues_a_saved_scorer_and_refuses_a_head_of_another_shape(
+    topic_dialogues, tiny_encoder_factory, tmp_path
+):
+    """A saved scorer's encoder and head train further: its head is validated as round 0 and kept unless a round
+    beats it; a head of another shape is refused before anything trains."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
+    config = TrainConfig(
+        batch_size=16,
+        encoder_batch_size=16,
+        epochs=3,
+        patience=3,
+        lr=3e-3,
+        encoder_lr=1e-3,
+        train_encoder="full",
+        steps_per_round=6,
+        bf16=False,
+    )
+    head, negatives = HeadConfig(input_mode="prompt"), NegativeSpec(2, 0, 1)
+    first, done = fit_scorer(
+        train, val, tiny_encoder_factory("bert", "mean"), TEMPLATES["en"], config, head, negatives, progress=False
+    )
+    first.save_pretrained(tmp_path / "first")
+    saved = PMIScorer.from_pretrained(tmp_path / "first")
+    _, result = fit_scorer(
+        train, val, saved.encoder, TEMPLATES["en"], config, head, negatives, progress=False, start_head=saved.head
+    )
+    assert result.history[0]["epoch"] == 0 and len(result.history) == 4
+    assert result.history[0]["val_auc"] == pytest.approx(done.best_val_auc, abs=1e-6)  # where the first one ended
+    with pytest.raises(ValueError, match="start_head"):
+        fit_scorer(
+            train,
+            val,
+            saved.encoder,
+            TEMPLATES["en"],
+            config,
+            HeadConfig(input_mode="prompt", hidden=[8]),
+            negatives,
+            progress=False,
+            start_head=saved.head,
+        )

@@ -15,7 +15,7 @@ from ..data.pairs import PairSet
 from ..data.records import DataError
 from ..scoring.encoder import TextEncoder
 from ..scoring.features import PairFeatures
-from ..scoring.head import HeadConfig
+from ..scoring.head import HeadConfig, PMIHead
 from ..scoring.models import native_bf16
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
@@ -48,12 +48,15 @@ def fit_scorer(
     progress: bool = True,
     train_negatives: np.ndarray | None = None,
     val_negatives: np.ndarray | None = None,
+    start_head: PMIHead | None = None,
 ) -> tuple[PMIScorer, TrainResult]:
     """Train a head of shape ``head`` on ``train`` (model selection on ``val``) and wrap it with the encoder.
 
     The scorer reads contexts as the training pairs were cut (``train.context_turns``). ``negatives`` is the
     mix drawn every round; fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per
     pair) replace the draws; see ``train_head``. ``metadata`` is provenance, saved beside the scorer.
+    ``start_head``: a trained head of this shape to continue from (``encoder`` the one it was trained on), validated as
+    round 0, so that training can only replace it with a better round.
     """
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
@@ -73,13 +76,16 @@ def fit_scorer(
         mine_negatives(train, negatives, train_features)
         mine_negatives(val, negatives, val_features)
     fixed: dict[str, Any] = {"train_negatives": train_negatives, "val_negatives": val_negatives, "negatives": negatives}
-    start_head = None
+    if start_head is not None and start_head.config != head_config:
+        raise ValueError(f"start_head is a {start_head.config} head, this training asks for {head_config}")
     if config.train_encoder != "none":
         if config.warmup_rounds:  # the head alone first, on the frozen encoder's cached embeddings: cheap
             warm = replace(
                 config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
             )
-            start_head = train_head(head_config, train_features, train, val_features, val, warm, progress, **fixed).head
+            start_head = train_head(
+                head_config, train_features, train, val_features, val, warm, progress, head=start_head, **fixed
+            ).head
         make_trainable(
             encoder,
             config.train_encoder,

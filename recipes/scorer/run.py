@@ -89,6 +89,13 @@ class ScorerRecipeArguments:
         default=0.0,
         metadata={"help": "--method head: add w x the encoder's cosine of context and reply (nats per unit of cosine)"},
     )
+    init_scorer: str | None = field(
+        default=None,
+        metadata={
+            "help": "continue training from this saved scorer: its encoder (fine-tuned further under --train_encoder) "
+            "and its head, validated as round 0"
+        },
+    )
     seeds: int = 3
     first_seed: int = field(default=0, metadata={"help": "seeds first_seed .. first_seed + seeds - 1"})
     progress: bool = field(default=False, metadata={"help": "progress bars of training (long fine-tuning runs)"})
@@ -185,6 +192,7 @@ def train_or_reuse(
                 "negatives": asdict(negatives),
                 "training": asdict(config),
                 **({"select_pairs": args.select_pairs} if args.select_pairs else {}),
+                **({"init_scorer": args.init_scorer} if args.init_scorer else {}),
             }
         )
     )
@@ -194,8 +202,21 @@ def train_or_reuse(
         if same_settings(meta.get("recipe"), settings):  # a fine-tuned scorer carries its own encoder
             shared = encoder if config.train_encoder == "none" else None
             return PMIScorer.from_pretrained(where, encoder=shared), meta["recipe_row"]
+    start = None
+    if args.init_scorer:  # its encoder and head, trained further
+        init = PMIScorer.from_pretrained(args.init_scorer)
+        encoder, start = init.encoder, init.head
     scorer, result = fit_scorer(
-        train, val, encoder, TEMPLATES["en"], config, head, negatives, {"recipe": settings}, progress=args.progress
+        train,
+        val,
+        encoder,
+        TEMPLATES["en"],
+        config,
+        head,
+        negatives,
+        {"recipe": settings},
+        progress=args.progress,
+        start_head=start,
     )
     row: dict = {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
     if config.train_encoder != "none":  # round 0 is the warmed-up head on the pretrained encoder
