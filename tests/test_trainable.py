@@ -315,24 +315,19 @@ def test_fit_scorer_checks_encoder_layers_before_the_warm_up(topic_dialogues, ti
         assert enc.stats.texts == 0
 
 
+# a cross-encoder's fine-tuning on the tiny encoder: full, float32, 6 batches of 16 positives a round
+PROMPT_TUNING = dict(
+    batch_size=16, encoder_batch_size=16, lr=3e-3, encoder_lr=1e-3, train_encoder="full", steps_per_round=6, bf16=False
+)
+
+
 def test_prompt_mode_fine_tuning_trains_a_cross_encoder(topic_dialogues, tiny_encoder_factory, tmp_path):
     """In prompt mode the encoder reads context and reply together and learns under the head's loss: the training
     loss falls, validation AUC rises above the untrained prompt head's, and the saved scorer loads to identical
     scores."""
     train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
     enc = tiny_encoder_factory("bert", "mean")
-    config = TrainConfig(
-        batch_size=16,
-        encoder_batch_size=16,
-        epochs=10,
-        patience=10,
-        lr=3e-3,
-        encoder_lr=1e-3,
-        train_encoder="full",
-        warmup_rounds=1,
-        steps_per_round=6,
-        bf16=False,
-    )
+    config = TrainConfig(**PROMPT_TUNING, epochs=10, patience=10, warmup_rounds=1)
     head = HeadConfig(input_mode="prompt")
     scorer, result = fit_scorer(train, val, enc, TEMPLATES["en"], config, head, NegativeSpec(2, 0, 1), progress=False)
     losses = [h["loss"] for h in result.history[1:]]
@@ -375,17 +370,7 @@ def test_fit_scorer_continues_a_saved_scorer_and_refuses_a_head_of_another_shape
     """A saved scorer's encoder and head train further: its head is validated as round 0 and kept unless a round
     beats it; a head of another shape is refused before anything trains."""
     train, val = PairSet.from_dialogues(topic_dialogues[:48]), PairSet.from_dialogues(topic_dialogues[60:80])
-    config = TrainConfig(
-        batch_size=16,
-        encoder_batch_size=16,
-        epochs=3,
-        patience=3,
-        lr=3e-3,
-        encoder_lr=1e-3,
-        train_encoder="full",
-        steps_per_round=6,
-        bf16=False,
-    )
+    config = TrainConfig(**PROMPT_TUNING, epochs=3, patience=3)
     head, negatives = HeadConfig(input_mode="prompt"), NegativeSpec(2, 0, 1)
     first, done = fit_scorer(
         train, val, tiny_encoder_factory("bert", "mean"), TEMPLATES["en"], config, head, negatives, progress=False
