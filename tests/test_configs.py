@@ -118,6 +118,7 @@ def _arguments(name: str):
         "recipes/scorer/lines.yaml": (scorer_recipe, []),
         "recipes/scorer/scaling.yaml": (scorer_recipe, []),
         "recipes/scorer/finetune.yaml": (scorer_recipe, []),
+        "recipes/scorer/cross.yaml": (scorer_recipe, []),
     }[name]
 
 
