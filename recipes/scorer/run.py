@@ -66,7 +66,7 @@ class ScorerRecipeArguments:
         default=0,
         metadata={
             "help": "choose the training round on this many validation pairs drawn at random (0: all); the val stage "
-            "still scores every pair. For prompt-mode runs, where each validation round is 5 encoder passes a pair"
+            "still scores every pair. For prompt-mode runs, where every validation pair costs 5 encoder passes a round"
         },
     )
     context_turns: int = field(default=3, metadata={"help": "contexts keep their last N turns (the reward's cut)"})
