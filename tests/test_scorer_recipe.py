@@ -189,12 +189,3 @@ def test_a_prompt_mode_scorer_scores_its_prompts_on_negatives_mined_by_plain_emb
     want = scorer.score(pairs.context_texts, pairs.response_texts).reshape(2, 3)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert np.ptp(got) > 1e-4
-
-
-def test_select_pairs_is_a_fixed_draw_of_validation_pairs():
-    """``select_pairs`` chooses the training round on the same seeded subset of validation pairs for every seed and
-    run; 0 keeps them all."""
-    val = PairSet.from_pairs([f"c{i}" for i in range(50)], [f"r{i}" for i in range(50)])
-    a, b = RUN.subsample(val, 20, RUN.EVAL_SEED), RUN.subsample(val, 20, RUN.EVAL_SEED)
-    assert len(a) == 20 and a.context_texts == b.context_texts
-    assert RUN.subsample(val, 0, RUN.EVAL_SEED) is val
