@@ -342,7 +342,8 @@ def test_prompt_mode_fine_tuning_trains_a_cross_encoder(topic_dialogues, tiny_en
 
 def test_prompt_features_are_the_pair_prompt_embeddings_with_gradients(topic_dialogues, tiny_encoder_factory):
     """A prompt-mode batch embeds its (context, reply) prompts with gradients, as the frozen encoder's
-    ``encode_pairs`` does (a repeated pair included); line features and in-batch negatives, which need embeddings made apart, are refused."""
+    ``encode_pairs`` does (a repeated pair included); line features and in-batch negatives, which need embeddings
+    made apart, are refused."""
     pairs = PairSet.from_dialogues(topic_dialogues[:10])
     enc = tiny_encoder_factory("bert", "mean")
     features = TrainableFeatures(enc, TEMPLATES["en"], pairs, input_mode="prompt")
