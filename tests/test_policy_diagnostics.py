@@ -229,3 +229,33 @@ def test_overlap_recipe_measures_how_far_replies_moved_from_the_base(tmp_path, m
     recipe.main()
     out = capsys.readouterr().out
     assert "| p | 2 | 0.500 | 0.500 |" in out and "human reference" not in out and "| base |" not in out
+
+
+def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_reads_bags_of_words(
+    tmp_path, monkeypatch, capsys
+):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/scrambled.py")
+    rng = np.random.default_rng(0)
+    text = "one two three four five six"
+    assert sorted(recipe.scramble(text, rng).split()) == sorted(text.split())
+    assert recipe.scramble("ok then", rng) == "ok then"
+    fluent = ["I went hiking today with my dog", "Have you ever been to the coast?"]
+    base = [{"reply": fluent[0]}, {"reply": "ok"}]
+    rows = [{"context": "c", "base": base, "human reference": [{"reply": fluent[1]}]}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    class Scorer:
+        def __init__(self, reads_order: bool):
+            self.reads_order = reads_order
+
+        def score(self, contexts, replies):
+            return [float(r in fluent) if self.reads_order else float(len(set(r.split()))) for r in replies]
+
+    monkeypatch.setattr(recipe.PMIScorer, "from_pretrained", lambda d: Scorer(d == "lm"))
+    monkeypatch.setattr("sys.argv", ["scrambled.py", str(tmp_path / "samples.jsonl"), "--scorers", "a=lm", "b=bow"])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert "| a | base | 1 | 1.00 | +1.00 | +0.00 |" in out  # "ok" has no scramble and is left out
+    assert "| b | human reference | 1 | 0.50 | +7.00 | +7.00 |" in out
