@@ -1,10 +1,11 @@
-"""Mined hard negatives: lexical look-alikes and the encoder's nearest replies, never from the same dialogue."""
+"""Mined hard negatives: lexical look-alikes and the encoder's nearest replies, never from the same dialogue; and
+scrambles of the gold reply."""
 
 import numpy as np
 import pytest
 
 from pmi_reward.data.dialogues import Dialogue
-from pmi_reward.data.mining import mine_lexical, mine_nearest
+from pmi_reward.data.mining import mine_lexical, mine_nearest, mine_scrambled, scramble
 from pmi_reward.data.negatives import KINDS, NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import PairSet
 
@@ -76,3 +77,44 @@ def test_a_corpus_smaller_than_m_never_mines_the_own_dialogue(mine):
     spec = NegativeSpec(k_random=0, k_context=0, **{f"k_{mine}": 4})
     negs = sample_negatives(pairs, spec, np.random.default_rng(0))
     assert all(dialogue_of[r] != pairs.group[i] for i, row in enumerate(negs) for r in row)
+
+
+def test_scrambles_are_the_gold_replys_words_in_another_order_drawn_for_its_own_context(pairs):
+    rng = np.random.default_rng(0)
+    assert scramble("ok then", rng) is None and scramble("no no no", rng) is None
+    text = "I love jazz, Coltrane is my favourite."
+    out = scramble(text, rng)
+    assert out != text and sorted(out.split()) == sorted(text.split())
+    n = len(pairs.responses)
+    spec = NegativeSpec(k_random=0, k_context=0, k_scrambled=1)
+    with pytest.raises(ValueError, match="mine_scrambled"):
+        sample_negatives(pairs, spec, rng)
+    mine_scrambled(pairs)
+    mine_scrambled(pairs)  # once only
+    assert len(pairs.responses) > n
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0))[:, 0]
+    for i, r in enumerate(negs):
+        gold = pairs.responses[pairs.resp[i]]
+        if len(gold.split()) >= 3:
+            assert r >= n and sorted(pairs.responses[r].split()) == sorted(gold.split())
+        else:  # "Indeed." has no scramble: a random reply of another dialogue
+            assert r != pairs.resp[i] and r < n
+
+
+def test_a_scorer_trains_and_is_evaluated_with_scrambled_negatives(topic_dialogues, tiny_encoder_factory):
+    from pmi_reward.scoring.head import HeadConfig
+    from pmi_reward.scoring.templates import TEMPLATES
+    from pmi_reward.training.fit import evaluate_auc, fit_scorer
+    from pmi_reward.training.loop import TrainConfig
+
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    spec = NegativeSpec(k_random=2, k_context=0, k_scrambled=1)
+    scorer, result = fit_scorer(
+        train, val, tiny_encoder_factory(), TEMPLATES["en"], TrainConfig(batch_size=8, epochs=2), HeadConfig(), spec,
+        progress=False,
+    )  # fmt: skip
+    assert "scrambled" in train.mined and "scrambled" in val.mined  # added before the features were built
+    assert scorer.metadata["training"]["k_scrambled"] == 1 and np.isfinite(result.best_val_auc)
+    test = PairSet.from_dialogues(topic_dialogues[72:80])
+    assert 0.0 <= evaluate_auc(scorer, test, NegativeSpec(k_random=0, k_context=0, k_scrambled=1)) <= 1.0
+    assert "scrambled" in test.mined

@@ -5,6 +5,8 @@ that reuse the context's words, the cheapest way to fool a relevance scorer. ``m
 encoder's own embeddings: the replies the encoder confuses with an answer. Each keeps, per context, the top
 ``m`` replies of OTHER dialogues (the gold reply and its dialogue's turns can never be drawn), in a (ptr, pool)
 table on ``PairSet.mined`` that ``sample_negatives`` draws ``k_lexical`` / ``k_nearest`` columns from.
+``mine_scrambled`` makes new texts instead, each gold reply's words in a random order, for ``k_scrambled``: it
+adds them to the response table, so it runs before that table is embedded.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from .pairs import PairSet
 
-__all__ = ["mine_lexical", "mine_nearest"]
+__all__ = ["mine_lexical", "mine_nearest", "mine_scrambled", "scramble"]
 
 _CHUNK = 512
 
@@ -71,3 +73,41 @@ def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m:
     v = responses[replies]
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-8)
     pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m)
+
+
+def scramble(text: str, rng: np.random.Generator) -> str | None:
+    """``text``'s words in a random order other than their own; None for a text of fewer than three words (too
+    short for its order to carry much) or one whose words are all alike."""
+    words = text.split()
+    if len(words) < 3 or len(set(words)) < 2:
+        return None
+    while True:
+        out = " ".join(words[i] for i in rng.permutation(len(words)))
+        if out != " ".join(words):
+            return out
+
+
+def mine_scrambled(pairs: PairSet, seed: int = 0) -> None:
+    """Fill ``pairs.mined["scrambled"]``: per context, a scramble of each of its gold replies (seeded, one per reply),
+    appended to ``pairs.responses``. Call it before the response table is embedded (``PairFeatures`` sizes its
+    table when built); contexts whose replies are too short to scramble have none, and their draws fall back to
+    random replies. A second call does nothing."""
+    if "scrambled" in pairs.mined:
+        return
+    rng = np.random.default_rng(seed)
+    index = {text: i for i, text in enumerate(pairs.responses)}
+    scrambled: dict[int, int] = {}
+    for r in np.unique(pairs.resp).tolist():
+        text = scramble(pairs.responses[r], rng)
+        if text is not None:
+            scrambled[r] = index.setdefault(text, len(index))
+    pairs.responses = pairs.responses + list(index)[len(pairs.responses) :]  # a new list: never one shared
+    per_context: list[dict[int, None]] = [{} for _ in pairs.contexts]
+    for c, r in zip(pairs.ctx.tolist(), pairs.resp.tolist(), strict=True):
+        if r in scrambled:
+            per_context[c][scrambled[r]] = None
+    sizes = np.array([len(p) for p in per_context], dtype=np.int64)
+    ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(sizes)
+    pool = np.array([i for p in per_context for i in p], dtype=np.int64)
+    pairs.mined["scrambled"] = (ptr, pool)

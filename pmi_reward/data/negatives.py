@@ -9,6 +9,8 @@
   topic without answering (``pmi_reward.data.mining``).
 - nearest: a reply from another dialogue whose embedding is nearest the context's (the encoder's own
   confusions).
+- scrambled: the gold reply's own words in a random order: every content word of an answer and none of its
+  language, which a scorer that reads bags of words cannot tell from the answer (word salad, a way a policy drifts).
 
 Hard negatives move the optimum from PMI to log p(c, r) / q(c, r) for the mixture q; they trade exact
 calibration for a reward that cannot be gamed by copying. A negative never equals the gold response.
@@ -53,6 +55,10 @@ class NegativeSpec:
         default=0,
         metadata={"help": "negatives per positive: replies of other dialogues nearest the context by the encoder"},
     )
+    k_scrambled: int = field(
+        default=0,
+        metadata={"help": "negatives per positive: its own reply's words scrambled (so that word salad is not paid)"},
+    )
 
     @property
     def k(self) -> int:
@@ -67,7 +73,7 @@ class NegativeSpec:
             raise ValueError(f"negative counts must be >= 0, got {self}")
 
 
-KINDS = ("random", "in_dialogue", "context", "lexical", "nearest")
+KINDS = ("random", "in_dialogue", "context", "lexical", "nearest", "scrambled")
 
 
 def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -181,6 +187,7 @@ _DRAW = {
     "context": _in_context,
     "lexical": _mined("lexical"),
     "nearest": _mined("nearest"),
+    "scrambled": _mined("scrambled"),
 }
 
 

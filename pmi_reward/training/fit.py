@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from ..data.mining import mine_lexical, mine_nearest
+from ..data.mining import mine_lexical, mine_nearest, mine_scrambled
 from ..data.negatives import NegativeSpec, sample_negatives
 from ..data.pairs import PairSet
 from ..data.records import DataError
@@ -68,6 +68,9 @@ def fit_scorer(
         )
     if config.train_encoder != "none":  # checked before anything is embedded or the warm-up trains
         check_top_layers(encoder.model, config.train_encoder, config.encoder_layers)
+    if negatives.k_scrambled:  # new reply texts: before the features size their tables
+        mine_scrambled(train)
+        mine_scrambled(val)
     train_features: Any = PairFeatures(
         encoder, template, train, head_config.input_mode, progress, head_config.line_turns
     )
@@ -124,6 +127,8 @@ def score_with_negatives(
 
     The negative columns come in ``sample_negatives`` order (``KINDS``).
     """
+    if spec is not None and spec.k_scrambled:  # new reply texts: before the features size their tables
+        mine_scrambled(pairs)
     features = PairFeatures(
         scorer.encoder, scorer.template, pairs, scorer.input_mode, progress, scorer.head.config.line_turns
     )
@@ -140,13 +145,16 @@ def score_with_negatives(
 def check_negative_draws(pairs: PairSet, spec: NegativeSpec, where: str) -> None:
     """A DataError naming ``where`` if ``pairs`` cannot give ``spec``'s negatives (e.g. every pair has the same
     reply), raised before anything is embedded or trained rather than after. One seeded draw, the mined kinds as
-    random ones: they fall back to random replies where they find none, and need embeddings to be mined."""
+    random ones: they fall back to random replies where they find none, and need embeddings (or, scrambles, new
+    texts) to be mined."""
     if not spec.k:
         return
-    mined = spec.k_lexical + spec.k_nearest
+    mined = spec.k_lexical + spec.k_nearest + spec.k_scrambled
     try:
         sample_negatives(
-            pairs, replace(spec, k_random=spec.k_random + mined, k_lexical=0, k_nearest=0), np.random.default_rng(0)
+            pairs,
+            replace(spec, k_random=spec.k_random + mined, k_lexical=0, k_nearest=0, k_scrambled=0),
+            np.random.default_rng(0),
         )
     except ValueError as err:
         raise DataError(f"{where}: {err}") from None

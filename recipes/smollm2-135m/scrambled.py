@@ -4,7 +4,8 @@ A policy that loses its fluency (tuning trial dpo-e, seed 1: "... spell divine l
 ...") was rated near the base by every judge. A reply and a scramble of its own words share every content word, so a
 scorer that reads bags of words gives both the same PMI; one that reads language puts the reply above its scramble.
 This prints, per scorer, the share of replies that score above their scramble (0.5: blind to word order) and the
-mean PMI of both, for the replies of a ``samples.jsonl`` (one evaluation's contexts, nothing sampled).
+mean PMI of both, for the replies of a ``samples.jsonl`` (one evaluation's contexts, nothing sampled). The scrambles
+are ``pmi_reward.data.mining.scramble``'s, the ``k_scrambled`` negatives' (replies of fewer than three words have none).
 
 python recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-e/samples.jsonl \
     --scorers reward=outputs/scorers/reward-minilm-s0 smollm2-en=outputs/scorers/judge-smollm2-en \
@@ -14,21 +15,21 @@ python recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-e/samples.jsonl \
 from __future__ import annotations
 
 import argparse
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from pmi_reward.data.mining import scramble
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.scoring.scorer import PMIScorer
 
 
-def scramble(text: str, rng: np.random.Generator) -> str:
-    """``text``'s words in a random order; a reply of fewer than three words comes back as it is."""
-    words = text.split()
-    if len(words) < 3:
-        return text
-    return " ".join(words[i] for i in rng.permutation(len(words)))
+def scrambled(text: str, seed: int) -> str | None:
+    """``text``'s words in another order (None for fewer than three words), the same for a reply whichever file or
+    policies it is read with: the draw is seeded by the text itself."""
+    return scramble(text, np.random.default_rng([seed, zlib.crc32(text.encode())]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,12 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the scrambles")
     args = parser.parse_args(argv)
     records = read_records(args.samples)
-    rng = np.random.default_rng(args.seed)
     for policy in args.policies:
         if not all(policy in r for r in records):
             raise SystemExit(f"{args.samples}: policy {policy!r} is missing from some rows")
     pairs = [(r["context"], x["reply"], p) for p in args.policies for r in records for x in r[p]]
-    pairs = [(c, x, s, p) for c, x, p in pairs if (s := scramble(x, rng)) != x]
+    pairs = [(c, x, s, p) for c, x, p in pairs if (s := scrambled(x, args.seed)) is not None]
     contexts = [c for c, *_ in pairs]
     rows = []
     for spec in args.scorers:
