@@ -104,7 +104,7 @@ def test_scrambles_are_the_gold_replys_words_in_another_order_drawn_for_its_own_
 def test_a_scorer_trains_and_is_evaluated_with_scrambled_negatives(topic_dialogues, tiny_encoder_factory):
     from pmi_reward.scoring.head import HeadConfig
     from pmi_reward.scoring.templates import TEMPLATES
-    from pmi_reward.training.fit import evaluate_auc, fit_scorer
+    from pmi_reward.training.fit import fit_scorer, score_with_negatives
     from pmi_reward.training.loop import TrainConfig
 
     train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
@@ -116,5 +116,8 @@ def test_a_scorer_trains_and_is_evaluated_with_scrambled_negatives(topic_dialogu
     assert "scrambled" in train.mined and "scrambled" in val.mined  # added before the features were built
     assert scorer.metadata["training"]["k_scrambled"] == 1 and np.isfinite(result.best_val_auc)
     test = PairSet.from_dialogues(topic_dialogues[72:80])
-    assert 0.0 <= evaluate_auc(scorer, test, NegativeSpec(k_random=0, k_context=0, k_scrambled=1)) <= 1.0
-    assert "scrambled" in test.mined
+    n = len(test.responses)
+    pos, neg = score_with_negatives(scorer, test, NegativeSpec(k_random=0, k_context=0, k_scrambled=1))
+    ptr, pool = test.mined["scrambled"]
+    assert len(pool) and set(pool.tolist()) <= set(range(n, len(test.responses)))  # new texts, embedded and scored
+    assert neg.shape == (len(test), 1) and np.isfinite(neg).all() and np.isfinite(pos).all()
