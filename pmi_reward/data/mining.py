@@ -11,6 +11,7 @@ adds them to the response table, so it runs before that table is embedded.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -75,12 +76,14 @@ def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m:
     pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m)
 
 
-def scramble(text: str, rng: np.random.Generator) -> str | None:
+def scramble(text: str, seed: int = 0) -> str | None:
     """``text``'s words in a random order other than their own; None for a text of fewer than three words (too
-    short for its order to carry much) or one whose words are all alike."""
+    short for its order to carry much) or one whose words are all alike. The draw is seeded by ``seed`` and the text
+    itself, so a reply gets the same scramble whichever pair set, file or policies it is read with."""
     words = text.split()
     if len(words) < 3 or len(set(words)) < 2:
         return None
+    rng = np.random.default_rng([seed, zlib.crc32(text.encode())])
     while True:
         out = " ".join(words[i] for i in rng.permutation(len(words)))
         if out != " ".join(words):
@@ -88,17 +91,16 @@ def scramble(text: str, rng: np.random.Generator) -> str | None:
 
 
 def mine_scrambled(pairs: PairSet, seed: int = 0) -> None:
-    """Fill ``pairs.mined["scrambled"]``: per context, a scramble of each of its gold replies (seeded, one per reply),
-    appended to ``pairs.responses``. Call it before the response table is embedded (``PairFeatures`` sizes its
+    """Fill ``pairs.mined["scrambled"]``: per context, ``scramble``'s scramble of each of its gold replies, appended
+    to ``pairs.responses``. Call it before the response table is embedded (``PairFeatures`` sizes its
     table when built); contexts whose replies are too short to scramble have none, and their draws fall back to
     random replies. A second call does nothing."""
     if "scrambled" in pairs.mined:
         return
-    rng = np.random.default_rng(seed)
     index = {text: i for i, text in enumerate(pairs.responses)}
     scrambled: dict[int, int] = {}
     for r in np.unique(pairs.resp).tolist():
-        text = scramble(pairs.responses[r], rng)
+        text = scramble(pairs.responses[r], seed)
         if text is not None:
             scrambled[r] = index.setdefault(text, len(index))
     pairs.responses = pairs.responses + list(index)[len(pairs.responses) :]  # a new list: never one shared

@@ -15,7 +15,6 @@ python recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-e/samples.jsonl \
 from __future__ import annotations
 
 import argparse
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +23,6 @@ from pmi_reward.data.mining import scramble
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.scoring.scorer import PMIScorer
-
-
-def scrambled(text: str, seed: int) -> str | None:
-    """``text``'s words in another order (None for fewer than three words), the same for a reply whichever file or
-    policies it is read with: the draw is seeded by the text itself."""
-    return scramble(text, np.random.default_rng([seed, zlib.crc32(text.encode())]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         if not all(policy in r for r in records):
             raise SystemExit(f"{args.samples}: policy {policy!r} is missing from some rows")
     pairs = [(r["context"], x["reply"], p) for p in args.policies for r in records for x in r[p]]
-    pairs = [(c, x, s, p) for c, x, p in pairs if (s := scrambled(x, args.seed)) is not None]
+    pairs = [(c, x, s, p) for c, x, p in pairs if (s := scramble(x, args.seed)) is not None]
     contexts = [c for c, *_ in pairs]
     rows = []
     for spec in args.scorers:
