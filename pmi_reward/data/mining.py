@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .pairs import PairSet
+from .pairs import PairSet, csr
 
 __all__ = ["mine_lexical", "mine_nearest", "mine_scrambled", "scramble"]
 
@@ -104,12 +104,8 @@ def mine_scrambled(pairs: PairSet, seed: int = 0) -> None:
         if text is not None:
             scrambled[r] = index.setdefault(text, len(index))
     pairs.responses = pairs.responses + list(index)[len(pairs.responses) :]  # a new list: never one shared
-    per_context: list[dict[int, None]] = [{} for _ in pairs.contexts]
+    per_context: list[dict[int, None]] = [{} for _ in pairs.contexts]  # ordered sets: one scramble per reply
     for c, r in zip(pairs.ctx.tolist(), pairs.resp.tolist(), strict=True):
         if r in scrambled:
             per_context[c][scrambled[r]] = None
-    sizes = np.array([len(p) for p in per_context], dtype=np.int64)
-    ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(sizes)
-    pool = np.array([i for p in per_context for i in p], dtype=np.int64)
-    pairs.mined["scrambled"] = (ptr, pool)
+    pairs.mined["scrambled"] = csr([list(p) for p in per_context])

@@ -18,7 +18,7 @@ import numpy as np
 from .dialogues import Dialogue
 from .records import DataError, read_records, require_text
 
-__all__ = ["PairSet", "load_pairs", "join_turns"]
+__all__ = ["PairSet", "csr", "load_pairs", "join_turns"]
 
 
 def join_turns(turns: Sequence[str]) -> str:
@@ -95,8 +95,8 @@ class PairSet:
                 candidates[responses(turn)] = None
         context_table = contexts.table()
         context_lines = [[responses(line.strip()) for line in c.split("\n") if line.strip()] for c in context_table]
-        ptr, pool = _csr([list(members[g]) for g in range(len(groups.index))])
-        line_ptr, lines = _csr(context_lines)
+        ptr, pool = csr([list(members[g]) for g in range(len(groups.index))])
+        line_ptr, lines = csr(context_lines)
         return cls(
             context_table,
             responses.table(),
@@ -186,7 +186,8 @@ class PairSet:
         return cls._build(items, extras, context_turns=kept.pop() if len(kept) == 1 else None)
 
 
-def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of indices as one (ptr, pool) table: ``pool[ptr[i]:ptr[i + 1]]`` is ``rows[i]``."""
     ptr = np.zeros(len(rows) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(r) for r in rows])
     return ptr, np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
