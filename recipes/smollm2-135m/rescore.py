@@ -20,6 +20,7 @@ import numpy as np
 
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
+from pmi_reward.policy.panel import parse_judge
 from pmi_reward.scoring.scorer import PMIScorer
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     replies = [(r["context"], x) for r in records for x in r[args.policy]]
     rows = []
     for spec in args.judges:
-        name, _, directory = spec.partition("=")
+        name, directory = parse_judge(spec)
         if not all(name in x["pmi"] for _, x in replies):
             raise SystemExit(f"{args.samples}: no PMI by judge {name!r} for every {args.policy} reply")
         before = np.array([x["pmi"][name] for _, x in replies])

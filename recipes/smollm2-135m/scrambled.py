@@ -22,6 +22,7 @@ import numpy as np
 from pmi_reward.data.mining import scramble
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
+from pmi_reward.policy.panel import parse_judge
 from pmi_reward.scoring.scorer import PMIScorer
 
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     contexts = [c for c, *_ in pairs]
     rows = []
     for spec in args.scorers:
-        name, _, directory = spec.partition("=")
+        name, directory = parse_judge(spec)
         scorer = PMIScorer.from_pretrained(directory)
         written = np.asarray(scorer.score(contexts, [x for _, x, _, _ in pairs]), dtype=float)
         shuffled = np.asarray(scorer.score(contexts, [s for _, _, s, _ in pairs]), dtype=float)
