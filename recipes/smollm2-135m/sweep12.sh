@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The twelfth tuning round of recipes/smollm2-135m (issue 10; 2026-11-27): trial dpo-g, the eleventh round's dpo-f
+# (iterative DPO on the policy's own samples, the scramble-aware reward, cut replies kept and penalised by 10 nats,
+# at most 8 rounds) at twice its learning rate, 4e-4, so that the policy moves further than dpo-f's 0.5-1.2 nats per
+# reply. Seeds 0-2 on the tuning prompts, then one evaluation of the three on the TUNING contexts (3400-3699) with the
+# panel of sweep2.sh and sweep6.sh (run those first), the order-aware judge (e) on the same samples, and scrambled.py.
+# Rule written before the run: RESULTS.md, "Twelfth tuning round".
+# bash recipes/smollm2-135m/sweep12.sh   (from the repository root; ~110 min of 2-core CPU)
+set -euo pipefail
+export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
+PMI=${PMI:-pmi-reward}
+PY=${PYTHON:-python}
+REWARD=outputs/scorers/reward-minilm-scr-s0
+ORDER_JUDGE=outputs/scorers/judge-mpnet-en-scr
+if [ ! -f "$REWARD/metadata.json" ]; then
+    $PMI train --config scorer/minilm --config recipes/smollm2-135m/scorers/reward-minilm.yaml --k_scrambled 1 \
+        --output_dir "$REWARD"
+fi
+if [ ! -f "$ORDER_JUDGE/metadata.json" ]; then
+    $PMI train --config scorer/minilm --config recipes/smollm2-135m/scorers/judge-mpnet-study.yaml --k_scrambled 1 \
+        --output_dir "$ORDER_JUDGE"
+fi
+for seed in 0 1 2; do
+    $PMI dpo --config recipes/smollm2-135m/tune/dpo.yaml --learning_rate 4.0e-4 --drop_truncated false \
+        --truncation_penalty -10 --rounds 8 --sample_from policy --scorer "$REWARD" --seed "$seed" \
+        --output_dir "outputs/policies/tune/dpo-g-s$seed"
+done
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
+    --tuned outputs/policies/tune/dpo-g-s0 outputs/policies/tune/dpo-g-s1 outputs/policies/tune/dpo-g-s2 \
+    --output_dir outputs/eval/tune/dpo-g
+$PY recipes/smollm2-135m/seeds.py outputs/eval/tune/dpo-g
+$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
+    --from_samples outputs/eval/tune/dpo-g/samples.jsonl --judges mpnet-en=outputs/scorers/judge-mpnet-en \
+    mpnet-en-scr="$ORDER_JUDGE" --kl false --log_file "" --output_dir outputs/eval/tune/dpo-g-rejudge-scr
+$PY recipes/smollm2-135m/seeds.py outputs/eval/tune/dpo-g-rejudge-scr
+$PY recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-g/samples.jsonl \
+    --policies base dpo-g-s0 dpo-g-s1 dpo-g-s2 "human reference" \
+    --scorers reward=outputs/scorers/reward-minilm-s0 reward-scrambled="$REWARD" \
+    smollm2-en=outputs/scorers/judge-smollm2-en minilm-en=outputs/scorers/judge-minilm-en \
+    mpnet-en=outputs/scorers/judge-mpnet-en mpnet-en-scr="$ORDER_JUDGE"
