@@ -255,3 +255,26 @@ def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_rea
     out = capsys.readouterr().out
     assert "| a | base | 1 | 1.00 | +1.00 | +0.00 |" in out  # "ok" has no scramble and is left out
     assert "| b | human reference | 1 | 0.50 | +7.00 | +7.00 |" in out
+
+
+def test_fluency_recipe_puts_word_salad_and_invented_words_above_fluent_replies_under_the_real_base_model(
+    tmp_path, monkeypatch, capsys
+):
+    from conftest import load_recipe
+
+    from pmi_reward.policy.loading import load_policy
+
+    recipe = load_recipe("recipes/smollm2-135m/fluency.py")
+    model, tok = load_policy()
+    context = "What did you do this weekend?"
+    fluent = "I went hiking with my dog and we had a great time."
+    salad = "dog time hiking great went I a and my had with we."
+    invented = "Especially pyrofloakes haha. They're a lifeskiaerwalk!! balances haha."
+    nll = recipe.reply_nll(model, tok, [context] * 4, [fluent, salad, invented, ""])
+    assert nll[0] < nll[1] and nll[0] < nll[2] and np.isnan(nll[3])  # an empty reply has no tokens: NaN, not 0
+    row = {"context": context, "base": [{"reply": fluent}], "p": [{"reply": invented}]}
+    (tmp_path / "samples.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setattr(recipe, "load_policy", lambda name: (model, tok))
+    recipe.main([str(tmp_path / "samples.jsonl"), "--policies", "base", "p"])
+    out = capsys.readouterr().out
+    assert "| base | 1 |" in out and "0.0% |" in out and "| p | 1 |" in out and "100.0% |" in out
