@@ -15,15 +15,7 @@ if [ ! -f "$REWARD/metadata.json" ]; then
     $PMI train --config scorer/minilm --config recipes/smollm2-135m/scorers/reward-minilm.yaml --k_scrambled 1 \
         --output_dir "$REWARD"
 fi
-for seed in 0 1 2; do
-    $PMI dpo --config recipes/smollm2-135m/tune/dpo.yaml --learning_rate 2.0e-4 --drop_truncated false \
-        --truncation_penalty -10 --rounds 8 --sample_from policy --scorer "$REWARD" --seed "$seed" \
-        --output_dir "outputs/policies/tune/dpo-f-s$seed"
-done
-$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
-    --tuned outputs/policies/tune/dpo-f-s0 outputs/policies/tune/dpo-f-s1 outputs/policies/tune/dpo-f-s2 \
-    --output_dir outputs/eval/tune/dpo-f
-${PYTHON:-python} recipes/smollm2-135m/seeds.py outputs/eval/tune/dpo-f
+bash recipes/smollm2-135m/dpo_seeds.sh dpo-f 2.0e-4 "$REWARD"
 ${PYTHON:-python} recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-f/samples.jsonl \
     --policies base dpo-f-s0 dpo-f-s1 dpo-f-s2 "human reference" \
     --scorers reward=outputs/scorers/reward-minilm-s0 reward-scrambled="$REWARD" \

@@ -12,23 +12,12 @@ PMI=${PMI:-pmi-reward}
 PY=${PYTHON:-python}
 REWARD=outputs/scorers/reward-minilm-scr-s0
 ORDER_JUDGE=outputs/scorers/judge-mpnet-en-scr
-if [ ! -f "$REWARD/metadata.json" ]; then
-    $PMI train --config scorer/minilm --config recipes/smollm2-135m/scorers/reward-minilm.yaml --k_scrambled 1 \
-        --output_dir "$REWARD"
-fi
-if [ ! -f "$ORDER_JUDGE/metadata.json" ]; then
-    $PMI train --config scorer/minilm --config recipes/smollm2-135m/scorers/judge-mpnet-study.yaml --k_scrambled 1 \
-        --output_dir "$ORDER_JUDGE"
-fi
-for seed in 0 1 2; do
-    $PMI dpo --config recipes/smollm2-135m/tune/dpo.yaml --learning_rate 4.0e-4 --drop_truncated false \
-        --truncation_penalty -10 --rounds 8 --sample_from policy --scorer "$REWARD" --seed "$seed" \
-        --output_dir "outputs/policies/tune/dpo-g-s$seed"
+# each scorer's own command plus one scrambled negative, unless already built (sweep11.sh, RESULTS.md)
+for spec in "$REWARD=reward-minilm" "$ORDER_JUDGE=judge-mpnet-study"; do
+    [ -f "${spec%%=*}/metadata.json" ] || $PMI train --config scorer/minilm \
+        --config "recipes/smollm2-135m/scorers/${spec#*=}.yaml" --k_scrambled 1 --output_dir "${spec%%=*}"
 done
-$PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
-    --tuned outputs/policies/tune/dpo-g-s0 outputs/policies/tune/dpo-g-s1 outputs/policies/tune/dpo-g-s2 \
-    --output_dir outputs/eval/tune/dpo-g
-$PY recipes/smollm2-135m/seeds.py outputs/eval/tune/dpo-g
+bash recipes/smollm2-135m/dpo_seeds.sh dpo-g 4.0e-4 "$REWARD"
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
     --from_samples outputs/eval/tune/dpo-g/samples.jsonl --judges mpnet-en=outputs/scorers/judge-mpnet-en \
     mpnet-en-scr="$ORDER_JUDGE" --kl false --log_file "" --output_dir outputs/eval/tune/dpo-g-rejudge-scr
