@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for policy in args.policies:
         v = nll[policy][~np.isnan(nll[policy])]
+        if not v.size:
+            raise SystemExit(f"{args.samples}: policy {policy!r} has no reply with a token")
         rows.append([policy, len(v), f"{v.mean():.2f}", f"{np.median(v):.2f}", f"{(v > edge).mean():.1%}"])
     above = f"above the {args.base}'s 95th percentile ({edge:.2f})"
     print(markdown_table(["replies of", "replies", "NLL/token (mean)", "median", above], rows))
