@@ -262,19 +262,19 @@ def test_fluency_recipe_puts_word_salad_and_invented_words_above_fluent_replies_
 ):
     from conftest import load_recipe
 
-    from pmi_reward.policy.loading import load_policy
+    from pmi_reward.evaluation.baselines.lm_pmi import LMPMIScorer
 
     recipe = load_recipe("recipes/smollm2-135m/fluency.py")
-    model, tok = load_policy()
+    lm = LMPMIScorer()
     context = "What did you do this weekend?"
     fluent = "I went hiking with my dog and we had a great time."
     salad = "dog time hiking great went I a and my had with we."
     invented = "Especially pyrofloakes haha. They're a lifeskiaerwalk!! balances haha."
-    nll = recipe.reply_nll(model, tok, [context] * 4, [fluent, salad, invented, ""])
-    assert nll[0] < nll[1] and nll[0] < nll[2] and np.isnan(nll[3])  # an empty reply has no tokens: NaN, not 0
+    nll = recipe.reply_nll(lm, [context] * 4, [fluent, salad, invented, ""])
+    assert nll[0] < nll[1] and nll[0] < nll[2] and np.isfinite(nll[3])  # empty: the NLL of stopping at once
     row = {"context": context, "base": [{"reply": fluent}], "p": [{"reply": invented}]}
     (tmp_path / "samples.jsonl").write_text(json.dumps(row) + "\n")
-    monkeypatch.setattr(recipe, "load_policy", lambda name: (model, tok))
+    monkeypatch.setattr(recipe, "LMPMIScorer", lambda config: lm)
     recipe.main([str(tmp_path / "samples.jsonl"), "--policies", "base", "p"])
     out = capsys.readouterr().out
     assert "| base | 1 |" in out and "0.0% |" in out and "| p | 1 |" in out and "100.0% |" in out

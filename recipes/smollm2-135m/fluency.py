@@ -4,8 +4,8 @@ Trial dpo-g (twelfth tuning round) wrote replies of invented words and another l
 haha. They're a lifeskiaerwalk!!"). Distinct-2 rises with such replies and a scramble keeps their words, so neither
 the diversity gate nor the scramble-aware scorers flag them. The base model does: a reply it would never write costs
 it many nats a token. This prints, per policy of a ``samples.jsonl`` (nothing sampled), the mean and median NLL per
-token of its replies under the base policy at temperature 1, each reply after its context given as one user message
-(not the evaluation's exact prompt: the samples file keeps the context text only), and the share of replies above
+token of its replies under the base model at temperature 1, each read after its context's turns and closed by its
+end-of-turn token, as the LM judge reads a reply (``LMPMIScorer.log_likelihoods``), and the share of replies above
 the 95th percentile of the base's own replies (the base: 5% by construction). Human replies are typed by people
 (typos, slang), so their figure is a reference, not a target.
 
@@ -21,20 +21,22 @@ from pathlib import Path
 import numpy as np
 
 from pmi_reward.data.records import read_records
+from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from pmi_reward.evaluation.report import markdown_table
-from pmi_reward.policy.divergence import reply_logprobs
-from pmi_reward.policy.loading import DEFAULT_POLICY, load_policy
+from pmi_reward.policy.loading import DEFAULT_POLICY
 
 
-def reply_nll(model, tokenizer, contexts: list[str], replies: list[str], batch_size: int = 16) -> np.ndarray:
-    """NLL per token (nats) of each reply after its context, as one user message, under ``model`` at temperature 1;
-    NaN for a reply with no tokens."""
-    ids = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in replies]
-    prompts = [[{"role": "user", "content": c}] for c in contexts]
-    total = reply_logprobs(model, tokenizer, prompts, [[i] for i in ids], 1.0, batch_size)[:, 0]
-    lengths = np.array([len(i) for i in ids], dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(lengths > 0, -total / lengths, np.nan)
+def reply_nll(lm: LMPMIScorer, contexts: list[str], replies: list[str]) -> np.ndarray:
+    """NLL per token (nats) of each reply after its context under ``lm``'s model, its end-of-turn token included
+    (so an empty reply is the NLL of stopping at once)."""
+    by_context: dict[str, list[int]] = {}
+    for i, c in enumerate(contexts):
+        by_context.setdefault(c, []).append(i)
+    out = np.zeros(len(replies))
+    for c, rows in by_context.items():
+        for i, (ll, n) in zip(rows, lm.log_likelihoods(c, [replies[i] for i in rows]), strict=True):
+            out[i] = -ll / n
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,23 +45,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", nargs="+", default=["base", "human reference"], help="whose replies")
     parser.add_argument("--base", default="base", help="the policy whose replies set the 95th percentile")
     parser.add_argument("--model", default=DEFAULT_POLICY, help="the base chat model (name or directory)")
-    parser.add_argument("--batch_size", type=int, default=16)
     args = parser.parse_args(argv)
     records = read_records(args.samples)
     for policy in {args.base, *args.policies}:
         if not all(policy in r for r in records):
             raise SystemExit(f"{args.samples}: policy {policy!r} is missing from some rows")
-    model, tokenizer = load_policy(args.model)
+    lm = LMPMIScorer(LMPMIConfig(model=args.model))
     nll = {}
     for policy in dict.fromkeys([args.base, *args.policies]):
         pairs = [(r["context"], x["reply"]) for r in records for x in r[policy]]
-        nll[policy] = reply_nll(model, tokenizer, [c for c, _ in pairs], [x for _, x in pairs], args.batch_size)
-    edge = float(np.nanpercentile(nll[args.base], 95))
+        nll[policy] = reply_nll(lm, [c for c, _ in pairs], [x for _, x in pairs])
+    edge = float(np.percentile(nll[args.base], 95))
     rows = []
     for policy in args.policies:
-        v = nll[policy][~np.isnan(nll[policy])]
-        if not v.size:
-            raise SystemExit(f"{args.samples}: policy {policy!r} has no reply with a token")
+        v = nll[policy]
         rows.append([policy, len(v), f"{v.mean():.2f}", f"{np.median(v):.2f}", f"{(v > edge).mean():.1%}"])
     above = f"above the {args.base}'s 95th percentile ({edge:.2f})"
     print(markdown_table(["replies of", "replies", "NLL/token (mean)", "median", above], rows))
