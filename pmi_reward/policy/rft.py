@@ -16,8 +16,8 @@ the best scoring strictly higher) and trains with TRL's DPOTrainer against the s
 every round: the reward's ranking, not only its pick, reaches the policy, and the KL anchor is the model the
 evaluation measures KL to.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
-and of the kept ones, how many were kept, the clipped ratio; for DPO also the rejected replies' and DPO's last
-margin and pair accuracy) and ``run_summary.json``.
+and of the kept ones, how many were kept, the clipped ratio, the share the fluency penalty hit; for DPO also the
+rejected replies' and DPO's last margin and pair accuracy) and ``run_summary.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from trl import DPOConfig, DPOTrainer, ModelConfig, SFTConfig, SFTTrainer
 
 from ..configs import parse_args
 from ..rewards.combined import CombinedReward
+from ..rewards.fluency import FluencyPenalty
 from ..rewards.options import RewardOptions
 from .prompts import build_prompts
 from .sampling import Replies, SamplingSettings, generate_replies
@@ -246,6 +247,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         model, tokenizer = policy_from(model_args, train_args.bf16, str(train_args.device))
     built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
     reward = CombinedReward(built, cfg.reward_weights)
+    fluency = next((f for f in built if isinstance(f, FluencyPenalty)), None)
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)
     base = copy.deepcopy(model).eval() if cfg.sample_from == "base" or preference else None  # training changes model
     sampler = base if cfg.sample_from == "base" else None
@@ -289,6 +291,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             "seconds": round(time.perf_counter() - t0, 1),
             "example": _kept(rows[0]) if rows else None,
         }
+        if fluency is not None:
+            row["fluency_penalised"] = fluency.penalised  # share of the round's samples above its NLL threshold
         if preference:
             row["rejected_score"] = float(np.mean([x["rejected_score"] for x in rows])) if rows else None
             row["rejected_words"] = _mean_words([x["rejected"][0]["content"] for x in rows]) if rows else None

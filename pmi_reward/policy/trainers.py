@@ -10,6 +10,7 @@ reward functions are named ``module:function`` and sit beside ``PMIReward`` (wei
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
@@ -27,6 +28,8 @@ from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
 from ..data.records import json_safe
+from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+from ..rewards.fluency import BASE_NLL_P95, FluencyPenalty
 from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
@@ -71,6 +74,20 @@ class ScriptArguments(PromptArguments):
     truncation_penalty: float | None = field(
         default=None,
         metadata={"help": "add this reward (e.g. -2) to completions cut at the token limit (a reward function last)"},
+    )
+    fluency_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "add this reward (e.g. -10) to completions the starting model finds unlikely: NLL per token above "
+            "--fluency_max_nll under a frozen copy of it (a reward function after the truncation penalty)"
+        },
+    )
+    fluency_max_nll: float = field(
+        default=BASE_NLL_P95,
+        metadata={
+            "help": "nats per token above which --fluency_penalty applies (default: the 95th percentile of "
+            "SmolLM2-135M-Instruct's own replies on the tuning contexts, recipes/smollm2-135m/fluency.py)"
+        },
     )
     cpu_budget_seconds: float | None = field(
         default=None,
@@ -142,7 +159,8 @@ def build_rewards(
     output_dir: str | None = None,
 ) -> list[Callable]:
     """``PMIReward`` first (length-neutral with ``--length_neutral``), then the extra reward functions in the order
-    given, then the truncation penalty when asked for (it needs the policy's ``model`` and ``tokenizer``)."""
+    given, then the truncation and fluency penalties when asked for (they need the policy's ``model`` and
+    ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen float32 copy of it)."""
     options = options or RewardOptions()
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
@@ -153,22 +171,35 @@ def build_rewards(
         if model is None or tokenizer is None:
             raise ValueError("--truncation_penalty needs the policy's model and tokenizer (its end-of-sequence ids)")
         rewards.append(TruncationPenalty(stop_ids(model, tokenizer), args.truncation_penalty))
+    if args.fluency_penalty is not None:
+        if model is None or tokenizer is None:
+            raise ValueError("--fluency_penalty needs the policy's starting model and tokenizer")
+        config = LMPMIConfig(model=str(getattr(model.config, "_name_or_path", "")), system_prompt=args.system_prompt)
+        frozen = copy.deepcopy(model).float().eval().requires_grad_(False)
+        lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer)
+        rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
     return rewards
 
 
+def penalties(args: ScriptArguments) -> int:
+    """How many penalty reward functions ``build_rewards`` adds after the extras (truncation, fluency)."""
+    return (args.truncation_penalty is not None) + (args.fluency_penalty is not None)
+
+
 def check_reward_weights(args: ScriptArguments, weights: list[float] | None, penalty_default: bool = False) -> None:
-    """One weight per reward function that ``build_rewards`` will build (PMI, the extras, the truncation penalty),
-    checked before the policy and the scorer load rather than by the trainer once they have. ``penalty_default``:
-    the penalty's weight may be left out (``train_with_trl`` gives it 1.0)."""
+    """One weight per reward function that ``build_rewards`` will build (PMI, the extras, the truncation and fluency
+    penalties), checked before the policy and the scorer load rather than by the trainer once they have.
+    ``penalty_default``: the penalties' weights may be left out (``train_with_trl`` gives them 1.0)."""
     if weights is None:
         return
-    penalty = args.truncation_penalty is not None
-    count = 1 + len(args.extra_reward_funcs) + penalty
-    if len(weights) == count or (penalty_default and penalty and len(weights) == count - 1):
+    count = 1 + len(args.extra_reward_funcs) + penalties(args)
+    if len(weights) == count or (penalty_default and penalties(args) and len(weights) == count - penalties(args)):
         return
+    named = [("the truncation penalty", args.truncation_penalty), ("the fluency penalty", args.fluency_penalty)]
+    extra = "".join(f", {name}" for name, value in named if value is not None)
     raise ValueError(
         f"got {len(weights)} reward_weights for {count} reward functions (PMI, {len(args.extra_reward_funcs)} "
-        f"extra{', the truncation penalty' if penalty else ''})"
+        f"extra{extra})"
     )
 
 
@@ -254,6 +285,8 @@ def run_provenance(
             "extra_reward_funcs": script_args.extra_reward_funcs,
             "length_neutral": script_args.length_neutral,
             "truncation_penalty": script_args.truncation_penalty,
+            "fluency_penalty": script_args.fluency_penalty,
+            "fluency_max_nll": script_args.fluency_max_nll if script_args.fluency_penalty is not None else None,
             "options": asdict(reward_options or RewardOptions()),
         },
         "settings": settings,
@@ -288,8 +321,9 @@ def train_with_trl(
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
     rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
     weights = training_args.reward_weights
-    if weights is not None and len(weights) == len(rewards) - 1 and script_args.truncation_penalty is not None:
-        training_args.reward_weights = [*weights, 1.0]  # the penalty added last counts as given
+    missing = penalties(script_args)
+    if weights is not None and missing and len(weights) == len(rewards) - missing:
+        training_args.reward_weights = [*weights, *[1.0] * missing]  # the penalties added last count as given
     timer = RewardTimer(rewards[0], script_args.cpu_budget_seconds)
     trainer = trainer_cls(
         model=model,

@@ -1,0 +1,77 @@
+"""The fluency penalty: a TRL reward function that penalises replies the starting chat model finds unlikely."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+from pmi_reward.rewards.combined import CombinedReward
+from pmi_reward.rewards.fluency import FluencyPenalty
+
+PROMPT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What did you do this weekend?"}]
+
+
+def _completions(*texts):
+    return [[{"role": "assistant", "content": t}] for t in texts]
+
+
+def test_the_penalty_falls_on_replies_above_the_threshold_and_keeps_the_trl_contract(tiny_policy, smol_tokenizer):
+    lm = LMPMIScorer(LMPMIConfig(model="tiny"), model=tiny_policy(), tokenizer=smol_tokenizer)
+    replies = ["I went hiking.", "zq xv pyrofloakes lifeskiaerwalk qq", ""]
+    nll = FluencyPenalty(lm).nll(["What did you do this weekend?"] * 3, replies)
+    assert np.isfinite(nll).all() and (nll > 0).all() and len(set(nll.round(6))) == 3
+    edge = float(np.sort(nll)[1])  # between the lowest and the highest: the highest alone is above it
+    penalty = FluencyPenalty(lm, max_nll=edge, penalty=-10.0)
+    out = penalty(prompts=[PROMPT] * 4, completions=_completions(*replies, None), completion_ids=[[1]] * 4)
+    assert isinstance(out, list) and len(out) == 4 and penalty.__name__ == "fluency_penalty"
+    assert out[:3] == [-10.0 if v > edge else 0.0 for v in nll] and out.count(-10.0) == 1
+    assert out[3] is None  # no reply text: unscorable, not a crash
+    assert penalty.penalised == pytest.approx(1 / 3)
+    assert (
+        CombinedReward([lambda prompts, completions, **k: [1.0] * len(completions), penalty])(
+            [[{"role": "system", "content": "x"}]] + [PROMPT], _completions("a", replies[0])
+        )[0]
+        == 1.0
+    )  # a prompt with no turn to reply to: the penalty abstains (None counts as 0 in the sum)
+    with pytest.raises(ValueError, match="max_nll"):
+        FluencyPenalty(lm, max_nll=math.nan)
+    with pytest.raises(ValueError, match="prompts"):
+        penalty(prompts=[PROMPT], completions=_completions("a", "b"))
+
+
+def test_build_rewards_adds_the_penalty_on_a_frozen_copy_of_the_starting_model(
+    monkeypatch, tiny_policy, smol_tokenizer
+):
+    """The copy does not follow the policy as it trains, and the weights count it."""
+    import torch
+
+    from pmi_reward.policy import trainers
+    from pmi_reward.policy.trainers import ScriptArguments, build_rewards, check_reward_weights
+
+    monkeypatch.setattr(trainers.PMIReward, "from_pretrained", lambda *a, **k: lambda **kw: [])
+    policy = tiny_policy()
+    args = ScriptArguments(scorer="unused", truncation_penalty=-2.0, fluency_penalty=-10.0, fluency_max_nll=3.0)
+    rewards = build_rewards(args, model=policy, tokenizer=smol_tokenizer)
+    penalty = rewards[-1]
+    assert isinstance(penalty, FluencyPenalty) and len(rewards) == 3
+    assert (penalty.max_nll, penalty.penalty) == (3.0, -10.0)
+    before = penalty.nll(["hello there"], ["hi!"])
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    assert penalty.nll(["hello there"], ["hi!"]) == pytest.approx(before)
+    check_reward_weights(args, [1.0, 1.0, 1.0])
+    check_reward_weights(args, [1.0], penalty_default=True)
+    with pytest.raises(ValueError, match="the truncation penalty, the fluency penalty"):
+        check_reward_weights(args, [1.0, 1.0])
+    with pytest.raises(ValueError, match="starting model"):
+        build_rewards(ScriptArguments(scorer="unused", fluency_penalty=-10.0))
+
+
+def test_the_real_base_model_penalises_invented_words_and_not_a_fluent_reply():
+    """At the default threshold (the base's own 95th percentile), SmolLM2-135M-Instruct as the starting model."""
+    penalty = FluencyPenalty(LMPMIScorer())
+    fluent = "I went hiking with my dog and we had a great time."
+    invented = "Especially pyrofloakes haha. They're a lifeskiaerwalk!! balances haha."
+    assert penalty(prompts=[PROMPT, PROMPT], completions=_completions(fluent, invented)) == [0.0, -10.0]
