@@ -60,10 +60,11 @@ class FluencyPenalty:
             raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
         contexts = [prompt_to_context(p) for p in prompts]
         texts = [completion_to_text(c) for c in completions]
-        rows = [i for i, (c, t) in enumerate(zip(contexts, texts, strict=True)) if c and t is not None]
+        pairs = [(i, c, t) for i, (c, t) in enumerate(zip(contexts, texts, strict=True)) if c and t is not None]
         out: list[float | None] = [None] * len(completions)
-        if rows:
-            nll = self.nll([contexts[i] for i in rows], [texts[i] for i in rows])
+        if pairs:
+            rows = [i for i, _, _ in pairs]
+            nll = self.nll([c for _, c, _ in pairs], [t for _, _, t in pairs])
             for i, v in zip(rows, nll, strict=True):
                 out[i] = self.penalty if v > self.max_nll else 0.0
             self.penalised = float(np.mean(nll > self.max_nll))
