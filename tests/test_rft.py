@@ -108,7 +108,7 @@ def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, 
         smol_tokenizer,
         [_longer],
     )
-    assert summary["trainer"] == "DPO" and summary["steps"] == 2
+    assert summary["trainer"] == "DPO" and summary["steps"] == 2 and summary["settings"]["loss_type"] == ["sigmoid"]
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert all(r["kept"] > 0 and r["kept_score"] > r["rejected_score"] and r["rejected_words"] > 0 for r in log)
     assert log[0]["dpo_margin"] == pytest.approx(0.0, abs=1e-6) and abs(log[1]["dpo_margin"]) > 1e-4

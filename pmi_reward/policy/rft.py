@@ -320,7 +320,12 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         **run_provenance(
             script_args,
             getattr(reward.rewards[0], "options", reward_options),
-            {"seed": train_args.seed, "learning_rate": train_args.learning_rate, "epochs": train_args.num_train_epochs},
+            {
+                "seed": train_args.seed,
+                "learning_rate": train_args.learning_rate,
+                "epochs": train_args.num_train_epochs,
+                "loss_type": getattr(train_args, "loss_type", None),  # DPO's losses, e.g. [sigmoid, sft]
+            },
             model,
         ),
     }

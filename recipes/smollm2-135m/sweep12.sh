@@ -6,17 +6,7 @@
 # panel of sweep2.sh and sweep6.sh (run those first), the order-aware judge (e) on the same samples, and scrambled.py.
 # Rule written before the run: RESULTS.md, "Twelfth tuning round".
 # bash recipes/smollm2-135m/sweep12.sh   (from the repository root; ~110 min of 2-core CPU)
-set -euo pipefail
-export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
-PMI=${PMI:-pmi-reward}
-PY=${PYTHON:-python}
-REWARD=outputs/scorers/reward-minilm-scr-s0
-ORDER_JUDGE=outputs/scorers/judge-mpnet-en-scr
-# each scorer's own command plus one scrambled negative, unless already built (sweep11.sh, RESULTS.md)
-for spec in "$REWARD=reward-minilm" "$ORDER_JUDGE=judge-mpnet-study"; do
-    [ -f "${spec%%=*}/metadata.json" ] || $PMI train --config scorer/minilm \
-        --config "recipes/smollm2-135m/scorers/${spec#*=}.yaml" --k_scrambled 1 --output_dir "${spec%%=*}"
-done
+source recipes/smollm2-135m/scramble_scorers.sh
 bash recipes/smollm2-135m/dpo_seeds.sh dpo-g 4.0e-4 "$REWARD"
 $PMI evaluate-policy --config recipes/smollm2-135m/tune/evaluate.yaml \
     --from_samples outputs/eval/tune/dpo-g/samples.jsonl --judges mpnet-en=outputs/scorers/judge-mpnet-en \
