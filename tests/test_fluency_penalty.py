@@ -67,6 +67,8 @@ def test_build_rewards_adds_the_penalty_on_a_frozen_copy_of_the_starting_model(
         check_reward_weights(args, [1.0, 1.0])
     with pytest.raises(ValueError, match="starting model"):
         build_rewards(ScriptArguments(scorer="unused", fluency_penalty=-10.0))
+    with pytest.raises(ValueError, match="fluency_max_nll"):
+        ScriptArguments(scorer="unused", fluency_penalty=-10.0, fluency_max_nll=0.0)
 
 
 def test_the_real_base_model_penalises_invented_words_and_not_a_fluent_reply():

@@ -98,6 +98,8 @@ class ScriptArguments(PromptArguments):
         super().__post_init__()
         if self.lora_top_layers is not None and self.lora_top_layers < 0:  # would match no layer: peft fails late
             raise ValueError(f"lora_top_layers must be >= 0 (0: every layer), got {self.lora_top_layers}")
+        if not self.fluency_max_nll > 0:  # FluencyPenalty would refuse it only after the models load
+            raise ValueError(f"fluency_max_nll must be a positive number of nats per token, got {self.fluency_max_nll}")
 
 
 def policy_from(
