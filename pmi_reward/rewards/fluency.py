@@ -21,9 +21,22 @@ import numpy as np
 from ..data.conversation import completion_to_text, prompt_to_context
 from ..evaluation.baselines.lm_pmi import LMPMIScorer
 
-__all__ = ["FluencyPenalty", "BASE_NLL_P95"]
+__all__ = ["FluencyPenalty", "BASE_NLL_P95", "reply_nll"]
 
 BASE_NLL_P95 = 2.66  # nats/token: SmolLM2-135M-Instruct's replies at T=1, tuning contexts, 95th percentile
+
+
+def reply_nll(lm: LMPMIScorer, contexts: Sequence[str], replies: Sequence[str]) -> np.ndarray:
+    """NLL per token (nats) of each reply after its context (turns, one per line) under ``lm``'s model, its
+    end-of-turn token included (so an empty reply is the NLL of stopping at once); one pass per distinct context."""
+    by_context: dict[str, list[int]] = {}
+    for i, c in enumerate(contexts):
+        by_context.setdefault(c, []).append(i)
+    out = np.zeros(len(replies))
+    for c, rows in by_context.items():
+        for i, (ll, n) in zip(rows, lm.log_likelihoods(c, [replies[i] for i in rows]), strict=True):
+            out[i] = -ll / n
+    return out
 
 
 class FluencyPenalty:
@@ -41,16 +54,8 @@ class FluencyPenalty:
         self.__name__ = name
 
     def nll(self, contexts: Sequence[str], replies: Sequence[str]) -> np.ndarray:
-        """NLL per token (nats) of each reply after its context (turns, one per line), end-of-turn included; one
-        pass per distinct context."""
-        by_context: dict[str, list[int]] = {}
-        for i, c in enumerate(contexts):
-            by_context.setdefault(c, []).append(i)
-        out = np.zeros(len(replies))
-        for c, rows in by_context.items():
-            for i, (ll, n) in zip(rows, self.lm.log_likelihoods(c, [replies[i] for i in rows]), strict=True):
-                out[i] = -ll / n
-        return out
+        """NLL per token (nats) of each reply after its context (turns, one per line): :func:`reply_nll`."""
+        return reply_nll(self.lm, contexts, replies)
 
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any

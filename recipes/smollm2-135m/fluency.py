@@ -24,19 +24,7 @@ from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.loading import DEFAULT_POLICY
-
-
-def reply_nll(lm: LMPMIScorer, contexts: list[str], replies: list[str]) -> np.ndarray:
-    """NLL per token (nats) of each reply after its context under ``lm``'s model, its end-of-turn token included
-    (so an empty reply is the NLL of stopping at once)."""
-    by_context: dict[str, list[int]] = {}
-    for i, c in enumerate(contexts):
-        by_context.setdefault(c, []).append(i)
-    out = np.zeros(len(replies))
-    for c, rows in by_context.items():
-        for i, (ll, n) in zip(rows, lm.log_likelihoods(c, [replies[i] for i in rows]), strict=True):
-            out[i] = -ll / n
-    return out
+from pmi_reward.rewards.fluency import reply_nll
 
 
 def main(argv: list[str] | None = None) -> None:
