@@ -71,6 +71,29 @@ def test_build_rewards_adds_the_penalty_on_a_frozen_copy_of_the_starting_model(
         ScriptArguments(scorer="unused", fluency_penalty=-10.0, fluency_max_nll=0.0)
 
 
+def test_the_penalty_reads_in_bfloat16_when_asked_close_to_float32(monkeypatch, tiny_policy, smol_tokenizer):
+    """``--fluency_dtype bfloat16``: a cheaper reading on CPUs with bf16 arithmetic; the policy itself is untouched."""
+    import torch
+
+    from pmi_reward.policy import trainers
+    from pmi_reward.policy.trainers import ScriptArguments, build_rewards
+
+    monkeypatch.setattr(trainers.PMIReward, "from_pretrained", lambda *a, **k: lambda **kw: [])
+    policy = tiny_policy()
+    contexts, replies = ["hello there", "what did you do?"], ["hi! how are you?", "zq xv qq pyrofloakes"]
+    nll = {}
+    for dtype in ("float32", "bfloat16"):
+        args = ScriptArguments(scorer="unused", fluency_penalty=-10.0, fluency_dtype=dtype)
+        penalty = build_rewards(args, model=policy, tokenizer=smol_tokenizer)[-1]
+        assert next(penalty.lm.model.parameters()).dtype == getattr(torch, dtype)
+        nll[dtype] = penalty.nll(contexts, replies)
+    assert next(policy.parameters()).dtype == torch.float32
+    assert np.isfinite(nll["bfloat16"]).all() and not np.array_equal(nll["bfloat16"], nll["float32"])
+    assert nll["bfloat16"] == pytest.approx(nll["float32"], abs=0.1)
+    with pytest.raises(ValueError, match="fluency_dtype"):
+        ScriptArguments(scorer="unused", fluency_penalty=-10.0, fluency_dtype="float16")
+
+
 def test_the_real_base_model_penalises_invented_words_and_not_a_fluent_reply():
     """At the default threshold (the base's own 95th percentile), SmolLM2-135M-Instruct as the starting model."""
     penalty = FluencyPenalty(LMPMIScorer())

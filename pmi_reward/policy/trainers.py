@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from peft import LoraConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
 from trl import ModelConfig, get_peft_config
@@ -89,6 +90,14 @@ class ScriptArguments(PromptArguments):
             "SmolLM2-135M-Instruct's own replies on the tuning contexts, recipes/smollm2-135m/fluency.py)"
         },
     )
+    fluency_dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "precision of the fluency penalty's frozen copy: on a CPU with AVX512-BF16, bfloat16 read 360 "
+            "replies 2.7x faster with no decision changed (recipes/smollm2-135m/fluency_dtype.py)",
+            "choices": ["float32", "bfloat16"],
+        },
+    )
     cpu_budget_seconds: float | None = field(
         default=None,
         metadata={"help": "stop training once the process has used this much CPU time (equal-cost comparisons)"},
@@ -100,6 +109,8 @@ class ScriptArguments(PromptArguments):
             raise ValueError(f"lora_top_layers must be >= 0 (0: every layer), got {self.lora_top_layers}")
         if not self.fluency_max_nll > 0:  # FluencyPenalty would refuse it only after the models load
             raise ValueError(f"fluency_max_nll must be a positive number of nats per token, got {self.fluency_max_nll}")
+        if self.fluency_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"fluency_dtype must be float32 or bfloat16, got {self.fluency_dtype!r}")
 
 
 def policy_from(
@@ -162,7 +173,8 @@ def build_rewards(
 ) -> list[Callable]:
     """``PMIReward`` first (length-neutral with ``--length_neutral``), then the extra reward functions in the order
     given, then the truncation and fluency penalties when asked for (they need the policy's ``model`` and
-    ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen float32 copy of it)."""
+    ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen copy of it, in
+    ``--fluency_dtype``)."""
     options = options or RewardOptions()
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
@@ -176,8 +188,9 @@ def build_rewards(
     if args.fluency_penalty is not None:
         if model is None or tokenizer is None:
             raise ValueError("--fluency_penalty needs the policy's starting model and tokenizer")
-        config = LMPMIConfig(model=str(getattr(model.config, "_name_or_path", "")), system_prompt=args.system_prompt)
-        frozen = copy.deepcopy(model).float().eval().requires_grad_(False)
+        name = str(getattr(model.config, "_name_or_path", ""))
+        config = LMPMIConfig(model=name, dtype=args.fluency_dtype, system_prompt=args.system_prompt)
+        frozen = copy.deepcopy(model).to(getattr(torch, args.fluency_dtype)).eval().requires_grad_(False)
         lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer)
         rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
     return rewards
@@ -289,6 +302,7 @@ def run_provenance(
             "truncation_penalty": script_args.truncation_penalty,
             "fluency_penalty": script_args.fluency_penalty,
             "fluency_max_nll": script_args.fluency_max_nll if script_args.fluency_penalty is not None else None,
+            "fluency_dtype": script_args.fluency_dtype if script_args.fluency_penalty is not None else None,
             "options": asdict(reward_options or RewardOptions()),
         },
         "settings": settings,

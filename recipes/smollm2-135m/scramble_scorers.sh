@@ -1,8 +1,9 @@
-# Sourced by the DPO tuning rounds from the twelfth on (sweep12-14.sh, dpo_checks.sh): the environment, and the two
+# Sourced by the DPO tuning rounds from the twelfth on (sweep12-15.sh, dpo_checks.sh): the environment, and the two
 # scramble-aware scorers, each its own command plus one scrambled negative, built unless already there (sweep11.sh,
 # RESULTS.md): REWARD, the reward the policies train on, and ORDER_JUDGE, the order-aware judge (e).
 set -euo pipefail
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
+command -v pmi-reward > /dev/null || export PATH="$PWD/.venv/bin:$PATH"  # the Makefile's venv, when none is active
 PMI=${PMI:-pmi-reward}
 PY=${PYTHON:-python}
 REWARD=outputs/scorers/reward-minilm-scr-s0
