@@ -21,9 +21,10 @@ import numpy as np
 from ..data.conversation import completion_to_text, prompt_to_context
 from ..evaluation.baselines.lm_pmi import LMPMIScorer
 
-__all__ = ["FluencyPenalty", "BASE_NLL_P95", "reply_nll"]
+__all__ = ["FluencyPenalty", "BASE_NLL_P95", "FLUENCY_DTYPES", "reply_nll"]
 
 BASE_NLL_P95 = 2.66  # nats/token: SmolLM2-135M-Instruct's replies at T=1, tuning contexts, 95th percentile
+FLUENCY_DTYPES = ("float32", "bfloat16")  # the frozen copy's precisions (bfloat16: cheaper where the CPU has bf16)
 
 
 def reply_nll(lm: LMPMIScorer, contexts: Sequence[str], replies: Sequence[str]) -> np.ndarray:

@@ -23,7 +23,7 @@ from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.loading import DEFAULT_POLICY
-from pmi_reward.rewards.fluency import BASE_NLL_P95, reply_nll
+from pmi_reward.rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, reply_nll
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", nargs="+", required=True, help="whose replies to read")
     parser.add_argument("--model", default=DEFAULT_POLICY, help="the base chat model (name or directory)")
     parser.add_argument("--max_nll", type=float, default=BASE_NLL_P95, help="the penalty's threshold")
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="+", default=list(FLUENCY_DTYPES), choices=FLUENCY_DTYPES)
     args = parser.parse_args(argv)
     records = read_records(args.samples)
     pairs = []
