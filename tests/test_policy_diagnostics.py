@@ -231,6 +231,36 @@ def test_overlap_recipe_measures_how_far_replies_moved_from_the_base(tmp_path, m
     assert "| p | 2 | 0.500 | 0.500 |" in out and "human reference" not in out and "| base |" not in out
 
 
+def test_base_draw_recipe_measures_the_gain_a_lucky_or_unlucky_base_draw_gives_every_trial(
+    tmp_path, monkeypatch, capsys
+):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/base_draw.py")
+
+    def write(name: str, scores: list[list[float]], contexts: list[str]) -> str:
+        rows = [
+            {"context": c, "base": [{"reply": "r", "pmi": {"j": x, "k": 0.0}} for x in xs]}
+            for c, xs in zip(contexts, scores, strict=True)
+        ]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(tmp_path / name)
+
+    fixed = write("fixed.jsonl", [[0.0, 1.0], [1.0, 1.0], [2.0, 0.0]], ["a", "b", "c"])
+    fresh = write("fresh.jsonl", [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]], ["a", "b", "c"])
+    monkeypatch.setattr("sys.argv", ["base_draw.py", fixed, fresh])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert (
+        "3 contexts" in out
+        and "| j | +0.83 | +1.67 | +0.83 [" in out
+        and "| k | +0.00 | +0.00 | +0.00 [+0.00, +0.00] |" in out
+    )
+    write("other.jsonl", [[1.0], [1.0], [1.0]], ["a", "b", "d"])
+    with pytest.raises(ValueError, match="different contexts"):
+        recipe.compare(tmp_path / "fixed.jsonl", tmp_path / "other.jsonl")
+
+
 def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_reads_bags_of_words(
     tmp_path, monkeypatch, capsys
 ):
