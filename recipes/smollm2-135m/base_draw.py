@@ -12,18 +12,18 @@ python recipes/smollm2-135m/base_draw.py outputs/eval/tune/dpo-j/samples.jsonl \
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import bootstrap_ci
 from pmi_reward.evaluation.report import markdown_table
 
 
 def base_scores(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """The contexts of a samples file and, per judge, the mean PMI of the base's replies to each context."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_records(path)
     judges = sorted(rows[0]["base"][0]["pmi"]) if rows else []
     return [r["context"] for r in rows], {
         j: np.array([np.mean([s["pmi"][j] for s in r["base"]]) for r in rows], dtype=np.float64) for j in judges
