@@ -159,6 +159,42 @@ def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokeniz
         read_samples(tmp_path / "ragged.jsonl")
 
 
+def test_a_base_drawn_more_often_is_paired_by_its_mean_and_read_back(
+    tiny_policy, smol_tokenizer, tiny_scorer, tmp_path
+):
+    """--base_samples: the base samples 4 replies a context, the policies 2; each gain is the policy's context mean
+    minus the base's mean over its 4, the base's diversity is read on its first 2 (as many as a policy's), the
+    header says both counts, and the samples file reads back to the same rows."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments, text_metrics
+    from pmi_reward.policy.report import write_report
+
+    prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "I flew to Rome.\nHow was it?")]
+    policies = {"base": (tiny_policy(0), smol_tokenizer), "other": (tiny_policy(1), smol_tokenizer)}
+    judges = _judges(tiny_scorer)
+    args = EvalArguments(samples=2, base_samples=4, kl=False)
+    settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=7)
+    out = evaluate_policies(policies, prompts, judges, tiny_scorer, args, settings)
+    assert [len(r) for r in out["replies"]["base"].texts] == [4, 4]
+    assert [len(r) for r in out["replies"]["other"].texts] == [2, 2]
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert rows["base"]["replies"] == 4 and rows["other"]["replies"] == 2
+    base, other = (np.asarray(out["scores"]["twin"][n]) for n in ("base", "other"))
+    assert base.shape == (2, 4) and other.shape == (2, 2)
+    expected = float(np.mean(other.mean(1) - base.mean(1)))
+    assert rows["other"]["judges"]["twin"]["gain"] == pytest.approx(expected)
+    first_two = text_metrics([row[:2] for row in out["replies"]["base"].texts], out["contexts"])
+    assert rows["base"]["distinct_2"] == pytest.approx(first_two["distinct_2"])
+    assert rows["base"]["reward_pmi"] == pytest.approx(float(base.mean()))  # the reward reads all 4
+    text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
+    assert "2 contexts (chitchat dialogues 3700+) x 2 samples per policy, 4 for the base (T=" in text
+    write_samples(tmp_path, out, None, n_contexts=2)
+    contexts, _, replies = read_samples(tmp_path / "samples.jsonl")
+    again = evaluate_policies({}, contexts, judges, tiny_scorer, EvalArguments(), settings, None, replies)
+    for old, new in zip(out["rows"], again["rows"], strict=True):
+        assert new["distinct_2"] == pytest.approx(old["distinct_2"]) and new["replies"] == old["replies"]
+        assert new["judges"]["twin"].get("gain") == pytest.approx(old["judges"]["twin"].get("gain"), abs=1e-4)
+
+
 def test_an_untrained_chat_lm_judges_and_shares_nothing_with_the_reward(tiny_policy, smol_tokenizer, tmp_path):
     """``name=lm:MODEL``: the chat LM's own PMI as a judge, independent of any trained reward, with the validation
     AUC it is given; a misspelt AUC or one that names no LM judge is refused."""
@@ -259,6 +295,7 @@ def no_loading(monkeypatch):
     ("flags", "message"),
     [
         (["--samples", "0"], "samples must be >= 1"),
+        (["--base_samples", "0"], "base_samples must be >= 1"),
         (["--best_of_n", "4", "0"], "best_of_n must be >= 1"),
         (["--best_of_n", "4"], "--best_of_n reranks with the reward: give --reward_scorer"),
         (["--batch_size", "0"], "batch_size must be >= 1"),

@@ -45,7 +45,8 @@ def test_no_config_breaks_the_protocol(all_entries):
 
 def test_tuning_configs_evaluate_on_the_tuning_contexts_and_finals_on_held_out(all_entries):
     evaluations = {e.source: e for e in all_entries if e.role == "evaluation"}
-    assert inside(evaluations[RECIPE + "tune/evaluate.yaml"].span, BANDS["tune"])
+    for name in (RECIPE + "tune/evaluate.yaml", RECIPE + "tune/evaluate-all.yaml"):
+        assert inside(evaluations[name].span, BANDS["tune"]), name
     for name in (RECIPE + "final/evaluate.yaml", RECIPE + "evaluate.yaml", "demo/evaluate"):
         assert inside(evaluations[name].span, BANDS["heldout"]), name
     for method in ("grpo", "rloo", "ppo", "rft", "dpo"):
@@ -70,7 +71,12 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
     scorers = _scorer_ranges(all_entries)
     assert len(scorers) == 9
     checked = 0
-    for name in (RECIPE + "tune/evaluate.yaml", RECIPE + "final/evaluate.yaml", "demo/evaluate"):
+    for name in (
+        RECIPE + "tune/evaluate.yaml",
+        RECIPE + "tune/evaluate-all.yaml",
+        RECIPE + "final/evaluate.yaml",
+        "demo/evaluate",
+    ):
         values = merged_config([name if name.startswith("demo/") else str(ROOT / name)])
         reward = scorers[values["reward_scorer"]]
         for judge in values["judges"]:
@@ -78,7 +84,9 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
             seen = None if path.startswith(LM_PREFIX) else scorers[path]  # an untrained LM saw no dialogue
             assert seen is None or reward is None or not overlaps(seen.span, reward.span), (name, judge)
             checked += 1
-    assert checked == 10  # tune and final: (b), (c) and mpnet (e), final also the chat LM (d); the demo: its three
+    assert (
+        checked == 13
+    )  # both tune configs and final: (b), (c) and mpnet (e), final also the chat LM (d); the demo: its three
 
 
 def test_problems_finds_overlaps_and_ranges_outside_their_band():

@@ -3,7 +3,9 @@
     pmi-reward evaluate-policy --config recipes/smollm2-135m/final/evaluate.yaml --tuned outputs/policies/grpo-s0
 
 For dialogue contexts of one range (tuning or held-out), every policy samples ``samples`` replies under the
-same settings and seeds (best-of-n rows rerank a pool of the base's samples with the reward). Each judge
+same settings and seeds, the base ``base_samples`` when given (best-of-n rows rerank a pool of the base's samples
+with the reward): each gain is paired against the base's mean on a context, and one draw of the base, shared by
+every policy compared with it, would lend its luck to all of them. Each judge
 (``panel``) scores them; per policy and judge: mean PMI with a bootstrap CI over contexts, the paired gain
 over base with its CI, the gain after a linear length effect (``diagnostics``) and inside length bins, the
 win-rate; per policy: the reward scorer's mean, reply length, the share cut at the token limit, diversity
@@ -37,10 +39,17 @@ from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
 from .panel import Judge, check_panel, load_judges, parse_val_aucs, verdict
 from .prompts import PromptArguments, build_prompts
-from .samples import HUMAN
+from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
 
-__all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "text_metrics", "score_grid", "evaluate_policies"]
+__all__ = [
+    "EvalPromptArguments",
+    "EvalArguments",
+    "ARGUMENTS",
+    "text_metrics",
+    "score_grid",
+    "evaluate_policies",
+]
 
 
 @dataclass
@@ -76,6 +85,13 @@ class EvalArguments:
         default=None, metadata={"help": "the training reward's scorer: compared with each judge, reported beside"}
     )
     samples: int = field(default=4, metadata={"help": "replies sampled per context and policy"})
+    base_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "replies sampled per context for the base (default: --samples): every gain is paired against "
+            "the base's mean on each context, so more draws of the base take its chance out of every gain"
+        },
+    )
     include_reference: bool = field(default=True, metadata={"help": "also score the human reply of each context"})
     best_of_n: list[int] = field(
         default_factory=list, metadata={"help": "best-of-n rows of the base, reranked by the reward (e.g. 4 8 16)"}
@@ -95,6 +111,8 @@ class EvalArguments:
         )
         if self.samples < 1:
             raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if self.base_samples is not None and self.base_samples < 1:
+            raise ValueError(f"base_samples must be >= 1, got {self.base_samples}")
         if any(n < 1 for n in self.best_of_n):
             raise ValueError(f"best_of_n must be >= 1 each, got {self.best_of_n}")
 
@@ -125,10 +143,27 @@ def score_grid(reward: PMIReward, prompts: list, replies: list[list[str]]) -> np
 
 
 def _sample(policies: dict, prompts: list, args: EvalArguments, settings: SamplingSettings) -> dict[str, Replies]:
+    """Every policy's replies, the base (the first) ``base_samples`` per context when given."""
+    counts = [args.base_samples or args.samples] + [args.samples] * (len(policies) - 1)
     return {
-        name: generate_replies(model, tok, prompts, args.samples, settings, f"sampling {name}")
-        for name, (model, tok) in policies.items()
+        name: generate_replies(model, tok, prompts, n, settings, f"sampling {name}")
+        for n, (name, (model, tok)) in zip(counts, policies.items(), strict=True)
     }
+
+
+def _comparable(replies: dict[str, Replies], base: str) -> Replies:
+    """The base's replies cut to as many per context as a tuned policy's: diversity and template shares fall with
+    the number of replies they count, so the base's are read on as many as a policy's (``--base_samples``)."""
+    width, rep = policy_width(replies, base), replies[base]
+    if width is None or not rep.texts or len(rep.texts[0]) <= width:
+        return rep
+    counts = rep.token_counts()
+    return Replies(
+        [row[:width] for row in rep.texts],
+        [row[:width] for row in rep.tokens],
+        [row[:width] for row in rep.truncated],
+        [row[:width] for row in counts],
+    )
 
 
 def _best_of_n(
@@ -225,7 +260,9 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
     edges = length_edges(lengths[base])
     rows = []
     for name, rep in replies.items():
-        row: dict[str, Any] = {"policy": name, **text_metrics(rep.texts, contexts)}
+        shown = _comparable(replies, base) if name == base else rep
+        row: dict[str, Any] = {"policy": name, **text_metrics(shown.texts, contexts)}
+        row["replies"] = len(rep.texts[0]) if rep.texts else 0
         row["tokens"] = float(np.mean([n for r in rep.token_counts() for n in r])) if name != HUMAN else None
         row["cut"] = rep.truncated_share() if name != HUMAN else None
         row.update(_kl(name, policies, base, rep, prompts, settings, args))

@@ -15,6 +15,7 @@ from typing import Any
 from ..data.records import json_safe
 from ..evaluation.report import markdown_table
 from .panel import Judge, describe
+from .samples import policy_width
 
 __all__ = ["judges_table", "panel_table", "diagnostics_table", "bins_table", "report_text", "write_report"]
 
@@ -191,7 +192,13 @@ def write_report(
     n_contexts = len(result["contexts"])
     first, count = prompt_args.first_dialogue, prompt_args.max_dialogues
     where = f"{first}-{first + count - 1}" if count else f"{first}+"
-    samples = next((len(r.texts[0]) for r in (result.get("replies") or {}).values() if r.texts), args.samples)
+    replies = result.get("replies") or {}
+    base = next(iter(replies), None)
+    n_base = len(replies[base].texts[0]) if base is not None and replies[base].texts else args.samples
+    width = policy_width(replies, base) if base is not None else None
+    samples = f"{n_base} samples per policy"
+    if width is not None and width != n_base:  # the base drawn more often (--base_samples)
+        samples = f"{width} samples per policy, {n_base} for the base"
     if args.from_samples:
         source, sampling = f"from {args.from_samples}", "replies read back, sampled by that run"
     else:
@@ -205,7 +212,7 @@ def write_report(
             f"seed={settings.seed}"
         )
     header = (
-        f"{n_contexts} contexts ({source}) x {samples} samples per policy ({sampling}); bootstrap CIs over contexts. "
+        f"{n_contexts} contexts ({source}) x {samples} ({sampling}); bootstrap CIs over contexts. "
         f"Evaluation took {result.get('seconds', 0) / 60:.1f} min.\n"
     )
     text = report_text(result, judges, reward_meta, header)

@@ -11,7 +11,22 @@ from .sampling import Replies
 
 HUMAN = "human reference"  # the human reply's row, written beside the policies' rows
 
-__all__ = ["sample_records", "samples_markdown", "merge_records", "write_samples", "write_records", "read_samples"]
+__all__ = [
+    "policy_width",
+    "sample_records",
+    "samples_markdown",
+    "merge_records",
+    "write_samples",
+    "write_records",
+    "read_samples",
+]
+
+
+def policy_width(replies: dict[str, Replies], base: str) -> int | None:
+    """Replies per context of the tuned policies (the first one's; None without one): the base may have more
+    (``--base_samples``), best-of-n rows and the human reply their own."""
+    tuned = [r for n, r in replies.items() if n not in (base, HUMAN) and not n.startswith("best-of-") and r.texts]
+    return len(tuned[0].texts[0]) if tuned else None
 
 
 def sample_records(result: dict, references: list[str] | None) -> list[dict]:
