@@ -196,9 +196,9 @@ def write_report(
     base = next(iter(replies), None)
     n_base = len(replies[base].texts[0]) if base is not None and replies[base].texts else args.samples
     width = policy_width(replies, base) if base is not None else None
-    samples = f"{n_base} samples per policy"
+    samples = f"{n_base} sample{'s' * (n_base != 1)} per policy"
     if width is not None and width != n_base:  # the base drawn more often (--base_samples)
-        samples = f"{width} samples per policy, {n_base} for the base"
+        samples = f"{width} sample{'s' * (width != 1)} per policy, {n_base} for the base"
     if args.from_samples:
         source, sampling = f"from {args.from_samples}", "replies read back, sampled by that run"
     else:
