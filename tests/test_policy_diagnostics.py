@@ -261,6 +261,38 @@ def test_base_draw_recipe_measures_the_gain_a_lucky_or_unlucky_base_draw_gives_e
         recipe.compare(tmp_path / "fixed.jsonl", tmp_path / "other.jsonl")
 
 
+def test_judge_scale_recipe_gives_every_context_another_contexts_base_reply(tmp_path, monkeypatch):
+    from conftest import load_recipe
+
+    from pmi_reward.policy.samples import read_samples
+
+    recipe = load_recipe("recipes/smollm2-135m/judge_scale.py")
+    for n in (2, 3, 10):
+        donor = recipe.derangement(n, seed=n)
+        assert sorted(donor) == list(range(n)) and all(donor != np.arange(n))
+    with pytest.raises(ValueError, match="at least 2 contexts"):
+        recipe.derangement(1)
+    rows = [
+        {
+            "context": f"c{i}",
+            "reference": f"h{i}",
+            "base": [{"reply": f"b{i}-{k}", "pmi": {"j": 0.0}, "tokens": 3, "cut": False} for k in range(2)],
+            "other": [{"reply": f"o{i}", "pmi": {"j": 0.0}, "tokens": 2, "cut": False}],
+            "human reference": [{"reply": f"h{i}", "pmi": {"j": 0.0}, "tokens": 0, "cut": False}],
+        }
+        for i in range(5)
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr("sys.argv", ["judge_scale.py", str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl")])
+    recipe.main()
+    contexts, references, replies = read_samples(tmp_path / "out.jsonl")
+    assert contexts == [f"c{i}" for i in range(5)] and references == [f"h{i}" for i in range(5)]
+    assert list(replies) == ["base", "mismatched", "human reference"]
+    assert replies["base"].texts == [[f"b{i}-0", f"b{i}-1"] for i in range(5)]
+    given = [row[0] for row in replies["mismatched"].texts]
+    assert sorted(given) == [f"b{i}-0" for i in range(5)] and all(g != f"b{i}-0" for i, g in enumerate(given))
+
+
 def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_reads_bags_of_words(
     tmp_path, monkeypatch, capsys
 ):
