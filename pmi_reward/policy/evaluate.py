@@ -42,14 +42,7 @@ from .prompts import PromptArguments, build_prompts
 from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
 
-__all__ = [
-    "EvalPromptArguments",
-    "EvalArguments",
-    "ARGUMENTS",
-    "text_metrics",
-    "score_grid",
-    "evaluate_policies",
-]
+__all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "text_metrics", "score_grid", "evaluate_policies"]
 
 
 @dataclass
@@ -152,8 +145,9 @@ def _sample(policies: dict, prompts: list, args: EvalArguments, settings: Sampli
 
 
 def _comparable(replies: dict[str, Replies], base: str) -> Replies:
-    """The base's replies cut to as many per context as a tuned policy's: diversity and template shares fall with
-    the number of replies they count, so the base's are read on as many as a policy's (``--base_samples``)."""
+    """The base's replies cut to as many per context as a tuned policy's, for its text metrics (``--base_samples``):
+    diversity and template shares fall with the number of replies they count. Its judges' scores, reward, tokens
+    and cut share read every reply."""
     width, rep = policy_width(replies, base), replies[base]
     if width is None or not rep.texts or len(rep.texts[0]) <= width:
         return rep
