@@ -293,6 +293,35 @@ def test_judge_scale_recipe_gives_every_context_another_contexts_base_reply(tmp_
     assert sorted(given) == [f"b{i}-0" for i in range(5)] and all(g != f"b{i}-0" for i, g in enumerate(given))
 
 
+def test_judge_agreement_recipe_reads_one_judges_pick_by_another(tmp_path, monkeypatch, capsys):
+    from conftest import load_recipe
+
+    recipe = load_recipe("recipes/smollm2-135m/judge_agreement.py")
+    # judge a and b agree on the order of every context's replies, c reverses it
+    a = np.array([[0.0, 1.0, 2.0], [3.0, 1.0, 2.0]])
+    b, c = 2 * a, -a
+    assert recipe.pick_gain(a, b).tolist() == pytest.approx([4.0 - 2.0, 6.0 - 4.0])
+    assert recipe.pick_gain(a, c).tolist() == pytest.approx([-2.0 + 1.0, -3.0 + 2.0])
+    assert recipe.within_spearman(a, b) == pytest.approx(1.0) and recipe.within_spearman(a, c) == pytest.approx(-1.0)
+    rows = [
+        {
+            "context": f"c{i}",
+            "base": [{"reply": "r", "pmi": {"a": x, "b": y, "c": z}} for x, y, z in zip(*t, strict=True)],
+        }
+        for i, t in enumerate(zip(a, b, c, strict=True))
+    ]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr("sys.argv", ["judge_agreement.py", str(tmp_path / "s.jsonl")])
+    recipe.main()
+    out = capsys.readouterr().out
+    assert "2 contexts, 3 replies of base each" in out and "| a | b | +2.00 [+2.00, +2.00] | +1.00 |" in out
+    assert "| a | c | -1.00 [-1.00, -1.00] | -1.00 |" in out
+    rows[1]["base"] = rows[1]["base"][:2]
+    (tmp_path / "ragged.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="same number"):
+        recipe.agreement(tmp_path / "ragged.jsonl")
+
+
 def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_reads_bags_of_words(
     tmp_path, monkeypatch, capsys
 ):
