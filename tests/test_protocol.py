@@ -84,9 +84,8 @@ def test_judges_share_no_training_dialogues_with_the_reward(all_entries):
             seen = None if path.startswith(LM_PREFIX) else scorers[path]  # an untrained LM saw no dialogue
             assert seen is None or reward is None or not overlaps(seen.span, reward.span), (name, judge)
             checked += 1
-    assert (
-        checked == 13
-    )  # both tune configs and final: (b), (c) and mpnet (e), final also the chat LM (d); the demo: its three
+    # both tune configs and final: (b), (c) and mpnet (e), final also the chat LM (d); the demo: its three
+    assert checked == 13
 
 
 def test_problems_finds_overlaps_and_ranges_outside_their_band():

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from .sampling import Replies
 
 HUMAN = "human reference"  # the human reply's row, written beside the policies' rows
 
 __all__ = [
     "policy_width",
+    "judge_scores",
     "sample_records",
     "samples_markdown",
     "merge_records",
@@ -27,6 +30,11 @@ def policy_width(replies: dict[str, Replies], base: str) -> int | None:
     (``--base_samples``), best-of-n rows and the human reply their own."""
     tuned = [r for n, r in replies.items() if n not in (base, HUMAN) and not n.startswith("best-of-") and r.texts]
     return len(tuned[0].texts[0]) if tuned else None
+
+
+def judge_scores(records: list[dict], policy: str, judge: str) -> np.ndarray:
+    """(contexts, replies) PMI of ``policy``'s replies by ``judge``, from ``samples.jsonl`` records."""
+    return np.array([[s["pmi"][judge] for s in record[policy]] for record in records], dtype=np.float64)
 
 
 def sample_records(result: dict, references: list[str] | None) -> list[dict]:

@@ -17,17 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from pmi_reward.data.records import read_records
-from pmi_reward.evaluation.metrics import bootstrap_ci
+from pmi_reward.evaluation.metrics import bootstrap_ci, row_means
 from pmi_reward.evaluation.report import markdown_table
+from pmi_reward.policy.samples import judge_scores
 
 
 def base_scores(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """The contexts of a samples file and, per judge, the mean PMI of the base's replies to each context."""
     rows = read_records(path)
     judges = sorted(rows[0]["base"][0]["pmi"]) if rows else []
-    return [r["context"] for r in rows], {
-        j: np.array([np.mean([s["pmi"][j] for s in r["base"]]) for r in rows], dtype=np.float64) for j in judges
-    }
+    return [r["context"] for r in rows], {j: row_means(judge_scores(rows, "base", j)) for j in judges}
 
 
 def compare(fixed: Path, fresh: Path) -> str:

@@ -19,6 +19,7 @@ from scipy.stats import spearmanr
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import bootstrap_ci
 from pmi_reward.evaluation.report import markdown_table
+from pmi_reward.policy.samples import judge_scores
 
 
 def base_grid(rows: list[dict], policy: str = "base") -> dict[str, np.ndarray]:
@@ -29,7 +30,7 @@ def base_grid(rows: list[dict], policy: str = "base") -> dict[str, np.ndarray]:
     widths = {len(r[policy]) for r in rows}
     if len(widths) != 1 or widths == {1}:
         raise ValueError(f"{policy} needs the same number (>= 2) of replies per context, got {sorted(widths)}")
-    return {j: np.array([[s["pmi"][j] for s in r[policy]] for r in rows], dtype=np.float64) for j in judges}
+    return {j: judge_scores(rows, policy, j) for j in judges}
 
 
 def pick_gain(selector: np.ndarray, evaluator: np.ndarray) -> np.ndarray:

@@ -22,14 +22,10 @@ import numpy as np
 
 from pmi_reward.evaluation.metrics import mean_ci, row_means
 from pmi_reward.evaluation.report import markdown_table
+from pmi_reward.policy.samples import judge_scores
 
 _SEED = re.compile(r"^(?P<stem>.+)-s(?P<seed>\d+)$")
 _NOT_POLICIES = ("context", "reference", "human reference")
-
-
-def judge_scores(rows: list[dict], policy: str, judge: str) -> np.ndarray:
-    """(contexts, samples) PMI of ``policy``'s replies by ``judge``."""
-    return np.array([[s["pmi"][judge] for s in row[policy]] for row in rows], dtype=np.float64)
 
 
 def seed_groups(policies: list[str]) -> dict[str, list[str]]:
