@@ -296,6 +296,7 @@ def no_loading(monkeypatch):
     [
         (["--samples", "0"], "samples must be >= 1"),
         (["--base_samples", "0"], "base_samples must be >= 1"),
+        (["--base_samples", "2"], "base_samples (2) below samples (4)"),
         (["--best_of_n", "4", "0"], "best_of_n must be >= 1"),
         (["--best_of_n", "4"], "--best_of_n reranks with the reward: give --reward_scorer"),
         (["--batch_size", "0"], "batch_size must be >= 1"),

@@ -106,6 +106,11 @@ class EvalArguments:
             raise ValueError(f"samples must be >= 1, got {self.samples}")
         if self.base_samples is not None and self.base_samples < 1:
             raise ValueError(f"base_samples must be >= 1, got {self.base_samples}")
+        if self.base_samples is not None and self.base_samples < self.samples:
+            raise ValueError(
+                f"base_samples ({self.base_samples}) below samples ({self.samples}): the base's diversity would be "
+                "read on fewer replies per context than a tuned policy's; give base_samples >= samples"
+            )
         if any(n < 1 for n in self.best_of_n):
             raise ValueError(f"best_of_n must be >= 1 each, got {self.best_of_n}")
 
