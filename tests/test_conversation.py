@@ -92,6 +92,8 @@ def test_think_blocks():
     assert strip_think("reasoning cut at max tokens", opened=True) == ""
     assert drop_think_blocks("I love jazz.\n<think>hm</think>Me too!\nWho?") == "I love jazz.\nMe too!\nWho?"
     assert drop_think_blocks("a\nreasoning</think> b\n<think>open") == "a\n b"
+    # an unterminated block ends with its own turn: the turns after it stay (it ran to the end of the context)
+    assert drop_think_blocks("<think>open\nWho?") == "Who?"
     assert opens_think("<|im_start|>assistant\n<think>\n") and not opens_think("<think>x</think>\n")
     prompt = PROMPTS["chatml"][0] + "<think>\n"
     messages, reply = split_query(prompt + "hmm</think>\n\nColtrane!<|im_end|>", prompt)

@@ -131,3 +131,8 @@ def test_combined_reward_sums_like_trl():
     assert combined(["p"] * 3, ["x"] * 3) == [0.0, -4.0, None] and combined.__name__ == "a+b"
     with pytest.raises(ValueError, match="2 reward_weights for 1"):
         CombinedReward([a], [1.0, 2.0])
+
+    async def c(prompts, completions, **kw):  # TRL allows async reward functions; PPO indexed the coroutine
+        return [1.0, 1.0, 1.0]
+
+    assert CombinedReward([a, c])(["p"] * 3, ["x"] * 3) == [2.0, 1.0, 1.0]

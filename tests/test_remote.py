@@ -63,6 +63,16 @@ def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, sam
     assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in remote)
 
 
+def test_requests_over_the_servers_limits_are_split(reward_server, tiny_scorer):
+    """A chunk over the server's limits (here 200 pairs against its 64) got 413, which is not retried, and every
+    sample came back None; it is split in halves until each part fits, and scores as in-process."""
+    prompts = [f"I love jazz {i % 7}.\nWho do you like?" for i in range(200)]
+    completions = [f"Coltrane {i}" for i in range(200)]
+    remote = RemotePMIReward(reward_server.url, batch_size=200, on_failure="raise")
+    got = remote.score_sync(prompts, completions)
+    assert got == pytest.approx(PMIReward(tiny_scorer)(prompts, completions), abs=1e-5)
+
+
 def test_trl_contract(reward_server, tiny_scorer):
     reward = PMIReward.remote(reward_server.url + "/", center="group", name="pmi_remote")
     assert isinstance(reward, RemotePMIReward) and is_async_callable(reward) and reward.__name__ == "pmi_remote"

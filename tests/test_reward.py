@@ -107,6 +107,19 @@ def test_group_centring_refuses_a_lonely_completion(scorer):
     assert reward(["a", "a", None], ["x", "", "z"])[1:] == [-5.0, -5.0]  # an empty reply is still its group's
 
 
+def test_group_centring_refuses_several_processes(scorer, monkeypatch):
+    """Under several processes TRL hands each its own slice of the batch, and a group's completions can be split:
+    centring each part on its own mean flipped advantages (or raised on a part of one). Refused, saying why."""
+    import pmi_reward.rewards.path as path
+
+    reward = PMIReward(scorer, center="group")
+    both = reward(["a", "a"], ["x", "y"])
+    monkeypatch.setattr(path, "world_size", lambda: 2)
+    with pytest.raises(GroupError, match=r"2 processes each score their own slice.*center='none'"):
+        reward(["a", "a"], ["x", "y"])
+    assert PMIReward(scorer)(["a", "a"], ["x", "y"]) != both  # center='none' is unaffected
+
+
 def test_think_blocks_are_not_scored(scorer):
     reward = PMIReward(scorer)
     logged = {}
@@ -128,6 +141,15 @@ def test_think_blocks_are_not_scored(scorer):
     assert opened == [out[1], -5.0]  # the template opened the block: no </think> means unfinished
     history = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "<think>x</think>Me too!"}]
     assert reward([history], ["Coltrane!"]) == reward(["I love jazz.\nMe too!"], ["Coltrane!"])
+    # a user's literal <think> is their words, not reasoning: it cut the conversation, the turn answered included
+    asked = [
+        {"role": "user", "content": "My parser chokes on the <think> tag."},
+        {"role": "assistant", "content": "Which parser?"},
+        {"role": "user", "content": "BeautifulSoup."},
+    ]
+    assert reward.texts([asked], ["Try a regex."]).contexts == [
+        "My parser chokes on the <think> tag.\nWhich parser?\nBeautifulSoup."
+    ]
 
 
 def test_samples_without_context_are_flagged(scorer, caplog):
@@ -136,6 +158,20 @@ def test_samples_without_context_are_flagged(scorer, caplog):
         out = PMIReward(scorer)([None, 42, "ctx"], ["a", "b", "c"], log_metric=lambda k, v: logged.setdefault(k, v))
     assert out[:2] == [-5.0, -5.0] and logged["pmi_reward/no_context_frac"] == pytest.approx(2 / 3)
     assert "2 of 3 samples have no readable context (first: sample 0)" in caplog.text
+
+
+def test_prompts_without_turns_have_no_context(scorer):
+    """A prompt with nothing to condition on (only a system message, blank, no messages) was scored against an
+    empty context: an out-of-distribution PMI a policy could exploit. It gets empty_score and is flagged."""
+    logged = {}
+    system_only = [{"role": "system", "content": "Be brief."}]
+    out = PMIReward(scorer)(
+        [system_only, "   ", [], "I love jazz."],
+        ["a", "b", "c", "Coltrane!"],
+        log_metric=lambda k, v: logged.setdefault(k, v),
+    )
+    assert out[:3] == [-5.0] * 3 and out[3] != -5.0
+    assert logged["pmi_reward/no_context_frac"] == pytest.approx(3 / 4)
 
 
 def test_log_metric_receives_batch_stats(scorer):

@@ -240,3 +240,42 @@ def test_compute_score_with_a_local_scorer_dir(tmp_path):
         [CONTEXT] * 4, ["Coltrane.", "Miles.", "ok", "Coltrane."]
     )
     assert [r["reward_score"] for r in got] == pytest.approx(expected, abs=1e-6)
+
+
+def test_concurrent_first_calls_load_the_scorer_once(tiny_scorer, monkeypatch):
+    """verl's reward loop calls compute_score from a thread pool; an unguarded cache miss loaded one scorer per
+    thread at once (N copies on the device)."""
+    import threading
+    import time
+
+    loads, lock = [], threading.Lock()
+
+    def slow_load(*args, **kwargs):
+        time.sleep(0.2)
+        with lock:
+            loads.append(1)
+        return tiny_scorer
+
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", slow_load)
+    verl_adapter._load_reward.cache_clear()
+    with ThreadPoolExecutor(8) as pool:
+        scores = list(
+            pool.map(
+                lambda i: verl_adapter.compute_score("d", f"reply {i}", None, {"context": CONTEXT}, scorer="s-once"),
+                range(8),
+            )
+        )
+    verl_adapter._load_reward.cache_clear()
+    assert len(loads) == 1 and all(isinstance(s["score"], float) for s in scores)
+
+
+def test_an_empty_context_field_is_no_conversation(tiny_scorer, monkeypatch):
+    """A row whose context is blank is scored as missing (empty_score, flagged), not against an empty context."""
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", lambda *a, **k: tiny_scorer)
+    verl_adapter._load_reward.cache_clear()
+    blank = verl_adapter.compute_score("d", "Coltrane!", None, {"context": "  "}, scorer="s-blank")
+    system_only = verl_adapter.compute_score(
+        "d", "Coltrane!", None, {"prompt": [{"role": "system", "content": "Be brief."}]}, scorer="s-blank"
+    )
+    verl_adapter._load_reward.cache_clear()
+    assert blank == {"score": -5.0, "pmi_no_context": 1.0} and system_only["score"] == -5.0

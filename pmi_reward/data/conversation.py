@@ -36,6 +36,7 @@ __all__ = [
     "clean_reply",
     "split_query",
     "strip_think",
+    "drop_assistant_think",
     "drop_think_blocks",
     "opens_think",
 ]
@@ -142,12 +143,24 @@ def strip_think(text: str, opened: bool = False) -> str:
 
 def drop_think_blocks(text: str) -> str:
     """``text`` (turns one per line) without reasoning: ``<think>...</think>`` blocks go (an unterminated one runs
-    to the end), a turn whose block was opened elsewhere keeps what follows its ``</think>``, and turns left
-    empty go: how a context reads past turns of a reasoning model."""
+    to the end of its own turn, never into the next), a turn whose block was opened elsewhere keeps what follows its
+    ``</think>``, and turns left empty go: how a context reads past turns of a reasoning model."""
     if THINK_OPEN not in text and THINK_CLOSE not in text:
         return text
-    lines = (line.rsplit(THINK_CLOSE, 1)[-1] for line in _THINK_BLOCK.sub("", text).split("\n"))
+    lines = (_THINK_BLOCK.sub("", line).rsplit(THINK_CLOSE, 1)[-1] for line in text.split("\n"))
     return "\n".join(line for line in lines if line.strip())
+
+
+def drop_assistant_think(prompt: Any) -> Any:
+    """A message list whose assistant messages lost their reasoning (``drop_think_blocks``); users' words, a
+    literal ``<think>`` in a question included, stay. Anything else (a string: no roles to tell) as it is."""
+    if isinstance(prompt, (str, bytes, bytearray)) or not isinstance(prompt, Sequence):
+        return prompt
+    out = []
+    for m in prompt:
+        text = message_text(m.get("content")) if isinstance(m, dict) and m.get("role") == "assistant" else None
+        out.append({**m, "content": drop_think_blocks(" ".join(text.split("\n")))} if text is not None else m)
+    return out
 
 
 def opens_think(prompt: str) -> bool:

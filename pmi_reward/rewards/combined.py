@@ -3,8 +3,11 @@ counts as 0, None from every function makes the sample unscorable. Our PPO uses 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
+
+from .remote import run_sync
 
 __all__ = ["CombinedReward"]
 
@@ -25,6 +28,7 @@ class CombinedReward:
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         parts = [r(prompts=prompts, completions=completions, **kwargs) for r in self.rewards]
+        parts = [run_sync(p) if inspect.isawaitable(p) else p for p in parts]  # TRL allows async reward functions
         out: list[float | None] = []
         for i in range(len(completions)):
             got = [(w, p[i]) for w, p in zip(self.weights, parts, strict=True) if p[i] is not None]

@@ -28,7 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ..data.conversation import completion_to_text, drop_think_blocks, prompt_to_context, strip_think
+from ..data.conversation import (
+    completion_to_text,
+    drop_assistant_think,
+    drop_think_blocks,
+    prompt_to_context,
+    strip_think,
+)
 from ..scoring.scorer import PMIScorer
 from .length import LengthBaseline, reply_words
 from .options import RewardOptions
@@ -99,6 +105,13 @@ def plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v, depth + 1) for v in value]
     return value
+
+
+def world_size() -> int:
+    """How many processes train together (torch.distributed; 1 when it is not running)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def _once(values: list, read: Callable[[Any], Any]) -> list:
@@ -207,10 +220,13 @@ class RewardPath:
         prompts, completions = self.samples(prompts, completions)
 
         def context(prompt: Any) -> str | None:
+            if opts.strip_think:
+                prompt = drop_assistant_think(prompt)
             c = prompt_to_context(prompt, opts.include_system, opts.max_context_turns)
-            if c is not None and opts.strip_think:
+            if c is not None and opts.strip_think and isinstance(prompt, str):
                 c = drop_think_blocks(c)
-            return cut_context(c, opts.max_chars) if c is not None and readable(c) else None
+            # a prompt with no turn (system only, blank, []) has no context to score against: unscored, flagged
+            return cut_context(c, opts.max_chars) if c is not None and c.strip() and readable(c) else None
 
         contexts = _once(prompts, context)  # a prompt given as one object for many samples is read once
         replies = [completion_to_text(c) for c in completions]
@@ -249,7 +265,14 @@ class RewardPath:
 
     def groups(self, batch: RewardBatch) -> dict[str, list[int]]:
         """The samples of each context (a GRPO group); a GroupError if a context has a single sample, whose
-        centred reward would be 0.0 whatever the reply."""
+        centred reward would be 0.0 whatever the reply, or when several processes each score a slice of the batch."""
+        if (processes := world_size()) > 1:
+            raise GroupError(
+                f"center='group' subtracts the mean PMI of each prompt's completions within one call, but {processes} "
+                "processes each score their own slice of the batch, and a prompt's completions can sit on different "
+                "processes: each part would be centred on its own mean, which can flip the sign of an advantage. Use "
+                "center='none': GRPO and RLOO centre each group's rewards over all processes themselves"
+            )
         groups: dict[str, list[int]] = {}
         for i, c in enumerate(batch.contexts):
             if c is not None:

@@ -58,7 +58,8 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
     """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
     token; RemoteRewardError on a non-2xx answer (with the server's message) or on a connection failure (status
     None; also an answer cut short or not HTTP at all)."""
-    data = None if payload is None else json.dumps(payload).encode("utf-8")
+    # UTF-8 as is: escaped, a CJK character took 6 bytes of the server's body limit
+    data = None if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -146,8 +147,19 @@ class RemotePMIReward(RewardPath):
         return np.concatenate(parts) if parts else np.zeros(0)
 
     async def _score_chunk(self, contexts: list[str], replies: list[str]) -> np.ndarray:
+        """One ``/score`` request; a request the server finds too large (413: pairs, characters or bytes over its
+        limits, e.g. a GRPO group repeating a long prompt) is split in halves until each fits."""
         pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies, strict=True)]
-        answer = await self._request("/score", {"pairs": pairs})
+        try:
+            answer = await self._request("/score", {"pairs": pairs})
+        except RemoteRewardError as err:
+            if err.status != 413 or len(pairs) == 1:
+                raise
+            half = len(pairs) // 2
+            parts = await asyncio.gather(
+                self._score_chunk(contexts[:half], replies[:half]), self._score_chunk(contexts[half:], replies[half:])
+            )
+            return np.concatenate(parts)
         scores = answer.get("scores") if isinstance(answer, dict) else None
         if not isinstance(scores, list) or len(scores) != len(pairs):
             raise RemoteRewardError(f"{self.url}/score: expected {len(pairs)} scores, got {str(answer)[:200]}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -55,13 +56,24 @@ def context_of(extra_info: Any) -> Any:
         value = plain(extra_info.get(key))
         if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
             return join_turns(value)
-        if value is not None:
-            return value
+        if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+            continue  # an empty field holds no conversation: the next key may
+        return value
     return None
 
 
+_LOADING = threading.Lock()
+
+
+def _reward(*settings: Any) -> PMIReward | RemotePMIReward:
+    """The reward of these settings, loaded once: verl's reward loop calls from up to 32 threads at once, and an
+    unguarded cache miss loaded one scorer per thread (N copies on the device)."""
+    with _LOADING:
+        return _load_reward(*settings)
+
+
 @functools.lru_cache(maxsize=8)
-def _reward(
+def _load_reward(
     url: str | None,
     scorer: str | None,
     device: str | None,
