@@ -183,3 +183,35 @@ def test_settings_that_would_crash_after_loading_are_refused_when_read(name, val
     assert err.count("\n") == 1 and f"{name} must be >= 1" in err
     with pytest.raises(ValueError, match="temperature must be > 0"):
         PPOConfig(temperature=0.0)
+
+
+def test_rollout_reads_text_prompts_left_padded_with_the_plain_sampler(tiny_policy, smol_tokenizer):
+    """Text prompts (a --prompt_file of strings) crashed the rollout; a right-padding tokenizer (load_tokenizer's
+    default) put pad tokens between a short prompt and its reply; a generation_config with a repetition penalty made
+    the sampler another distribution than the one PPO's ratios and KL compute."""
+    from pmi_reward.policy.sampling import plain_sampling
+
+    lm = tiny_policy()
+    assert plain_sampling(lm) == {}  # nothing to switch off: generate() is called as before
+    lm.generation_config.repetition_penalty = 1.05
+    assert plain_sampling(lm) == {"repetition_penalty": 1.0}
+    settings, _ = lm._prepare_generation_config(None, do_sample=True, temperature=0.7, top_k=0, **plain_sampling(lm))
+    assert settings.repetition_penalty == 1.0
+    seen = []
+    smol_tokenizer.padding_side = "right"
+    try:
+        batch = rollout(
+            PolicyWithValue(lm).eval(),
+            PolicyWithValue(tiny_policy(1)).eval(),
+            smol_tokenizer,
+            ["I love jazz and Coltrane's records.", "Hi."],
+            lambda p, c, **k: seen.append(c) or [1.0, 1.0],
+            PPOConfig(max_new_tokens=4, temperature=1.0),
+            Accelerator(cpu=True),
+        )
+        assert smol_tokenizer.padding_side == "right"  # restored
+    finally:
+        smol_tokenizer.padding_side = "left"
+    p = batch["prompt_len"]
+    assert batch["attention"][1, :p].tolist()[-1] == 1 and batch["attention"][1, 0] == 0  # pads before "Hi."
+    assert all(isinstance(c, str) for c in seen[0])  # text prompts get text completions, as TRL passes them

@@ -39,6 +39,7 @@ from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
 from .prompts import build_prompts
+from .sampling import plain_sampling
 from .trainers import (
     LAST_N,
     ScriptArguments,
@@ -123,7 +124,7 @@ def response_stats(model: torch.nn.Module, batch: dict, temperature: float) -> t
     """Per-token log-probs of the response under ``model`` and the values of the states before each token."""
     p, r = batch["prompt_len"], batch["response"].shape[1]
     logits, values = model(batch["ids"], batch["attention"], keep=r + 1)
-    return token_logprobs(logits[:, :-1] / temperature, batch["response"]), values[:, p - 1 : -1]
+    return token_logprobs(logits[:, :-1].float() / temperature, batch["response"]), values[:, p - 1 : -1]
 
 
 @torch.no_grad()
@@ -132,8 +133,15 @@ def rollout(
 ) -> dict:
     """Sample replies, score them, and record old log-probs, reference log-probs and values."""
     policy = accelerator.unwrap_model(model)
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(accelerator.device)
+    texts = [
+        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # a reply follows its prompt, not pad tokens
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(accelerator.device)
+    finally:
+        tokenizer.padding_side = side
     seq = policy.lm.generate(
         **enc,
         do_sample=True,
@@ -142,6 +150,7 @@ def rollout(
         top_k=0,
         max_new_tokens=cfg.max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
+        **plain_sampling(policy.lm),
     )
     p = enc["input_ids"].shape[1]
     eos = policy.lm.generation_config.eos_token_id
@@ -158,7 +167,12 @@ def rollout(
     }
     replies = tokenizer.batch_decode(response, skip_special_tokens=True)
     ids = [row[m.bool()].tolist() for row, m in zip(response.cpu(), mask.cpu(), strict=True)]
-    scores = reward(prompts, [[{"role": "assistant", "content": t}] for t in replies], completion_ids=ids)
+    # as TRL passes them: text for text prompts, an assistant message for chat prompts
+    completions = [
+        t if isinstance(q, str) else [{"role": "assistant", "content": t}]
+        for q, t in zip(prompts, replies, strict=True)
+    ]
+    scores = reward(prompts, completions, completion_ids=ids)
     # None: unscorable. Such a reply gets no learning signal (masked out of losses and statistics), as in TRL.
     batch["scored"] = torch.tensor([s is not None for s in scores], device=accelerator.device)
     batch["scores"] = torch.tensor([0.0 if s is None else s for s in scores], device=accelerator.device)
@@ -306,6 +320,7 @@ def train_ppo(
         "last_kl": history[-1]["kl"],
         f"reward_last{LAST_N}": last_mean(history, "score"),
         f"kl_last{LAST_N}": last_mean(history, "kl"),
+        "kl_unit": "nats per reply (log-ratio to the reference summed over its tokens)",
         f"clipped_ratio_last{LAST_N}": last_mean(history, "clipped_ratio"),
         f"completion_length_last{LAST_N}": last_mean(history, "response_tokens"),
         "train_seconds": round(total, 1),

@@ -21,12 +21,36 @@ from ..scoring.scorer import PMIScorer
 __all__ = [
     "SamplingSettings",
     "Replies",
+    "plain_sampling",
     "stop_ids",
     "split_generated",
     "generate_replies",
     "sample_replies",
     "best_of_n",
 ]
+
+
+# generate() settings whose values leave the tempered softmax as it is; a model's generation_config may set others
+# (Qwen2.5-Instruct: repetition_penalty 1.05), which generate() applies unless they are overridden
+_NEUTRAL = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "min_length": 0,
+    "min_new_tokens": 0,
+}
+
+
+def plain_sampling(model: Any) -> dict[str, Any]:
+    """``generate()`` overrides that switch off the warpers a model's ``generation_config`` adds (repetition penalty,
+    min-p, typical-p, n-gram blocking, a minimum length): the replies then come from the tempered (top-p) softmax
+    that PPO's ratios and the evaluation's KL compute, not from another distribution."""
+    config = getattr(model, "generation_config", None)
+    return {k: v for k, v in _NEUTRAL.items() if getattr(config, k, None) not in (None, v)}
 
 
 @dataclass
@@ -135,6 +159,7 @@ def generate_replies(
                 top_p=settings.top_p if sample else None,
                 top_k=None,
                 pad_token_id=tokenizer.pad_token_id,
+                **plain_sampling(model),
             )
             out += [split_generated(row, stops) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
     finally:

@@ -364,6 +364,7 @@ def train_with_trl(
         f"clipped_ratio_last{LAST_N}": last_mean(logged, "completions/clipped_ratio"),
         f"completion_length_last{LAST_N}": last_mean(logged, "completions/mean_length"),
         f"kl_last{LAST_N}": last_mean(logged, "kl"),
+        "kl_unit": "nats per token (TRL's mean over completion tokens; PPO's summary counts per reply)",
         "mean_step_time": _mean(h.get("step_time") for h in logged),
         **timer.summary(),
         **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings, trainer.model),
