@@ -29,6 +29,18 @@ def test_pairs_from_dialogue_use_previous_turns_newest_last(topic_dialogues):
     assert pairs.context_texts[2] == d.turns[1] + "\n" + d.turns[2]
 
 
+def test_a_turn_with_line_breaks_is_one_context_line_as_at_inference():
+    """A turn "Here is my list:\n1. eggs" was two context lines in training (two line features, two context-line
+    negatives, two turns of max_context_turns) but one line at inference (a chat message's breaks become spaces)."""
+    from pmi_reward.data.conversation import prompt_to_context
+    from pmi_reward.data.dialogues import Dialogue
+
+    turns = ("Here is my list:\n1. eggs\n2. milk", "Anything else?", "Bread.")
+    pairs = PairSet.from_dialogues([Dialogue("d", turns)])
+    messages = [{"role": r, "content": t} for r, t in zip(("user", "assistant"), turns[:2], strict=True)]
+    assert pairs.context_texts[1] == prompt_to_context(messages) == "Here is my list: 1. eggs 2. milk\nAnything else?"
+
+
 def test_chitchat_corpus_loads():
     dialogues = chitchat_dialogues()
     assert len(dialogues) > 7000

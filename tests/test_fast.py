@@ -221,3 +221,21 @@ def test_dtype_auto_is_bfloat16_where_the_device_runs_it_natively(native, tiny_s
 def test_dtype_is_checked():
     with pytest.raises(ValueError, match="dtype"):
         EncoderSpec(dtype="bf16")
+
+
+def test_the_onnx_session_follows_the_weights(tiny_encoder_factory):
+    """A session exported before fine-tuning (a warm-up round embeds with it) kept serving the pretrained weights
+    after them, and wrote those embeddings into the cache under the fine-tuned revision's key."""
+    from dataclasses import replace
+
+    encoder = tiny_encoder_factory()
+    encoder.spec = replace(encoder.spec, backend="onnx")
+    texts = ["I love jazz.", "Coltrane!"]
+    before = encoder.encode(texts)
+    with torch.no_grad():
+        for p in encoder.model.parameters():  # fine-tuning changes the weights in place
+            p.add_(0.05 * torch.randn_like(p))
+    encoder.adopt(replace(encoder.spec, revision="tuned"))
+    after = encoder.encode(texts)
+    encoder.spec = replace(encoder.spec, backend="torch")
+    assert np.abs(after - encoder.encode(texts)).max() < 1e-4 < np.abs(after - before).max()

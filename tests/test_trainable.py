@@ -395,3 +395,33 @@ def test_fit_scorer_continues_a_saved_scorer_and_refuses_a_head_of_another_shape
             progress=False,
             start_head=saved.head,
         )
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_an_empty_text_embeds_alike_with_and_without_gradients(pooling, smol_tokenizer):
+    """A decoder without BOS tokenizes "" to nothing: inference embeds one pad token, fine-tuning embedded nothing
+    (another embedding, and a batch of only empty texts crashed)."""
+    from conftest import _tiny
+
+    from pmi_reward.scoring.encoder import EncoderSpec
+
+    spec = EncoderSpec(model="tiny-llama", pooling=pooling, max_length=64, encode_batch_size=8)
+    encoder = TextEncoder(spec, model=_tiny("llama", len(smol_tokenizer)), tokenizer=smol_tokenizer, device="cpu")
+    texts = ["hi", "a longer text that needs padding in the batch", ""]
+    with torch.no_grad():
+        assert np.abs(encoder.encode(texts) - encoder.embed_with_grad(texts).numpy()).max() < 1e-5
+        assert encoder.embed_with_grad([""]).shape == (1, encoder.dim)
+
+
+def test_lora_adapts_a_decoder_encoder_by_default_and_refuses_unknown_layers_early(tiny_encoder_factory):
+    """LoRA's default targets were BERT's names only: on a decoder encoder (SmolLM2) `--train_encoder lora` failed
+    in peft after the embedding and the warm-up had run. Decoders now get their projections; a model whose layers
+    match no target is refused by the cheap check fit_scorer runs first."""
+    from pmi_reward.training.trainable import check_top_layers, lora_targets
+
+    decoder = tiny_encoder_factory("llama", "last")
+    assert lora_targets(decoder.model, LoraSpec())[0] == "q_proj"
+    assert any("lora_" in n for n, _ in add_lora(decoder, LoraSpec(r=2)).named_parameters())
+    check_top_layers(tiny_encoder_factory("bert").model, "lora", None)  # BERT names: fine
+    with pytest.raises(ValueError, match="LoRA finds none of .*'attn'"):
+        lora_targets(tiny_encoder_factory("bert").model, LoraSpec(target_modules=["attn"]))

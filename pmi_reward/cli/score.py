@@ -28,8 +28,19 @@ class ScoreArguments:
     context_column: str = "context"
     response_column: str = "response"
     score_column: str = "pmi"
+    context_turns: int | None = field(
+        default=None,
+        metadata={
+            "help": "newest context lines (turns) scored: default as the scorer was trained (its config's "
+            "context_turns), as PMIReward and the server read them; 0 scores every line"
+        },
+    )
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.context_turns is not None and self.context_turns < 0:
+            raise ValueError(f"context_turns must be >= 0 (0: every line), got {self.context_turns}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     responses = require_text(records, args.input, args.response_column, allow_empty=True)
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
+    turns = scorer.context_turns if args.context_turns is None else args.context_turns
+    if turns:  # the newest turns, one per non-empty line, as the training pairs were cut
+        contexts = ["\n".join([line for line in c.split("\n") if line.strip()][-turns:]) for c in contexts]
     scores = scorer.score(contexts, responses, progress=args.progress)
     for record, value in zip(records, scores.tolist(), strict=True):
         record[args.score_column] = round(value, 6) if math.isfinite(value) else None

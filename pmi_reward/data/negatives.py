@@ -1,7 +1,9 @@
 """Negative responses for each positive pair: random, in-dialogue, in-context, and mined look-alikes.
 
-- random: the response of a uniformly chosen pair of another dialogue, i.e. a draw from the marginal
-  p(r); with random negatives alone the NWJ optimum is exactly PMI(c; r).
+- random: the response of a uniformly chosen pair of another dialogue whose text is not the gold reply's: a draw
+  from the marginal p(r) given r != the gold text. With random negatives alone the NWJ optimum is therefore
+  log p(c, r) / q(c, r) ~ PMI(c; r) - log(1 - p(r | c)): PMI where a reply's exact text is rare among a context's
+  replies (free text), above it for a text that takes much of a context's mass (a corpus of a few repeated replies).
 - in-dialogue: another turn of the same conversation (on topic, but not the reply to this context).
 - in-context: one of the context's own lines, which teaches the scorer that parroting the context is
   not an answer (a frozen-embedding head otherwise rates an exact copy as the most related reply).

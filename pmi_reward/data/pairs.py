@@ -22,8 +22,9 @@ __all__ = ["PairSet", "csr", "load_pairs", "join_turns"]
 
 
 def join_turns(turns: Sequence[str]) -> str:
-    """How a context is written: its turns, oldest first, one per line."""
-    return "\n".join(t.strip() for t in turns)
+    """How a context is written: its turns, oldest first, one per line (a turn's own line breaks become spaces, as a
+    chat prompt's messages are read: a line is a turn for the line features, negatives and turn limits alike)."""
+    return "\n".join(" ".join(t.split("\n")).strip() for t in turns)
 
 
 class _Interner:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -189,10 +189,10 @@ class TextEncoder:
         self.pooling = spec.pooling or default_pooling(spec.model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
         self.tokenizer.padding_side = "right"
+        self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
         self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
         self.model.eval().requires_grad_(False)
         self.model.to(self.device)
-        self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
         if spec.backend == "onnx" and self.device.type != "cpu":
             raise ValueError(
                 "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
@@ -203,13 +203,24 @@ class TextEncoder:
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
 
     @property
+    def model(self) -> Any:
+        return self._model
+
+    @model.setter
+    def model(self, model: Any) -> None:
+        """Another model (LoRA wrapped, merged): the ONNX session of the old one's weights goes with it."""
+        self._model, self._onnx = model, None
+
+    @property
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
 
     def adopt(self, spec: EncoderSpec) -> None:
-        """Describe the (e.g. fine-tuned) weights this encoder now holds by ``spec``; cache keys follow it."""
+        """Describe the (e.g. fine-tuned) weights this encoder now holds by ``spec``; cache keys follow it, and an ONNX
+        session exported from the weights it held before (e.g. for a warm-up round) is rebuilt on next use."""
         self.spec = spec
         self._fingerprint = spec.fingerprint(self.pooling)
+        self._onnx = None
 
     def set_batch_size(self, encode_batch_size: int | None) -> None:
         """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); embeddings do not
@@ -266,6 +277,7 @@ class TextEncoder:
         return self._tokenized([fill(template, context=c, response=r) for c, r in zip(cs, rs, strict=True)])
 
     def _embed_ids_with_grad(self, ids: list[list[int]]) -> torch.Tensor:
+        ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in ids]  # an empty text as ``_embed`` reads it
         order = np.argsort([len(x) for x in ids], kind="stable")
         parts = []  # length-sorted micro-batches: little padding, so activations stay proportional to tokens
         for s in range(0, len(order), self.spec.encode_batch_size):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "set_attention_dropout",
     "TrainableFeatures",
     "finish_tuning",
+    "lora_targets",
     "weights_digest",
     "merge_and_save",
 ]
@@ -52,7 +53,28 @@ class LoraSpec:
     r: int = 8
     alpha: int = 16
     dropout: float = 0.1
-    target_modules: Sequence[str] = field(default_factory=lambda: ["query", "key", "value", "dense"])
+    target_modules: Sequence[str] | None = None  # None: the model's attention and MLP projections (lora_targets)
+
+
+# the linear layers LoRA adapts by default: BERT-style encoders (MiniLM, mpnet), then Llama-style decoders (SmolLM2)
+DEFAULT_LORA_TARGETS = (
+    ["query", "key", "value", "dense"],
+    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
+
+
+def lora_targets(model: nn.Module, spec: LoraSpec) -> list[str]:
+    """The module names LoRA adapts in ``model``: ``spec``'s, or the first default list that names its layers; a
+    ValueError naming the model's linear layers when none match (cheap: checked before anything is embedded)."""
+    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    choices = [list(spec.target_modules)] if spec.target_modules is not None else list(DEFAULT_LORA_TARGETS)
+    for targets in choices:
+        if linear & set(targets):
+            return targets
+    raise ValueError(
+        f"LoRA finds none of {choices[0] if len(choices) == 1 else choices} among this encoder's linear layers "
+        f"({sorted(linear)[:12]}); name them in LoraSpec.target_modules"
+    )
 
 
 def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
@@ -60,7 +82,7 @@ def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=list(spec.target_modules)
+        r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=lora_targets(encoder.model, spec)
     )
     encoder.model = get_peft_model(encoder.model, config)
     return encoder.model
@@ -77,6 +99,8 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
 def check_top_layers(model: nn.Module, mode: str, top_layers: int | None) -> None:
     """A ValueError unless ``mode`` can train the top ``top_layers`` layers of ``model`` (None: every layer); cheap,
     so that ``fit_scorer`` checks it before anything is embedded or the warm-up trains."""
+    if mode == "lora":
+        lora_targets(model, LoraSpec())
     if top_layers is None or mode not in ("full", "lora"):
         return
     if mode == "lora":
