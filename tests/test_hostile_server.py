@@ -403,3 +403,72 @@ def test_during_the_drain_new_connections_get_503_and_in_flight_requests_finish(
     assert out[0][0][0] == 200
     with pytest.raises(OSError):
         http(server.url, "GET", "/health", timeout=2)
+
+
+def test_strings_back_to_back_are_counted_over_the_limit_in_bounded_steps():
+    """A body of strings with no separators (plus enough commas to be scanned) made the pre-scan take one step per
+    string: 16 s of CPU for a 16 MB body. It is not JSON: counted over the limit after 2 x limit + 1 steps."""
+    text = "{" + '""' * 400_000 + "," * 2_000 + "}"
+    (count, seconds) = timed(json_values, text, 1_000)
+    assert count > 1_000 and seconds < 0.5
+
+
+def test_an_answer_json_cannot_hold_is_a_500_not_a_dropped_connection(tiny_scorer, monkeypatch):
+    """A ValueError while encoding the answer dropped the socket, printed a traceback and was counted as 200."""
+    import pmi_reward.serving.server as server_module
+
+    with serving(tiny_scorer) as server:
+        monkeypatch.setattr(server_module.RewardServer, "health", lambda self: {"broken": float("inf")})
+        status, body = http(server.url, "GET", "/health")[:2]
+        assert status == 500 and "could not encode" in json.dumps(body)
+        for _ in range(50):  # counted when the handler is done, just after the answer is written
+            if server.responses[500]:
+                break
+            time.sleep(0.02)
+        assert server.responses[500] == 1 and not server.responses[200]
+
+
+def test_close_spends_one_drain_timeout_in_all(tiny_scorer):
+    """The drain waited drain_timeout for in-flight requests, then as long again for the batcher: a 30-s grace
+    period (Kubernetes' default) ended in SIGKILL. Requests still queued at the deadline get 503."""
+    server = RewardServer(
+        SlowScorer(tiny_scorer, 0.5), ServerConfig(**{**LIMITS, "drain_timeout": 1.0, "max_batch_pairs": 1})
+    ).start()
+    clients = [in_thread(http, server.url, "POST", "/score", pairs(4)) for _ in range(4)]
+    time.sleep(0.3)
+    _, seconds = timed(server.close)
+    for thread, _ in clients:
+        thread.join(10)
+    assert seconds < 1.6
+    assert {out[0][0][0] for _, out in clients} <= {200, 503}
+
+
+def test_a_non_finite_clip_is_refused():
+    """--clip inf was accepted, then every /health answer failed to encode (RemotePMIReward reads /health)."""
+    with pytest.raises(ValueError, match="clip must be positive and finite"):
+        RewardOptions(clip=float("inf"))
+
+
+def test_a_scorer_answer_of_the_wrong_length_fails_no_merged_request():
+    """A scorer that returned one score too few: the pieces before the bad one were given slices of the short
+    array, a later innocent request failed with the bad one, and the failed request's other chunks kept being
+    scored. Its length is checked first; the merged pieces are then scored one by one (NaN where a pair fails)."""
+    import numpy as np
+
+    from pmi_reward.serving.batching import MicroBatcher
+
+    class Short:
+        context_turns = None
+
+        def score(self, contexts, responses, progress=False):
+            out = np.array([float(len(r)) for r in responses])
+            return out[:-1] if any(r.startswith("SHORT") for r in responses) else out
+
+    batcher = MicroBatcher(Short(), max_batch_pairs=4, chunk_pairs=2, max_wait_ms=50)
+    try:
+        bad = batcher.submit(["c"] * 6, [f"SHORT{i}" for i in range(6)])
+        good = [batcher.submit(["c"], ["x" * (i + 1)]) for i in range(6)]
+        assert [f.result(5)[0] for f in good] == [float(i + 1) for i in range(6)]
+        assert np.isnan(bad.result(5)).all()
+    finally:
+        batcher.close(5)

@@ -72,8 +72,8 @@ class RewardOptions:
             raise ValueError(f"center must be 'none' or 'group', got {self.center!r}")
         if not math.isfinite(self.scale):
             raise ValueError("scale must be finite")
-        if self.clip is not None and not self.clip > 0:
-            raise ValueError("clip must be positive")
+        if self.clip is not None and not (self.clip > 0 and math.isfinite(self.clip)):
+            raise ValueError(f"clip must be positive and finite (None: no clip), got {self.clip}")
         if self.empty_score is not None and not math.isfinite(self.empty_score):
             raise ValueError("empty_score must be finite or None")
         if self.batch_size < 1:

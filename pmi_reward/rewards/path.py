@@ -135,11 +135,19 @@ def cut_reply(text: str, max_chars: int) -> str:
     return text[:max_chars]
 
 
+def checked_scores(scores: Any, n: int) -> np.ndarray:
+    """A scorer's answer as float64, refused unless it holds one score per pair (a custom scorer's bug)."""
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if len(scores) != n:
+        raise ValueError(f"the scorer returned {len(scores)} scores for {n} pairs")
+    return scores
+
+
 def score_robustly(scorer: PMIScorer, contexts: list[str], replies: list[str]) -> np.ndarray:
     """Scores of a batch; if the batch fails, pair by pair (NaN where a pair fails), so that one bad sample
     cannot sink the rest."""
     try:
-        return scorer.score(contexts, replies).astype(np.float64)
+        return checked_scores(scorer.score(contexts, replies), len(replies))
     except Exception as err:  # noqa: BLE001 - a reward call must not crash a training run
         logger.warning("pmi_reward: batch of %d failed (%s); scoring pair by pair", len(replies), err)
     out = np.full(len(replies), np.nan)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..rewards.path import score_robustly
+from ..rewards.path import checked_scores, score_robustly
 from ..scoring.scorer import PMIScorer
 
 __all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout"]
@@ -108,7 +108,8 @@ class MicroBatcher:
     def submit(self, contexts: list[str], responses: list[str]) -> Future:
         """Queue pairs for scoring; the future resolves to float64 scores (NaN for a pair that fails)."""
         job = _Job(list(contexts), list(responses), Future())
-        job.future.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
+        # a cancelled caller abandons its job; a failed job (abandoned by _run) stays abandoned
+        job.future.add_done_callback(lambda f: setattr(job, "abandoned", job.abandoned or f.cancelled()))
         if not job.contexts:
             job.future.set_result(job.scores)
             return job.future
@@ -133,11 +134,19 @@ class MicroBatcher:
             raise ScoreTimeout(f"not scored within {timeout:g} s (queue: {self.queued} requests)") from None
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop taking work, finish what is queued, stop the worker."""
+        """Stop taking work, finish what is queued within ``timeout`` seconds, stop the worker; requests still queued
+        then fail with BatcherClosed (their handlers answer 503) instead of being cut off when the process exits."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            with self._cv:
+                for job in self._queue:
+                    job.abandoned = True
+                    if not job.future.done():
+                        job.future.set_exception(BatcherClosed("the server shut down before this request was scored"))
+                self._queue.clear()
 
     # -- the worker ---------------------------------------------------------------------------------
     def _waiting_pairs(self) -> int:
@@ -200,7 +209,7 @@ class MicroBatcher:
         contexts = [c for job, a, b in pieces for c in job.contexts[a:b]]
         responses = [r for job, a, b in pieces for r in job.responses[a:b]]
         try:
-            scores = self.scorer.score(contexts, responses).astype(np.float64)
+            scores = checked_scores(self.scorer.score(contexts, responses), len(contexts))
         except Exception as err:  # noqa: BLE001 - one bad request must not fail the others merged with it
             logger.warning(
                 "pmi-batcher: merged batch of %d pieces failed (%s); scoring them one by one", len(pieces), err

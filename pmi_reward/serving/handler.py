@@ -49,15 +49,19 @@ def json_values(text: str, limit: int) -> int:
     ``json.loads`` holds the interpreter lock for the whole parse, in time linear in the number of values (a 16 MiB
     body of ``[0,0,...]``: seconds, with every other request and ``/health`` waiting), so that number is what must be
     bounded. A body whose raw count of those characters is within ``limit`` is not scanned (nearly every body).
-    Otherwise the scan takes one step per mark and per string, at most ``2 x limit + 1`` steps (a string that is
-    not the whole body follows a mark), other threads running between them; strings are skipped by the C string
+    Otherwise the scan takes one step per mark and per string, at most ``2 x limit + 1`` steps (in JSON a string that
+    is not the whole body follows a mark; a body that takes more, strings back to back, is not JSON and counts as over
+    the limit), other threads running between them; strings are skipped by the C string
     scanner of ``json`` (escapes and all, no longer than parsing them will take), marks found with ``str.find``."""
     raw = text.count(",") + text.count(":") + text.count("[") + text.count("{")
     if raw < limit:
         return raw + 1
     following = {mark: text.find(mark) for mark in _MARKS}  # each mark's next place at or after pos (-1: none)
-    count = pos = 0
+    count = pos = steps = 0
     while count < limit:
+        steps += 1
+        if steps > 2 * limit + 1:  # strings back to back: not JSON, and a scan of one step per string
+            return limit + 1
         for mark, at in following.items():
             if 0 <= at < pos:
                 following[mark] = text.find(mark, pos)
@@ -244,7 +248,13 @@ class Handler(BaseHTTPRequestHandler):
         status = 500
         try:
             status, payload = self._answer(method)
-            self._send(status, payload)
+            try:
+                self._send(status, payload)
+            except (ValueError, TypeError) as err:  # an answer JSON cannot hold: a clear 500, not a dropped socket
+                logger.error("pmi-reward serve: %s %s: cannot encode the answer: %s", method, self.path, err)
+                status = 500
+                self.close_connection = True
+                self._send(status, {"error": "the server could not encode its answer; see its log"})
         except OSError:  # the client left before its answer, or the idle timeout closed its socket
             self.close_connection = True
         finally:

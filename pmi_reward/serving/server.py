@@ -109,6 +109,7 @@ class RewardServer:
         for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + self.config.drain_timeout  # one budget for the whole drain
         with self._lock:
             if not self._lock.wait_for(lambda: self._inflight == 0, timeout=self.config.drain_timeout):
                 logger.warning(
@@ -119,7 +120,7 @@ class RewardServer:
         if running:
             self.httpd.shutdown()
         self._stopped.set()
-        self.batcher.close(timeout=self.config.drain_timeout)
+        self.batcher.close(timeout=max(0.0, deadline - time.monotonic()))
         self.httpd.server_close()
         if self._thread is not None:
             self._thread.join()
@@ -184,7 +185,7 @@ class RewardServer:
             inflight, responses, connections = self._inflight, dict(self.responses), len(self._connections)
         spec = self.scorer.encoder.spec
         return {
-            "status": "draining" if self.closing else "ok",
+            "status": "ok",  # while draining, requests (this one too) are answered 503 before they get here
             "scorer": {
                 "encoder": spec.model,
                 "input_mode": self.scorer.input_mode,
