@@ -108,6 +108,23 @@ def test_diversity_reward_contract_on_odd_inputs():
         reward(prompts=["a", "b"], completions=["x"])
 
 
+def test_diversity_reward_reads_the_answer_and_refuses_split_groups(monkeypatch):
+    """A reasoning policy's samples all open "<think>Okay, the user": the reward read that preamble, not the
+    answers PMI scores; and under several processes a group can be split, so the opening share is refused there."""
+    import pmi_reward.rewards.diversity as diversity
+
+    thoughts = [
+        "<think>Okay, the user asks what I did.</think>Great, I went hiking!",
+        "<think>Okay, the user asks.</think>Quiet, mostly reading.",
+    ]
+    assert diversity_reward(prompts=["ctx"] * 2, completions=thoughts) == [0.0, 0.0]
+    assert DiversityReward(strip_think=False)(prompts=["ctx"] * 2, completions=thoughts) == [-1.0, -1.0]
+    monkeypatch.setattr(diversity, "world_size", lambda: 2)
+    with pytest.raises(ValueError, match="2 processes each score a slice"):
+        diversity_reward(prompts=["ctx"] * 2, completions=["a b", "a b"])
+    assert DiversityReward(opening_weight=0)(prompts=["ctx"], completions=["a b c a b c a b"]) == [pytest.approx(-0.5)]
+
+
 def test_truncation_penalty_flags_completions_without_an_end_token():
     penalty = TruncationPenalty({2, 0}, penalty=-2.0)
     assert is_truncated([5, 6, 7], {2}) and not is_truncated([5, 2], {2}) and not is_truncated([], {2})
@@ -128,11 +145,13 @@ def test_combined_reward_sums_like_trl():
         return [0.5, 2.0, None]
 
     combined = CombinedReward([a, b], [1.0, -2.0])
-    assert combined(["p"] * 3, ["x"] * 3) == [0.0, -4.0, None] and combined.__name__ == "a+b"
+    # PMI (the first) unscorable: the sample is, whatever a penalty says (its 0 beat a group of negative PMI in RFT)
+    assert combined(["p"] * 3, ["x"] * 3) == [0.0, None, None] and combined.__name__ == "a+b"
+    assert CombinedReward([b, a])(["p"] * 3, ["x"] * 3) == [1.5, 2.0, None]  # an extra's None counts as 0
     with pytest.raises(ValueError, match="2 reward_weights for 1"):
         CombinedReward([a], [1.0, 2.0])
 
     async def c(prompts, completions, **kw):  # TRL allows async reward functions; PPO indexed the coroutine
         return [1.0, 1.0, 1.0]
 
-    assert CombinedReward([a, c])(["p"] * 3, ["x"] * 3) == [2.0, 1.0, 1.0]
+    assert CombinedReward([a, c])(["p"] * 3, ["x"] * 3) == [2.0, None, None]

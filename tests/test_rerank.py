@@ -119,3 +119,33 @@ def test_cli_refuses_a_best_of_zero_before_loading_the_chat_model(monkeypatch, c
     monkeypatch.setattr(loading, "load_policy", lambda *a, **k: pytest.fail("the chat model loaded before the check"))
     assert main(["rerank", "--context", "I love jazz.", "--model", "smollm2-135m-instruct", "--n", "0"]) == 2
     assert "n must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_row_with_nothing_scorable_has_no_best(tiny_scorer, tmp_path, monkeypatch):
+    """`best` was the first candidate even when none could be scored (an empty reply for a best-of-n pipeline)."""
+    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path, **k: tiny_scorer))
+    src, out = tmp_path / "rows.jsonl", tmp_path / "ranked.jsonl"
+    src.write_text(json.dumps({"context": CONTEXT, "candidates": ["", "   "]}) + "\n")
+    assert main(["rerank", "--scorer", "x", "--input", str(src), "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["best"] is None
+
+
+def test_best_of_n_ranks_unscorable_replies_last(monkeypatch):
+    """The pool was ranked with the report's empty_score 0.0: an empty reply beat a group of negative PMI."""
+    from pmi_reward.policy import evaluate
+    from pmi_reward.policy.sampling import Replies
+    from pmi_reward.rewards.reward import PMIReward
+
+    class Negative:  # a scorer that finds every reply a little off
+        context_turns = None
+
+        def score(self, contexts, replies, progress=False):
+            return np.full(len(replies), -1.0, dtype=np.float32)
+
+    pool = Replies([["Coltrane.", ""]], [[[1], []]], [[False, False]])
+    monkeypatch.setattr(evaluate, "generate_replies", lambda *a, **k: pool)
+    args = evaluate.EvalArguments(best_of_n=[2], samples=1, kl=False)
+    rows = evaluate._best_of_n(
+        (None, None), [CONTEXT], PMIReward(Negative(), empty_score=0.0), args, SamplingSettings()
+    )
+    assert rows["best-of-2"].texts == [["Coltrane."]]

@@ -214,3 +214,49 @@ def test_reward_weights_are_counted_before_anything_loads(command, monkeypatch, 
     assert (
         "got 4 reward_weights for 3 reward functions (PMI, 1 extra, the truncation penalty)" in capsys.readouterr().err
     )
+
+
+def test_the_length_baseline_reads_contexts_as_the_reward_does(tiny_scorer, monkeypatch, tmp_path):
+    """The baseline's fitting reward kept only max_context_turns: with include_system (or another max_chars) the
+    reward subtracted an expected PMI fitted on other contexts. It takes the reward's reading, unshaped."""
+    import datasets
+
+    from pmi_reward.policy import trainers
+    from pmi_reward.rewards.options import RewardOptions
+
+    prompts = [
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"I love {t}."}] for t in "abcd"
+    ]
+    monkeypatch.setattr(
+        trainers,
+        "build_prompts",
+        lambda args: datasets.Dataset.from_dict({"prompt": prompts, "reference": list("wxyz")}),
+    )
+    seen = []
+
+    class Spy(trainers.PMIReward):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(self.options)
+
+    monkeypatch.setattr(trainers, "PMIReward", Spy)
+    options = RewardOptions(include_system=True, max_chars=500, scale=3.0, clip=2.0, empty_score=-5.0, center="group")
+    trainers.fit_prompt_length_baseline(
+        ScriptArguments(), trainers.PMIReward(tiny_scorer, options), tmp_path / "b.json"
+    )
+    fit = seen[-1]
+    assert fit.include_system and fit.max_chars == 500  # read as the reward reads them
+    assert (fit.scale, fit.clip, fit.empty_score, fit.center) == (1.0, None, None, "none")  # raw PMI
+
+
+def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, monkeypatch):
+    """TRL counts PMI's None as 0 once another function scores the sample: an empty or unfinished reply would beat
+    every reply of negative PMI. empty_score None with extra rewards is refused before anything loads."""
+    from pmi_reward.policy.trainers import PMIReward, build_rewards
+    from pmi_reward.rewards.options import RewardOptions
+
+    monkeypatch.setattr(PMIReward, "from_pretrained", lambda *a, **k: tiny_reward)
+    args = ScriptArguments(extra_reward_funcs=["pmi_reward.rewards.diversity:diversity_reward"])
+    with pytest.raises(ValueError, match="empty_score None .* give a number"):
+        build_rewards(args, RewardOptions(empty_score=None))
+    assert len(build_rewards(args, RewardOptions(empty_score=-5.0))) == 2

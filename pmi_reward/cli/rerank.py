@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
     for row, ranking in zip(rows, ranked, strict=True):
         row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]
-        row["best"] = ranking[0][0] if ranking else None
+        row["best"] = ranking[0][0] if ranking and ranking[0][1] is not None else None  # nothing scorable: none
     if args.output:
         write_records(args.output, rows)
         print(json.dumps({"rows": len(rows), "output": args.output}))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,10 @@ def _best_of_n(
     pool = generate_replies(
         model, tokenizer, prompts, pool_size, pool_settings, f"sampling best-of-n pool ({pool_size})"
     )
-    scores = score_grid(reward, prompts, pool.texts)
+    # ranked with unscorable replies (empty, unfinished) as NaN, which never win; the report's 0.0 would beat a
+    # group of negative PMI
+    ranker = PMIReward(reward.scorer, replace(reward.options, empty_score=None))
+    scores = score_grid(ranker, prompts, pool.texts)
     return {f"best-of-{n}": best_of_n_replies(pool, scores, n) for n in sorted(args.best_of_n)}
 
 

@@ -151,8 +151,19 @@ def fit_prompt_length_baseline(args: ScriptArguments, reward: PMIReward, path: s
         raise ValueError(
             "--length_neutral needs prompts cut from dialogues (their human replies); give --length_baseline"
         )
+    # raw PMI of the contexts the reward reads (system prompt, turns, cut), unshaped
     plain = PMIReward(
-        reward.scorer, RewardOptions(empty_score=None, max_context_turns=reward.options.max_context_turns)
+        reward.scorer,
+        replace(
+            reward.options,
+            empty_score=None,
+            center="none",
+            scale=1.0,
+            clip=None,
+            length_baseline=None,
+            think_opened=False,
+            name="fit",
+        ),
     )
     scores = [float("nan") if s is None else s for s in plain(list(data["prompt"]), list(data["reference"]))]
     source = {
@@ -176,6 +187,12 @@ def build_rewards(
     ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen copy of it, in
     ``--fluency_dtype``)."""
     options = options or RewardOptions()
+    if options.empty_score is None and (args.extra_reward_funcs or penalties(args)):
+        raise ValueError(
+            "empty_score None (an unscorable reply) with other reward functions: TRL counts a None as 0 as soon as "
+            "another function scores the sample, so an empty or unfinished reply would beat every reply of negative "
+            "PMI; give a number (e.g. --empty_score -5)"
+        )
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
         path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json")

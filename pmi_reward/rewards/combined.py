@@ -1,5 +1,6 @@
-"""Several TRL reward functions as one, summed with weights as TRL's GRPO/RLOO sum them: None from one function
-counts as 0, None from every function makes the sample unscorable. Our PPO uses it for PMI + extra rewards."""
+"""Several TRL reward functions as one, summed with weights as TRL's GRPO/RLOO sum them: None from an extra function
+counts as 0; None from the first (PMI: an unscorable reply) makes the sample unscorable, whatever the others say (an
+unfinished or empty reply must not win a group of negative PMI on a penalty's 0). Our PPO, RFT and DPO use it."""
 
 from __future__ import annotations
 
@@ -32,5 +33,5 @@ class CombinedReward:
         out: list[float | None] = []
         for i in range(len(completions)):
             got = [(w, p[i]) for w, p in zip(self.weights, parts, strict=True) if p[i] is not None]
-            out.append(sum(w * v for w, v in got) if got else None)
+            out.append(sum(w * v for w, v in got) if got and parts[0][i] is not None else None)
         return out

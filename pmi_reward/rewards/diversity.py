@@ -4,7 +4,10 @@ It penalises the two kinds of sameness a PMI-trained policy drifts into: repeati
 share of its word n-grams that repeat an earlier one) and answering every sample of a prompt alike (the share
 of the other completions of the same prompt in the call, a GRPO/RLOO group, that open with the same words).
 Reward = -(repetition_weight x repeated share + opening_weight x same-opening share), in [-(w1 + w2), 0]; an
-unreadable completion gets None (unscorable), an empty one 0 (PMI's ``empty_score`` deals with it).
+unreadable completion gets None (unscorable), an empty one 0 (PMI's ``empty_score`` deals with it). A reasoning
+model's reply is read as PMI reads it, its answer after ``</think>`` (``strip_think``), not the reasoning every sample
+opens alike. The opening term needs a group's completions in one call: under several processes (each scoring a
+slice of the batch, a group possibly split) it is refused; the repetition term needs no group.
 A plain callable with TRL's signature and a ``__name__``; picklable.
 """
 
@@ -15,7 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..data.conversation import completion_to_text, prompt_to_context
+from ..data.conversation import completion_to_text, prompt_to_context, strip_think
+from .path import world_size
 
 __all__ = ["DiversityReward", "diversity_reward", "repeated_ngram_share", "opening"]
 
@@ -60,11 +64,14 @@ class DiversityReward:
         repetition_weight: float = 1.0,
         opening_weight: float = 1.0,
         name: str = "diversity_reward",
+        strip_think: bool = True,
+        think_opened: bool = False,
     ) -> None:
         if ngram < 1 or opening_words < 1:
             raise ValueError("ngram and opening_words must be >= 1")
         self.ngram, self.opening_words = ngram, opening_words
         self.repetition_weight, self.opening_weight = repetition_weight, opening_weight
+        self.strip_think, self.think_opened = strip_think, think_opened
         self.__name__ = name
 
     def __call__(
@@ -74,7 +81,14 @@ class DiversityReward:
         prompts = _plain(prompts) if prompts is not None else [None] * len(completions)
         if len(prompts) != len(completions):
             raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
+        if self.opening_weight and (processes := world_size()) > 1:
+            raise ValueError(
+                f"diversity_reward's opening term compares the completions of a prompt within one call, but "
+                f"{processes} processes each score a slice of the batch (a group can be split); use opening_weight=0"
+            )
         texts = [completion_to_text(c.tolist() if hasattr(c, "tolist") else c) for c in completions]
+        if self.strip_think:
+            texts = [strip_think(t, self.think_opened) if t is not None else None for t in texts]
         keys = [_group_key(p) if p is not None else None for p in prompts]
         starts = [opening(t, self.opening_words) if t else "" for t in texts]
         groups = Counter((k, s) for k, s in zip(keys, starts, strict=True) if k is not None and s)
