@@ -150,3 +150,20 @@ def test_the_default_mix_is_not_restated_in_configs():
     for name in shipped_configs():
         keys = set(yaml.safe_load(Path(config_path(name)).read_text()))
         assert not keys & {"k_random", "k_in_dialogue", "k_context"} - on_purpose.get(name, set()), name
+
+
+def test_a_trailing_config_and_unknown_model_names_are_user_errors(capsys):
+    """A bare trailing --config crashed TRL's parser with an IndexError traceback; prepare-models "resolved" a typo
+    or a flag as a Hub id and exited 0 having prepared nothing."""
+    assert main(["evaluate", "--scorer", "s", "--input", "p.csv", "--config"]) == 2
+    assert "--config needs a file or a shipped config name" in capsys.readouterr().err
+    assert main(["prepare-models", "minilmm"]) == 2
+    assert "minilmm: not a shipped model" in capsys.readouterr().err
+    assert main(["prepare-models", "--help"]) == 0 and "shipped:" in capsys.readouterr().out
+
+
+def test_study_dtypes_are_one_or_one_per_model():
+    from pmi_reward.evaluation.study.runner import StudyArguments
+
+    with pytest.raises(ValueError, match="one for all models or one per model"):
+        StudyArguments(models=["minilm", "smollm2"], dtypes=["bfloat16", "float32", "float16"])

@@ -172,3 +172,23 @@ def test_a_cache_file_cut_short_by_a_kill_still_loads_and_appends_cleanly(tmp_pa
     path.write_text('{"key": "a", "value": 1}\nnot json\n{"key": "c", "value": 3}\n')
     with pytest.raises(ValueError, match=f"{path}, line 2: not a cache record"):
         JsonlCache(path)
+
+
+def test_evaluate_reads_contexts_as_the_scorer_was_trained(tmp_path, capsys, tiny_scorer, monkeypatch):
+    """`evaluate` scored whole contexts where the scorer trained on (and PMIReward reads) the newest context_turns
+    lines: its AUC and correlations described another model than the reward in use. --context_turns 0: whole."""
+    import pmi_reward.cli.evaluate as evaluate_cli
+
+    monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(lambda cls, *a, **k: tiny_scorer))  # 3 turns
+    seen = []
+    real = evaluate_cli.evaluate_scorer
+    monkeypatch.setattr(
+        evaluate_cli, "evaluate_scorer", lambda s, p, *a: seen.append(p.context_texts) or real(s, p, *a)
+    )
+    long = [{**row, "context": "Hi.\nHello!\nHow are you?\nFine.\n" + row["context"]} for row in ROWS]
+    for flags in ([], ["--context_turns", "0"]):
+        assert main(_evaluate(tmp_path, long, "--k_random", "1", *flags)) == 0
+    assert seen[0][0] == "How are you?\nFine.\nI love pizza." and seen[1][0] == long[0]["context"]
+    capsys.readouterr()
+    assert main(_evaluate(tmp_path, ROWS, "--key_column", "conv")) == 2  # a key the user names must be there
+    assert "missing column 'conv' (the dialogue key" in capsys.readouterr().err

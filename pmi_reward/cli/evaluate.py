@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..configs import parse_args
 from ..data.negatives import NegativeSpec
-from ..data.pairs import load_pairs
+from ..data.pairs import PairSet, load_pairs
 from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
 from ..scoring.models import cache_root
@@ -28,15 +28,25 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")
     if args.output:
         check_output(args.output, args.overwrite, inputs=[args.input], suffixes=(".json",))
-    pairs = load_pairs(
-        args.input,
-        args.context_column,
-        args.response_column,
-        args.key_column or None,
-        [*args.targets, *args.pmi_columns],
-    )
+
+    def read(turns: int | None = None) -> PairSet:
+        return load_pairs(
+            args.input,
+            args.context_column,
+            args.response_column,
+            args.key_column or None,
+            [*args.targets, *args.pmi_columns],
+            max_context_turns=turns,
+            require_key=args.key_column not in ("", EvaluateArguments.key_column),
+        )
+
+    pairs = read()
     evaluation_columns(pairs, negatives, args)  # a bad column or a mix the pairs cannot give: before the scorer loads
     scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=None if args.no_cache else cache_root() / "embeddings")
+    turns = scorer.context_turns if args.context_turns is None else args.context_turns
+    if turns:  # contexts cut as the scorer's training pairs were (and PMIReward, score, rerank cut them)
+        pairs = read(turns)
+        evaluation_columns(pairs, negatives, args)
     report = evaluate_scorer(scorer, pairs, negatives, args)
     result = json_safe({"scorer": args.scorer, "input": args.input, **report})
     text = json.dumps(result, indent=2, allow_nan=False)

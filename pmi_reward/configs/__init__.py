@@ -59,6 +59,8 @@ def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
     """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several."""
     names, rest, i = [], [], 0
     while i < len(args):
+        if args[i] == "--config" and i + 1 == len(args):  # TRL's parser failed on it with an IndexError
+            raise SystemExit("--config needs a file or a shipped config name")
         if args[i] == "--config" and i + 1 < len(args):
             names.append(args[i + 1])
             i += 2

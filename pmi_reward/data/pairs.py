@@ -201,16 +201,20 @@ def load_pairs(
     key_column: str | None = "dialog_key",
     extra_columns: Sequence[str] = (),
     max_context_turns: int | None = None,
+    require_key: bool = False,
 ) -> PairSet:
     """A pair file (CSV/TSV/JSONL/JSON) with context and response columns and an optional dialogue key.
 
     ``extra_columns`` (e.g. human ratings, analytic PMI parts) are kept as floats where they parse;
-    ``max_context_turns`` keeps each context's last N lines (``PairSet.from_pairs``).
+    ``max_context_turns`` keeps each context's last N lines (``PairSet.from_pairs``); ``require_key``: a missing
+    ``key_column`` is a DataError (a key named by the user), not a file of one dialogue per row.
     """
     records = read_records(path)
     contexts = require_text(records, path, context_column, allow_empty=True)
     responses = require_text(records, path, response_column)
     keys = None
+    if require_key and key_column and key_column not in records[0]:
+        raise DataError(f"{path}: missing column {key_column!r} (the dialogue key; columns: {sorted(records[0])})")
     if key_column and key_column in records[0]:
         keys = [str(v) for v in require_text(records, path, key_column)]
     extras = {}

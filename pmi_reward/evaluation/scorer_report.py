@@ -36,6 +36,13 @@ class EvaluateArguments:
     key_column: str = field(default="dialog_key", metadata={"help": "dialogue id column (in-dialogue negatives)"})
     targets: list[str] = field(default_factory=list, metadata={"help": "columns to correlate with (e.g. ratings)"})
     pmi_columns: list[str] = field(default_factory=list, metadata={"help": "p_xy p_x p_y: compare with true PMI"})
+    context_turns: int | None = field(
+        default=None,
+        metadata={
+            "help": "newest context lines (turns) scored: default as the scorer was trained (its config's "
+            "context_turns), as PMIReward reads them; 0 scores every line (how evaluate read them before 2026-11-28)"
+        },
+    )
     n_boot: int = 1000
     seed: int = 0
     no_cache: bool = False
@@ -46,6 +53,8 @@ class EvaluateArguments:
     def __post_init__(self) -> None:
         if self.n_boot < 0:  # checked before the scorer loads, not after every row is scored
             raise ValueError(f"n_boot must be >= 0, got {self.n_boot}")
+        if self.context_turns is not None and self.context_turns < 0:
+            raise ValueError(f"context_turns must be >= 0 (0: every line), got {self.context_turns}")
 
 
 MISSING = ("", "na", "n/a", "null", "none")  # cells that say "no value" (case and spaces aside; "nan" reads as NaN)

@@ -64,6 +64,12 @@ class StudyArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default ~/.cache/pmi_reward)"})
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if len(self.dtypes) not in (1, len(self.models)):  # the extra ones were dropped without a word
+            raise ValueError(
+                f"dtypes: give one for all models or one per model ({len(self.models)}), got {self.dtypes}"
+            )
+
     def kde_config(self) -> KDEConfig:
         try:
             bandwidth: float | str = float(self.kde_bandwidth)
