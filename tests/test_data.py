@@ -71,6 +71,22 @@ def test_load_dialogue_formats(tmp_path):
     assert [len(d.turns) for d in load_dialogues(csv_path)] == [2, 3]
 
 
+def test_other_names_of_the_speakers_are_read_and_unknown_roles_refused(tmp_path):
+    """A role outside user/assistant was dropped without a word: Gemini's "model" turns vanished and the pairs became
+    "user replies to user". Common aliases are speakers; an unknown role is an error naming the row."""
+    from pmi_reward.data.records import DataError
+
+    def dialogue(*roles: str) -> dict:
+        return {"id": "a", "messages": [{"role": r, "content": f"turn {i}"} for i, r in enumerate(roles)]}
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(dialogue("User", "model", "tool", "human", "Assistant")) + "\n")
+    assert load_dialogues(path)[0].turns == ("turn 0", "turn 1", "turn 3", "turn 4")
+    path.write_text(json.dumps(dialogue("user", "narrator")) + "\n")
+    with pytest.raises(DataError, match="row 1, field 'messages': unknown role 'narrator'"):
+        load_dialogues(path)
+
+
 def test_pair_file_builds_in_dialogue_pool_from_context_lines(tmp_path):
     f = tmp_path / "p.csv"
     f.write_text('dialog_key,context,response\nk1,"a\nb",c\nk1,"b\nc",d\nk2,x,y\n')

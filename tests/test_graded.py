@@ -27,6 +27,22 @@ def test_partial_replies_are_other_turns_of_the_dialogue_never_gold_nor_context(
         assert set(out[i].tolist()) <= pool - lines - {pairs.resp[i]}
 
 
+def test_a_multi_line_turn_is_never_partial_credit_for_its_own_copy():
+    """A turn with line breaks was one text as a dialogue candidate and another as a context line: the copy of a
+    context line earned graded credit, which the module promises it never does."""
+    from pmi_reward.data.dialogues import Dialogue
+
+    dialogues = [
+        Dialogue("a", ("My list:\n1. eggs\n2. milk", "Anything else?", "Bread too.")),
+        Dialogue("b", ("x", "y")),
+    ]
+    pairs = PairSet.from_dialogues(dialogues, max_context_turns=2)
+    out = partial_replies(pairs, 8, np.random.default_rng(0))
+    for i in range(len(pairs)):
+        lines = set(pairs.context_texts[i].split("\n"))
+        assert not {" ".join(pairs.responses[j].split("\n")) for j in out[i] if j >= 0} & lines  # as read
+
+
 def test_partial_replies_are_missing_where_the_dialogue_has_none():
     # a 3-turn dialogue: the last turn's context holds both others, so nothing is left for it
     pairs = PairSet.from_pairs(["a\nb", "a"], ["c", "b"], keys=["d", "d"])

@@ -79,6 +79,22 @@ def test_a_corpus_smaller_than_m_never_mines_the_own_dialogue(mine):
     assert all(dialogue_of[r] != pairs.group[i] for i, row in enumerate(negs) for r in row)
 
 
+def test_a_context_shared_by_dialogues_never_mines_the_turns_of_any_of_them():
+    """An opener ("hi") in two dialogues took the first one's dialogue only: the second's own next turn could be
+    drawn as a 'look-alike of another dialogue'."""
+    dialogues = [
+        Dialogue("a", ("hi", "hello, how is your garden")),
+        Dialogue("b", ("hi", "hey, my garden roses bloom", "nice garden roses")),
+        Dialogue("c", ("cars", "cars are fast", "garden roses are red")),
+    ]
+    pairs = PairSet.from_dialogues(dialogues, max_context_turns=1)
+    mine_lexical(pairs, m=8)
+    ptr, pool = pairs.mined["lexical"]
+    hi = pairs.contexts.index("hi")
+    mined = {pairs.responses[r] for r in pool[ptr[hi] : ptr[hi + 1]]}
+    assert mined and not mined & {"hello, how is your garden", "hey, my garden roses bloom", "nice garden roses"}
+
+
 def test_scrambles_are_the_gold_replys_words_in_another_order_drawn_for_its_own_context(pairs):
     rng = np.random.default_rng(0)
     assert scramble("ok then") is None and scramble("no no no") is None

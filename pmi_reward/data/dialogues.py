@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 CHAT_ROLES = ("user", "assistant")
+SPEAKER_ALIASES = ("human", "bot", "ai", "model", "gpt")  # other datasets' names of the two speakers
+SKIPPED_ROLES = ("system", "tool", "function", "ipython")  # not a speaker's turn
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,14 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
             if isinstance(m, str):
                 turns.append(m)
             elif isinstance(m, dict) and isinstance(m.get("content"), str):
-                if m.get("role", "user") in CHAT_ROLES:
+                role = str(m.get("role", "user")).strip().lower()
+                if role in CHAT_ROLES or role in SPEAKER_ALIASES:
                     turns.append(m["content"])
+                elif role not in SKIPPED_ROLES:  # a whole speaker dropped made "user replies to user" pairs
+                    raise DataError(
+                        f"{where}, field 'messages': unknown role {m.get('role')!r} (speakers: "
+                        f"{sorted({*CHAT_ROLES, *SPEAKER_ALIASES})}; left out: {sorted(SKIPPED_ROLES)})"
+                    )
             else:
                 raise DataError(f"{where}, field 'messages': expected {{role, content}} objects with text content")
         return tuple(turns)

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Callable
 
 import numpy as np
+from scipy import sparse
 
 from .pairs import PairSet, csr
 
@@ -23,24 +24,38 @@ __all__ = ["mine_lexical", "mine_nearest", "mine_scrambled", "scramble"]
 _CHUNK = 512
 
 
-def _candidates(pairs: PairSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct gold replies (response-table indices), the dialogue of each, and each context's dialogue."""
-    replies, first = np.unique(pairs.resp, return_index=True)
-    ctx_group = np.full(len(pairs.contexts), -1, dtype=np.int64)
-    ctx_group[pairs.ctx[::-1]] = pairs.group[::-1]  # the first pair of each context wins
-    return replies, pairs.group[first], ctx_group
+def _candidates(pairs: PairSet) -> np.ndarray:
+    """Distinct gold replies (response-table indices)."""
+    return np.unique(pairs.resp)
+
+
+def _own(pairs: PairSet, replies: np.ndarray) -> sparse.csr_matrix:
+    """(contexts, candidate replies): nonzero where the reply is a turn of a dialogue the context occurs in. A context
+    text (an opener like "Hello?") or a reply text ("lol") can occur in several dialogues: each one's turns are its
+    own, not only those of its first dialogue."""
+    n_groups = int(pairs.group.max()) + 1 if len(pairs.group) else 0
+    ctx_groups = sparse.csr_matrix(
+        (np.ones(len(pairs.ctx)), (pairs.ctx, pairs.group)), shape=(len(pairs.contexts), n_groups)
+    )
+    counts = np.diff(pairs.pool_ptr)
+    group_turns = sparse.csr_matrix(
+        (np.ones(len(pairs.pool)), (np.repeat(np.arange(len(counts)), counts), pairs.pool)),
+        shape=(n_groups, len(pairs.responses)),
+    )
+    return (ctx_groups @ group_turns[:, replies]).astype(bool).tocsr()
 
 
 def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
     """Per context, the ``m`` most similar candidate replies of other dialogues (fewer where there are fewer), as a
     (ptr, pool) table."""
-    replies, reply_group, ctx_group = _candidates(pairs)
+    replies = _candidates(pairs)
+    own = _own(pairs, replies)
     m = min(m, len(replies))
     pool = np.empty((len(pairs.contexts), m), dtype=np.int64)
     for start in range(0, len(pairs.contexts), _CHUNK):
         ctx = np.arange(start, min(start + _CHUNK, len(pairs.contexts)))
         sim = np.asarray(similarity(ctx), dtype=np.float64)
-        sim[reply_group[None, :] == ctx_group[ctx][:, None]] = -np.inf  # never the same dialogue
+        sim[own[ctx].toarray()] = -np.inf  # never a turn of the context's own dialogue(s)
         top = np.argpartition(-sim, m - 1, axis=1)[:, :m]
         top = np.take_along_axis(top, np.argsort(-np.take_along_axis(sim, top, 1), axis=1), 1)
         other = ~np.isneginf(np.take_along_axis(sim, top, 1))  # all False past the replies of other dialogues
@@ -56,7 +71,7 @@ def mine_lexical(pairs: PairSet, m: int = 32) -> None:
     cosine to it (English stop words left out, so shared content words count)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    replies, _, _ = _candidates(pairs)
+    replies = _candidates(pairs)
     vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True).fit(
         [pairs.responses[r] for r in replies] + pairs.contexts
     )
@@ -69,7 +84,7 @@ def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m:
     """Fill ``pairs.mined["nearest"]``: per context, the ``m`` replies of other dialogues whose embedding has the
     highest cosine with the context's. ``contexts`` (n_contexts, d) and ``responses`` (n_responses, d) are
     embeddings of the whole text tables (only the gold replies' rows are read)."""
-    replies, _, _ = _candidates(pairs)
+    replies = _candidates(pairs)
     u = contexts / np.maximum(np.linalg.norm(contexts, axis=1, keepdims=True), 1e-8)
     v = responses[replies]
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-8)

@@ -128,12 +128,15 @@ class PairSet:
         rng = np.random.default_rng(seed)
         items = []
         for d in dialogues:
-            positions = list(range(min_context_turns, len(d.turns)))
+            # each turn as a context line reads it (join_turns), so that a turn is one text whether it is a context
+            # line, a reply or a candidate of its dialogue (a multi-line turn was two texts: graded credit for a copy)
+            turns = [join_turns([turn]) for turn in d.turns]
+            positions = list(range(min_context_turns, len(turns)))
             if max_pairs_per_dialogue is not None and len(positions) > max_pairs_per_dialogue:
                 positions = sorted(rng.choice(positions, max_pairs_per_dialogue, replace=False).tolist())
             for n, t in enumerate(positions):
-                context = join_turns(d.turns[max(0, t - max_context_turns) : t])
-                items.append((context, d.turns[t], d.id, d.turns if n == 0 else ()))
+                context = join_turns(turns[max(0, t - max_context_turns) : t])
+                items.append((context, turns[t], d.id, turns if n == 0 else ()))
         if not items:
             raise DataError("no context-response pairs: every dialogue is shorter than min_context_turns + 1")
         return cls._build(items, context_turns=max_context_turns)
