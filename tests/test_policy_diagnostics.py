@@ -125,6 +125,21 @@ def test_a_fine_tuned_encoder_and_pair_files_beside_dialogues_count_as_shared():
     assert relation(twin, both)["data"] == "shared pair files"
 
 
+def test_one_encoder_under_another_name_and_a_judge_of_unknown_data_are_not_independent():
+    """Encoders were compared as typed: a MiniLM judge saved as "all-MiniLM-L6-v2" (or its Hub id) shared "nothing"
+    with a "minilm" reward and could decide the verdict; a judge whose metadata does not say what it trained on
+    (saved by recipes/scorer/run.py) counted as sharing no data."""
+    smol = {"encoder": "smollm2-135m-instruct", "training": {"seed": 0}, "data": {"train_file": "en/train.csv"}}
+    for name in ("all-MiniLM-L6-v2", "MiniLM", "sentence-transformers/all-MiniLM-L6-v2"):
+        assert relation({**smol, "encoder": name}, REWARD)["encoder"]
+    assert not relation({**smol, "encoder": "HuggingFaceTB/SmolLM2-135M-Instruct"}, REWARD)["encoder"]
+    unrecorded = {"encoder": "smollm2-135m-instruct", "training": {"seed": 3}, "recipe": "scorer"}
+    shares = relation(unrecorded, REWARD)
+    assert shares["data"] == "unknown" and not Judge("u", "p", None, unrecorded, shares).independent
+    lm = {"encoder": "smollm2", "method": "lm_pmi", "data": {}, "training": {}}
+    assert Judge("lm", "p", None, lm, relation(lm, REWARD)).independent  # trains on nothing: still independent
+
+
 def test_verdict_needs_every_independent_judge_and_prints_their_auc():
     def judge(name, independent, auc):
         shares = {"encoder": not independent, "seed": False, "data": "different", "data_shared": False}

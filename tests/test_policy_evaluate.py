@@ -308,6 +308,8 @@ def no_loading(monkeypatch):
         (["--tuned", "runs/base"], "is named 'base' like another row"),
         (["--tuned", "a/grpo", "b/grpo"], "is named 'grpo' like another row"),
         (["--tuned", "x/best-of-4", "--best_of_n", "4", "--reward_scorer", "r"], "named 'best-of-4' like another"),
+        (["--tuned", "x/best-of-8-rft"], "named 'best-of-8-rft' like another"),  # its KL read as best-of-n's bound
+        (["--tuned", "x/reference"], "named 'reference' like another"),  # a samples.jsonl record's key
         (["--max_prompts", "1"], "needs at least 2 contexts, got 1"),
         (["--tuned", "runs/grpo", "--temperature", "0"], "greedy replies (--temperature 0) have none: --kl false"),
     ],

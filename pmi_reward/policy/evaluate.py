@@ -33,6 +33,7 @@ from ..data.records import json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
 from ..rewards.reward import PMIReward
+from ..scoring.models import model_identity
 from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
@@ -338,7 +339,8 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     warnings += [
         f"judge {j.name} reads replies with the base policy's own LM: it favours replies like the base's"
         for j in judges
-        if j.meta.get("method") == "lm_pmi" and j.meta.get("encoder") == args.base_model
+        if j.meta.get("method") == "lm_pmi"
+        and model_identity(str(j.meta.get("encoder"))) == model_identity(args.base_model)
     ]
     for w in warnings:
         print(f"WARNING: {w}")
@@ -369,10 +371,11 @@ def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str,
         raise ValueError("--best_of_n reranks with the reward: give --reward_scorer")
     if args.kl and args.tuned and settings.temperature == 0:
         raise ValueError("--kl compares the tempered policies; greedy replies (--temperature 0) have none: --kl false")
-    taken = {"base", HUMAN, *(f"best-of-{n}" for n in args.best_of_n)}
+    # the base, the human row and best-of-n rows; "context" and "reference" are keys of a samples.jsonl record
+    taken = {"base", HUMAN, "context", "reference", *(f"best-of-{n}" for n in args.best_of_n)}
     for path in args.tuned:
         name = Path(path.rstrip("/")).name
-        if name in taken:
+        if name in taken or name.startswith("best-of-"):  # best-of-N names get the analytic KL bound
             raise ValueError(
                 f"tuned policy {path!r} is named {name!r} like another row of the report: give its directory "
                 "a distinct name"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..scoring.encoder import EncoderSpec, TextEncoder
+from ..scoring.models import model_identity
 from ..scoring.scorer import LOCAL_ENCODER, PMIScorer
 
 LM_PREFIX = "lm:"
@@ -100,8 +101,17 @@ def _pair_files(meta: dict) -> set[Path]:
     return {Path(str(data[k])).resolve() for k in ("train_file", "val_file", "test_file") if data.get(k)}
 
 
+def _recorded(meta: dict) -> bool:
+    """Whether a scorer's metadata says what it trained on (an untrained LM judge trained on nothing)."""
+    return meta.get("method") == "lm_pmi" or training_range(meta) is not None or bool(_pair_files(meta))
+
+
 def _data_relation(judge: dict, reward: dict) -> str:
-    """How the two training sets relate; a scorer may have trained on dialogues AND pair files (``make scorer``)."""
+    """How the two training sets relate; a scorer may have trained on dialogues AND pair files (``make scorer``).
+    "unknown" when either scorer's metadata does not say (e.g. one saved by ``recipes/scorer/run.py``): such a judge
+    cannot be shown to share nothing, so it does not count as independent."""
+    if not (_recorded(judge) and _recorded(reward)):
+        return "unknown"
     j, r = training_range(judge), training_range(reward)
     one_corpus = j is not None and r is not None and j[0] == r[0]
     if j is not None and r is not None and one_corpus:
@@ -119,11 +129,16 @@ def relation(judge_meta: dict, reward_meta: dict) -> dict[str, Any]:
     data = _data_relation(judge_meta, reward_meta)
     seed = (judge_meta.get("training") or {}).get("seed")
     return {
-        "encoder": judge_meta.get("encoder") == reward_meta.get("encoder"),
+        "encoder": _same_model(judge_meta.get("encoder"), reward_meta.get("encoder")),
         "seed": seed is not None and seed == (reward_meta.get("training") or {}).get("seed"),
         "data": data,
-        "data_shared": data in ("same dialogues", "overlapping dialogues", "shared pair files"),
+        "data_shared": data in ("same dialogues", "overlapping dialogues", "shared pair files", "unknown"),
     }
+
+
+def _same_model(a: Any, b: Any) -> bool:
+    """Whether two encoders are one model, whatever name each scorer recorded (``model_identity``)."""
+    return a == b if a is None or b is None else model_identity(str(a)) == model_identity(str(b))
 
 
 def _load(path: str, loaded: list[TextEncoder]) -> PMIScorer:

@@ -74,6 +74,17 @@ def shipped_name(name: str) -> str | None:
     return key if key in SHIPPED else None
 
 
+def model_identity(name: str) -> str:
+    """One name per model, for telling whether two scorers embed with the same one: a shipped model by any of its
+    names (alias, Hub id such as ``sentence-transformers/all-MiniLM-L6-v2``, any case) is its shipped name; a local
+    folder its absolute path; any other Hub id in lower case. (A string comparison counted a MiniLM judge saved as
+    ``all-MiniLM-L6-v2`` as sharing nothing with a ``minilm`` reward.)"""
+    shipped = shipped_name(name) or shipped_name(name.rstrip("/").rsplit("/", 1)[-1])
+    if shipped:
+        return shipped
+    return str(Path(name).resolve()) if Path(name).exists() else name.strip().lower()
+
+
 def cache_root() -> Path:
     """Where converted weights and embedding caches live (``$PMI_REWARD_CACHE``, default ~/.cache/pmi_reward)."""
     return Path(os.environ.get("PMI_REWARD_CACHE", Path.home() / ".cache" / "pmi_reward"))
