@@ -145,3 +145,50 @@ def test_texts_alone_are_tokenized_once_to_the_same_ids(tiny_encoder, request, t
     ids = enc._written_ids(texts, "{text}", keep)
     assert ids == enc._tokenized(enc._written(texts, "{text}", keep))
     assert max(len(row) for row in ids) <= 64 and len(ids[-1]) < 64  # the long ones were cut to the budget
+
+
+def test_the_embedding_cache_takes_threads_in_turn_and_names_a_corrupt_file(tmp_path):
+    """Threads sharing one cache interleaved transactions on its one connection (lost rows, 'cannot commit'); a
+    file that is not a cache raised sqlite's bare 'file is not a database'."""
+    import sqlite3
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from pmi_reward.scoring.cache import EmbeddingCache
+
+    cache = EmbeddingCache(tmp_path / "c")
+
+    def write(t: int) -> None:
+        for i in range(50):
+            cache.put([f"{t}-{i}-{j}".encode() for j in range(20)], np.ones((20, 4), dtype=np.float32))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))
+    assert len(cache) == 8 * 50 * 20
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "embeddings.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(sqlite3.DatabaseError, match="embeddings.sqlite: not a readable embedding cache.*delete it"):
+        EmbeddingCache(tmp_path / "bad")
+
+
+def test_a_local_model_folder_is_cached_by_its_files_not_its_name(tmp_path, monkeypatch):
+    """Cache keys held a local model as typed ("./enc"): two projects' folders, or a checkpoint retrained in place,
+    shared keys and so each other's embeddings. Shipped names keep their keys (existing caches stay valid)."""
+    import os
+
+    from pmi_reward.scoring.encoder import EncoderSpec
+
+    for name in ("p1", "p2"):
+        (tmp_path / name / "enc").mkdir(parents=True)
+        (tmp_path / name / "enc" / "model.safetensors").write_bytes(name.encode())
+    keys = []
+    for name in ("p1", "p2"):
+        monkeypatch.chdir(tmp_path / name)
+        keys.append(EncoderSpec(model="./enc").fingerprint("mean"))
+    assert keys[0] != keys[1]
+    weights = tmp_path / "p2" / "enc" / "model.safetensors"
+    weights.write_bytes(b"retrained weights")
+    os.utime(weights, ns=(1, 1))
+    assert EncoderSpec(model="./enc").fingerprint("mean") != keys[1]
+    assert '"model": "minilm"' in EncoderSpec(model="minilm").fingerprint("mean")

@@ -239,3 +239,30 @@ def test_the_onnx_session_follows_the_weights(tiny_encoder_factory):
     after = encoder.encode(texts)
     encoder.spec = replace(encoder.spec, backend="torch")
     assert np.abs(after - encoder.encode(texts)).max() < 1e-4 < np.abs(after - before).max()
+
+
+def test_a_bfloat16_scorer_runs_on_the_onnx_path_in_float32(tiny_encoder_factory, tokenizer):
+    """A scorer saved in bfloat16 (dtype auto on a GPU) and served with --backend onnx crashed in the export."""
+    from dataclasses import replace
+
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    assert EncoderSpec(model="m", dtype="bfloat16", backend="onnx").on(torch.device("cpu")).dtype == "float32"
+    reference = tiny_encoder_factory()
+    spec = replace(reference.spec, backend="onnx", dtype="bfloat16")
+    model = reference.model.to(torch.bfloat16)  # as a bfloat16 scorer's encoder arrives
+    onnx = TextEncoder(spec, device="cpu", model=model, tokenizer=tokenizer)
+    assert onnx.spec.dtype == "float32" and np.isfinite(onnx.encode(["I love jazz.", "Coltrane!"])).all()
+
+
+def test_a_max_length_beyond_the_models_positions_is_refused_at_once(tiny_model_factory, tokenizer):
+    """max_length 1024 on a 512-position model trained fine on short texts, then crashed on the first long one."""
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    with pytest.raises(ValueError, match="max_length 200 exceeds the 128 positions"):
+        TextEncoder(
+            EncoderSpec(model="tiny", pooling="mean", max_length=200),
+            device="cpu",
+            model=tiny_model_factory(),
+            tokenizer=tokenizer,
+        )

@@ -51,7 +51,7 @@ def test_config_holds_what_inference_needs_and_provenance_lives_apart(scorer, tm
     scorer.save_pretrained(tmp_path / "s")
     config = json.loads((tmp_path / "s" / "config.json").read_text())
     assert config["version"] == 2 and config["context_turns"] == 2 and "metadata" not in config
-    assert set(config) == {"format", "version", "encoder", "template", "head", "context_turns"}
+    assert set(config) == {"format", "version", "encoder", "template", "head", "context_turns", "head_sha256"}
     assert json.loads((tmp_path / "s" / "metadata.json").read_text()) == {"note": "test"}
     (tmp_path / "s" / "metadata.json").unlink()  # provenance is never needed to score
     loaded = PMIScorer.from_pretrained(tmp_path / "s", encoder=scorer.encoder)
@@ -152,3 +152,25 @@ def test_saved_files_follow_the_umask(scorer, tmp_path):
     for folder, mode in (("open", 0o644), ("private", 0o600)):
         modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / folder).iterdir()}
         assert set(modes.values()) == {mode}, modes
+
+
+def test_a_save_cut_short_is_refused_and_a_load_time_dtype_is_not_saved(tiny_scorer_dir, tmp_path):
+    """save_pretrained wrote config.json first: a save killed before the head left the new config beside the old
+    head, which loaded as a mix without a word. The config now comes last with the head's digest. A dtype chosen at
+    load time (the machine's) was written back as the scorer's own."""
+    import json
+    import shutil
+
+    loaded = PMIScorer.from_pretrained(tiny_scorer_dir, dtype="bfloat16")
+    saved = loaded.save_pretrained(tmp_path / "s")
+    config = json.loads((saved / "config.json").read_text())
+    assert config["encoder"]["dtype"] == "float32" and len(config["head_sha256"]) == 64
+    PMIScorer.from_pretrained(saved)  # whole: loads
+    other = tmp_path / "other"
+    shutil.copytree(saved, other)
+    with torch.no_grad():
+        next(loaded.head.parameters()).add_(1.0)
+    loaded.save_pretrained(other)
+    shutil.copy(saved / "config.json", other / "config.json")  # the old config beside the new head
+    with pytest.raises(ScorerLoadError, match="is not the head .* was saved with"):
+        PMIScorer.from_pretrained(other)

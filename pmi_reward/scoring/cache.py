@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,31 +27,53 @@ def cache_key(*parts: str) -> bytes:
 
 
 class EmbeddingCache:
-    """Maps keys to float32 vectors in ``<directory>/embeddings.sqlite``; safe to share between processes."""
+    """Maps keys to float32 vectors in ``<directory>/embeddings.sqlite``; safe to share between processes and between
+    threads of one (one connection, its calls taken in turn)."""
 
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            self._wal()
+            self._db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
+                raise
+            raise sqlite3.DatabaseError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
+
+    def _wal(self) -> None:
+        """Switch to write-ahead logging; processes opening a new cache at once can find it locked for the switch
+        (which does not wait on the busy timeout): retried for up to a minute."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
         found: dict[bytes, np.ndarray] = {}
-        for i in range(0, len(keys), _CHUNK):
-            chunk = keys[i : i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
-                found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
+        with self._lock:
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i : i + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
+                    found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
         return found
 
     def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
         rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
-        with self._db:
+        with self._lock, self._db:
             self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
 
     def close(self) -> None:
         self._db.close()

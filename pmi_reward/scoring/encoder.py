@@ -11,9 +11,13 @@ scorer, and ``dtype`` and ``encode_batch_size`` may be overridden there too (bf1
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,8 +89,12 @@ class EncoderSpec:
 
     def on(self, device: torch.device) -> EncoderSpec:
         """This spec with ``dtype="auto"`` made concrete for ``device``: bfloat16 where the torch backend runs it
-        natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), else float32. Embeddings are cached by the
-        concrete dtype, so machines that resolve it differently never share cache entries."""
+        natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), else float32; float32 for the onnx backend (a
+        scorer saved with bfloat16 on a GPU and served with ``--backend onnx`` on a CPU crashed in the export).
+        Embeddings are cached by the concrete dtype, so machines that resolve it differently never share cache
+        entries."""
+        if self.backend == "onnx" and self.dtype != "float32":  # ONNX Runtime runs the float32 graph (fast.py)
+            return replace(self, dtype="float32")
         if self.dtype != "auto":
             return self
         fast = self.backend == "torch" and native_bf16(device)
@@ -123,7 +131,21 @@ class EncoderSpec:
         for key in _UNSAVED:
             if settings[key] == EncoderSpec.__dataclass_fields__[key].default:
                 del settings[key]
+        if "revision" not in settings:  # pretrained weights: a local folder's are told apart by its files
+            settings["model"] = _model_stamp(self.model)
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
+
+
+def _model_stamp(model: str) -> str:
+    """A model folder by its absolute path and its files' names, sizes and times (two projects' ``./model`` and a
+    checkpoint retrained in place got the same cache keys, so stale or foreign embeddings); any other name (a shipped
+    model, a Hub id, a fine-tuned encoder named by its revision) as it is."""
+    path = Path(model)
+    if model.startswith("./encoder") or not path.is_dir():
+        return model
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    stamp = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return f"{path.resolve()}@{hashlib.sha1(repr(stamp).encode()).hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)
@@ -173,6 +195,30 @@ class _Stats:
     cache_hits: int = 0
 
 
+def position_limit(model: Any, tokenizer: Any) -> int | None:
+    """How many tokens ``model`` can read at once: its tokenizer's ``model_max_length`` where that is set (not the
+    huge placeholder of tokenizers without one) and a learned position table's size; None when unbounded."""
+    limits = []
+    if 0 < getattr(tokenizer, "model_max_length", 0) < 1_000_000:
+        limits.append(int(tokenizer.model_max_length))
+    table = getattr(getattr(model, "embeddings", None), "position_embeddings", None)
+    if isinstance(table, torch.nn.Embedding):  # learned positions (BERT, MPNet; those of MPNet start after padding)
+        limits.append(table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0))
+    return min(limits) if limits else None
+
+
+def _tokenizing(method: Callable) -> Callable:
+    """Tokenizer work taken in turn: a fast tokenizer's truncation setting is shared state, and one thread's
+    ``_tokenized`` (truncating) could cut another's ``_cut`` offsets short (a context kept its start, not its end)."""
+
+    @functools.wraps(method)
+    def locked(self: TextEncoder, *args: Any, **kwargs: Any) -> Any:
+        with self._tokenizer_lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class TextEncoder:
     """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out."""
 
@@ -190,9 +236,13 @@ class TextEncoder:
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
         self.tokenizer.padding_side = "right"
         self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
+        self._tokenizer_lock = threading.RLock()
         self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
         self.model.eval().requires_grad_(False)
         self.model.to(self.device)
+        limit = position_limit(self.model, self.tokenizer)
+        if limit is not None and spec.max_length > limit:  # it failed only when a long enough text came, mid-run
+            raise ValueError(f"max_length {spec.max_length} exceeds the {limit} positions {spec.model} can read")
         if spec.backend == "onnx" and self.device.type != "cpu":
             raise ValueError(
                 "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
@@ -264,6 +314,7 @@ class TextEncoder:
         return self._embed_ids_with_grad(self._pair_ids(list(contexts), list(responses), template))
 
     # -- internals --------------------------------------------------------------------------------
+    @_tokenizing
     def _pair_ids(self, contexts: list[str], responses: list[str], template: str) -> list[list[int]]:
         """Token ids of filled pair prompts: the context cut from its start and the reply from its end so that both
         fit the budget (the reply keeps at least half of it)."""
@@ -300,6 +351,7 @@ class TextEncoder:
         budget = self._budget(template.replace(slot, ""))
         return [template.replace(slot, c) for c in self._cut(texts, [budget] * len(texts), keep_end=(keep == "end"))]
 
+    @_tokenizing
     def _written_ids(self, texts: list[str], template: str, keep: str) -> list[list[int]]:
         """The token ids of ``_written``'s texts. A text alone (the template is only its slot, as contexts, replies
         and context lines are embedded) is tokenized once, and again only where it must be cut: tokenizing
@@ -318,6 +370,7 @@ class TextEncoder:
                 ids[i] = row
         return ids
 
+    @_tokenizing
     def _tokenized(self, texts: list[str]) -> list[list[int]]:
         """Token ids of written texts, special tokens added, at most ``max_length``."""
         if not texts:
@@ -356,11 +409,13 @@ class TextEncoder:
     def _overhead(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
+    @_tokenizing
     def _lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
 
+    @_tokenizing
     def _cut(self, texts: list[str], budgets: list[int], keep_end: bool) -> list[str]:
         """Cut each text to at most ``budget`` tokens at a token boundary, keeping its end or its start."""
         if not texts:

@@ -20,6 +20,7 @@ only: on a GPU the torch backend in bfloat16 with large batches is the fast path
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import os
@@ -69,6 +70,8 @@ def _weights_hash(model: nn.Module, layer: int) -> str:
 def _export(model: nn.Module, layer: int, path: Path) -> None:
     """The backbone as an ONNX graph with dynamic batch and sequence axes (legacy TorchScript exporter: the new
     one needs onnxscript and gives ORT's fusions patterns they do not all recognise)."""
+    if any(p.dtype != torch.float32 for p in model.parameters()):  # ORT's graph and int8 operators are float32's
+        model = copy.deepcopy(model).float()
     wrapper = _Hidden(model, layer).eval()
     example = (torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
     axes = {0: "batch", 1: "tokens"}

@@ -11,6 +11,7 @@ batch) is chosen at load time and never saved.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -77,6 +78,8 @@ class PMIScorer:
         self.encoder, self.template, self.head = encoder, template, head.eval()
         self.context_turns = context_turns  # turns of context the training pairs kept (None: every turn)
         self.metadata = metadata or {}
+        # the encoder dtype of the config.json it was loaded from: a dtype chosen at load time is the machine's
+        self.saved_dtype: str | None = None
         self.directory: Path | None = None  # where it was loaded from (a fine-tuned encoder's weights live there)
 
     @property
@@ -125,27 +128,34 @@ class PMIScorer:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "encoder": self.encoder.spec.saved_dict(),
+            "encoder": {**self.encoder.spec.saved_dict(), **({"dtype": self.saved_dtype} if self.saved_dtype else {})},
             "template": self.template.to_dict(),
             "head": self.head.config.to_dict(),
             "context_turns": self.context_turns,
         }
 
     def save_pretrained(self, directory: str | Path, repo_id: str | None = None) -> Path:
-        """Write ``config.json``, ``metadata.json``, ``head.safetensors`` and the model card ``README.md`` into
-        ``directory`` (each atomically); ``repo_id`` names the Hub repo in the card's examples."""
+        """Write ``head.safetensors``, the encoder (fine-tuned: ``encoder/``), ``metadata.json``, the model card
+        ``README.md`` and, last, ``config.json`` into ``directory`` (each atomically); ``repo_id`` names the Hub repo in
+        the card's examples. ``config.json`` records the head's digest, so that a save cut short over an earlier
+        scorer (its config beside another head) is refused when loaded, never loaded as a mix of the two."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config()
-        for name, content in ((CONFIG_NAME, config), (METADATA_NAME, self.metadata)):
-            _write_json(directory / name, content)
+        if self.encoder.spec.model == LOCAL_ENCODER and self.saved_dtype == "float32" != self.encoder.spec.dtype:
+            raise ValueError(
+                f"this scorer's fine-tuned encoder was loaded in {self.encoder.spec.dtype}, not the {self.saved_dtype} "
+                "it was saved in: saving it would keep the rounded weights; load it without a dtype to save it"
+            )
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
         if self.encoder.spec.model == LOCAL_ENCODER:
             self.encoder.model.save_pretrained(directory / LOCAL_ENCODER)
             self.encoder.tokenizer.save_pretrained(directory / LOCAL_ENCODER)
+        _write_json(directory / METADATA_NAME, self.metadata)
         card = model_card(config, self.metadata, repo_id)
         atomic_write(directory / CARD_NAME, lambda p: Path(p).write_text(card, encoding="utf-8"))
+        _write_json(directory / CONFIG_NAME, {**config, "head_sha256": _digest(directory / WEIGHTS_NAME)})
         return directory
 
     def push_to_hub(
@@ -236,11 +246,17 @@ class PMIScorer:
         except hub.HubError as err:
             raise ScorerLoadError(str(err)) from None
         config = cls.read_config(directory)
+        saved_dtype = config["encoder"].get("dtype")
         if runtime:
             config = {**config, "encoder": {**config["encoder"], **{k: v for k, v in runtime.items() if v is not None}}}
         weights = directory / WEIGHTS_NAME
         if not weights.is_file():
             raise ScorerLoadError(f"{directory}: missing {WEIGHTS_NAME}")
+        expected = config.get("head_sha256")
+        if expected is not None and _digest(weights) != expected:
+            raise ScorerLoadError(
+                f"{weights} is not the head {directory / CONFIG_NAME} was saved with (a save cut short?); save again"
+            )
         try:
             state = load_file(weights)
         except Exception as err:  # safetensors raises its own error types for truncated files
@@ -255,6 +271,7 @@ class PMIScorer:
             metadata=cls.read_metadata(directory),
             directory=directory,
         )
+        scorer.saved_dtype = saved_dtype
         return scorer
 
     @classmethod
@@ -319,6 +336,10 @@ def _context_turns(config: dict) -> int | None:
     else:
         turns = ((config.get("metadata") or {}).get("data") or {}).get("max_context_turns")
     return int(turns) if turns else None
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _write_json(path: Path, content: dict) -> None:
