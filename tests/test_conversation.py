@@ -129,3 +129,11 @@ def test_pathological_templates_parse_to_what_they_hold():
         "role": "assistant",
         "content": "yo",
     }
+
+
+def test_a_closed_think_block_over_several_lines_goes_whole():
+    """Reading turns line by line left the middle lines of a closed multi-line block in a string context."""
+    from pmi_reward.data.conversation import drop_think_blocks
+
+    text = "what is 2+2?\n<think>\nThe user asks a sum.\n2+2 is 4.\n</think>\nIt is 4.\nthanks!"
+    assert drop_think_blocks(text) == "what is 2+2?\nIt is 4.\nthanks!"

@@ -133,6 +133,10 @@ def test_one_encoder_under_another_name_and_a_judge_of_unknown_data_are_not_inde
     for name in ("all-MiniLM-L6-v2", "MiniLM", "sentence-transformers/all-MiniLM-L6-v2"):
         assert relation({**smol, "encoder": name}, REWARD)["encoder"]
     assert not relation({**smol, "encoder": "HuggingFaceTB/SmolLM2-135M-Instruct"}, REWARD)["encoder"]
+    smol_lm = {**smol, "encoder": "smollm2-135m-instruct"}
+    assert relation({**smol, "encoder": "HuggingFaceTB/SmolLM2-135M-Instruct"}, smol_lm)["encoder"]
+    assert not relation({**smol, "encoder": "HuggingFaceTB/SmolLM2-135M"}, smol_lm)["encoder"]  # the base LM: another
+    assert not relation({**smol, "encoder": "someone/all-MiniLM-L6-v2"}, REWARD)["encoder"]  # another org's weights
     unrecorded = {"encoder": "smollm2-135m-instruct", "training": {"seed": 3}, "recipe": "scorer"}
     shares = relation(unrecorded, REWARD)
     assert shares["data"] == "unknown" and not Judge("u", "p", None, unrecorded, shares).independent

@@ -174,3 +174,18 @@ def test_a_save_cut_short_is_refused_and_a_load_time_dtype_is_not_saved(tiny_sco
     shutil.copy(saved / "config.json", other / "config.json")  # the old config beside the new head
     with pytest.raises(ScorerLoadError, match="is not the head .* was saved with"):
         PMIScorer.from_pretrained(other)
+
+
+def test_a_scorer_copies_and_a_pickled_reward_keeps_its_load_time_dtype(tiny_scorer_dir):
+    """The tokenizer lock made scorers impossible to deepcopy or pickle; a reward pickled across processes (TRL,
+    verl) was rebuilt in the saved dtype, not the one it was loaded with."""
+    import copy
+    import pickle
+
+    from pmi_reward.rewards.reward import PMIReward
+
+    scorer = PMIScorer.from_pretrained(tiny_scorer_dir, dtype="bfloat16")
+    twin = copy.deepcopy(scorer)
+    np.testing.assert_array_equal(twin.score(CTX, RESP), scorer.score(CTX, RESP))
+    clone = pickle.loads(pickle.dumps(PMIReward(scorer)))
+    assert clone.scorer.encoder.spec.dtype == "bfloat16"

@@ -425,3 +425,17 @@ def test_lora_adapts_a_decoder_encoder_by_default_and_refuses_unknown_layers_ear
     check_top_layers(tiny_encoder_factory("bert").model, "lora", None)  # BERT names: fine
     with pytest.raises(ValueError, match="LoRA finds none of .*'attn'"):
         lora_targets(tiny_encoder_factory("bert").model, LoraSpec(target_modules=["attn"]))
+
+
+def test_lora_targets_the_user_names_are_checked_not_the_defaults():
+    """The early check tried the default target lists even when the user named others, and refused them."""
+    from pmi_reward.training.trainable import check_top_layers
+
+    class Body(torch.nn.Module):  # linear layers named as in no default list (T5's q, k, v, o, say)
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.v = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    check_top_layers(Body(), "lora", None, LoraSpec(target_modules=["q", "v"]))
+    with pytest.raises(ValueError, match="LoRA finds none of"):
+        check_top_layers(Body(), "lora", None)

@@ -44,6 +44,7 @@ __all__ = [
 _SPEAKERS = ("user", "assistant")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
+_CLOSED_THINK = re.compile(r"<think>(?:(?!<think>).)*?</think>[ \t]*\n?", re.S)  # a whole block, over lines too
 
 
 def message_text(content: Any) -> str | None:
@@ -147,6 +148,7 @@ def drop_think_blocks(text: str) -> str:
     ``</think>``, and turns left empty go: how a context reads past turns of a reasoning model."""
     if THINK_OPEN not in text and THINK_CLOSE not in text:
         return text
+    text = _CLOSED_THINK.sub("", text)  # closed blocks first, whatever lines they span
     lines = (_THINK_BLOCK.sub("", line).rsplit(THINK_CLOSE, 1)[-1] for line in text.split("\n"))
     return "\n".join(line for line in lines if line.strip())
 

@@ -39,7 +39,7 @@ class EmbeddingCache:
             self._wal()
             self._db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
         except sqlite3.DatabaseError as err:
-            if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
+            if isinstance(err, sqlite3.OperationalError):  # locked, read-only, no permission: not a broken file
                 raise
             raise sqlite3.DatabaseError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
 

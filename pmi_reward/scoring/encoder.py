@@ -195,16 +195,14 @@ class _Stats:
     cache_hits: int = 0
 
 
-def position_limit(model: Any, tokenizer: Any) -> int | None:
-    """How many tokens ``model`` can read at once: its tokenizer's ``model_max_length`` where that is set (not the
-    huge placeholder of tokenizers without one) and a learned position table's size; None when unbounded."""
-    limits = []
-    if 0 < getattr(tokenizer, "model_max_length", 0) < 1_000_000:
-        limits.append(int(tokenizer.model_max_length))
+def position_limit(model: Any) -> int | None:
+    """How many tokens ``model`` can read at once: the size of its learned position table (BERT, MPNet, whose positions
+    start after padding), which is a hard limit; else None (rotary positions, as SmolLM2's: the tokenizer's
+    ``model_max_length`` is a hint, not a limit)."""
     table = getattr(getattr(model, "embeddings", None), "position_embeddings", None)
-    if isinstance(table, torch.nn.Embedding):  # learned positions (BERT, MPNet; those of MPNet start after padding)
-        limits.append(table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0))
-    return min(limits) if limits else None
+    if isinstance(table, torch.nn.Embedding):
+        return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
+    return None
 
 
 def _tokenizing(method: Callable) -> Callable:
@@ -240,7 +238,7 @@ class TextEncoder:
         self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
         self.model.eval().requires_grad_(False)
         self.model.to(self.device)
-        limit = position_limit(self.model, self.tokenizer)
+        limit = position_limit(self.model)
         if limit is not None and spec.max_length > limit:  # it failed only when a long enough text came, mid-run
             raise ValueError(f"max_length {spec.max_length} exceeds the {limit} positions {spec.model} can read")
         if spec.backend == "onnx" and self.device.type != "cpu":
@@ -251,6 +249,14 @@ class TextEncoder:
         self.stats = _Stats()
         self._fingerprint = spec.fingerprint(self.pooling)
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
+
+    def __getstate__(self) -> dict:
+        """A copy (deepcopy, pickle) without the lock and the ONNX session, which are rebuilt."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_onnx")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._tokenizer_lock, self._onnx = threading.RLock(), None
 
     @property
     def model(self) -> Any:

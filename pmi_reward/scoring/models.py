@@ -74,15 +74,23 @@ def shipped_name(name: str) -> str | None:
     return key if key in SHIPPED else None
 
 
+# the Hub ids of the shipped models (a scorer may record either name)
+HUB_IDS = {
+    "sentence-transformers/all-minilm-l6-v2": "minilm",
+    "sentence-transformers/all-mpnet-base-v2": "mpnet",
+    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m-instruct",
+}
+
+
 def model_identity(name: str) -> str:
-    """One name per model, for telling whether two scorers embed with the same one: a shipped model by any of its
-    names (alias, Hub id such as ``sentence-transformers/all-MiniLM-L6-v2``, any case) is its shipped name; a local
-    folder its absolute path; any other Hub id in lower case. (A string comparison counted a MiniLM judge saved as
+    """One name per model, for telling whether two scorers embed with the same one: a local folder is its absolute
+    path; a shipped model by any of its names (alias or Hub id, such as ``sentence-transformers/all-MiniLM-L6-v2``,
+    any case) its shipped name; any other Hub id in lower case. (A string comparison counted a MiniLM judge saved as
     ``all-MiniLM-L6-v2`` as sharing nothing with a ``minilm`` reward.)"""
-    shipped = shipped_name(name) or shipped_name(name.rstrip("/").rsplit("/", 1)[-1])
-    if shipped:
-        return shipped
-    return str(Path(name).resolve()) if Path(name).exists() else name.strip().lower()
+    if name.strip() and Path(name).exists():
+        return str(Path(name).resolve())
+    key = name.strip().lower()
+    return shipped_name(name) or HUB_IDS.get(key) or key
 
 
 def cache_root() -> Path:

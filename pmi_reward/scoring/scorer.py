@@ -128,7 +128,7 @@ class PMIScorer:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "encoder": {**self.encoder.spec.saved_dict(), **({"dtype": self.saved_dtype} if self.saved_dtype else {})},
+            "encoder": self.encoder.spec.saved_dict(),
             "template": self.template.to_dict(),
             "head": self.head.config.to_dict(),
             "context_turns": self.context_turns,
@@ -155,6 +155,8 @@ class PMIScorer:
         _write_json(directory / METADATA_NAME, self.metadata)
         card = model_card(config, self.metadata, repo_id)
         atomic_write(directory / CARD_NAME, lambda p: Path(p).write_text(card, encoding="utf-8"))
+        if self.saved_dtype:  # a dtype chosen at load time is the machine's, not the scorer's
+            config = {**config, "encoder": {**config["encoder"], "dtype": self.saved_dtype}}
         _write_json(directory / CONFIG_NAME, {**config, "head_sha256": _digest(directory / WEIGHTS_NAME)})
         return directory
 

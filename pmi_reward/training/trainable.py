@@ -66,7 +66,9 @@ DEFAULT_LORA_TARGETS = (
 def lora_targets(model: nn.Module, spec: LoraSpec) -> list[str]:
     """The module names LoRA adapts in ``model``: ``spec``'s, or the first default list that names its layers; a
     ValueError naming the model's linear layers when none match (cheap: checked before anything is embedded)."""
-    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
+    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
     choices = [list(spec.target_modules)] if spec.target_modules is not None else list(DEFAULT_LORA_TARGETS)
     for targets in choices:
         if linear & set(targets):
@@ -96,11 +98,11 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
     return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
-def check_top_layers(model: nn.Module, mode: str, top_layers: int | None) -> None:
+def check_top_layers(model: nn.Module, mode: str, top_layers: int | None, lora: LoraSpec | None = None) -> None:
     """A ValueError unless ``mode`` can train the top ``top_layers`` layers of ``model`` (None: every layer); cheap,
     so that ``fit_scorer`` checks it before anything is embedded or the warm-up trains."""
     if mode == "lora":
-        lora_targets(model, LoraSpec())
+        lora_targets(model, lora or LoraSpec())
     if top_layers is None or mode not in ("full", "lora"):
         return
     if mode == "lora":
@@ -150,7 +152,7 @@ def make_trainable(
     it); eval mode, and so scoring, never applies it. ``activation_checkpointing`` keeps only each layer's input for
     the backward pass and recomputes the rest (dropout masks replayed): the same gradients in a fraction of the
     memory, for one more forward pass."""
-    check_top_layers(encoder.model, mode, top_layers)
+    check_top_layers(encoder.model, mode, top_layers, lora)
     if attention_dropout is not None and not set_attention_dropout(encoder.model, attention_dropout):
         raise ValueError(f"{type(encoder.model).__name__}: no attention module found to set the dropout of")
     if activation_checkpointing:
