@@ -231,3 +231,12 @@ def test_train_data_adds_a_pair_file_to_dialogues_without_its_own_validation_fil
     assert len(val) > 0 and "a hike" not in val.response_texts and source["val_file"] is None
     with pytest.raises(SystemExit, match="needs --val_file"):
         build_pairs(TrainData(train_file=str(pairs)))
+
+
+def test_a_pair_file_may_number_its_dialogues(tmp_path):
+    """JSON files often write dialogue ids as numbers: a pair file's numeric key was refused as 'expected text'."""
+    path = tmp_path / "p.jsonl"
+    rows = [{"dialog_key": k, "context": c, "response": r} for k, c, r in ((1, "a", "b"), (1, "b", "c"), (2, "x", "y"))]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pairs = load_pairs(path)
+    assert pairs.group[0] == pairs.group[1] != pairs.group[2]

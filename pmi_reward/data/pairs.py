@@ -218,8 +218,12 @@ def load_pairs(
     keys = None
     if require_key and key_column and key_column not in records[0]:
         raise DataError(f"{path}: missing column {key_column!r} (the dialogue key; columns: {sorted(records[0])})")
-    if key_column and key_column in records[0]:
-        keys = [str(v) for v in require_text(records, path, key_column)]
+    if key_column and key_column in records[0]:  # a dialogue id: text, or a whole number as JSON files write ids
+        ids = [
+            {**r, key_column: str(v)} if isinstance(v := r.get(key_column), int) and not isinstance(v, bool) else r
+            for r in records
+        ]
+        keys = require_text(ids, path, key_column)
     extras = {}
     for column in extra_columns:
         if column not in records[0]:
