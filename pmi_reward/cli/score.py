@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..configs import parse_args
+from ..data.conversation import prompt_to_context
 from ..data.records import check_output, read_records, require_text, write_records
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
-    if turns:  # the newest turns, one per non-empty line, as the training pairs were cut
-        contexts = ["\n".join([line for line in c.split("\n") if line.strip()][-turns:]) for c in contexts]
+    if turns:  # the newest turns, one per non-empty line, as PMIReward reads a text prompt
+        contexts = [prompt_to_context(c, max_turns=turns) or "" for c in contexts]
     scores = scorer.score(contexts, responses, progress=args.progress)
     for record, value in zip(records, scores.tolist(), strict=True):
         record[args.score_column] = round(value, 6) if math.isfinite(value) else None

@@ -15,6 +15,7 @@ import torch
 
 from ..scoring.models import pad_token_ids
 from .ppo_core import token_logprobs
+from .sampling import prompt_texts
 
 __all__ = ["reply_logprobs", "kl_to_base"]
 
@@ -29,10 +30,7 @@ def reply_logprobs(
     batch_size: int = 16,
 ) -> np.ndarray:
     """(prompts, samples) summed log-probabilities of each reply's tokens after its prompt under ``model``."""
-    texts = [
-        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
+    texts = prompt_texts(tokenizer, prompts)
     pairs = [
         (tokenizer(t, add_special_tokens=False)["input_ids"], r)
         for t, row in zip(texts, replies, strict=True)

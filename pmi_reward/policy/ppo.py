@@ -39,7 +39,7 @@ from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
 from .prompts import build_prompts
-from .sampling import plain_sampling
+from .sampling import plain_sampling, render_prompts
 from .trainers import (
     LAST_N,
     ScriptArguments,
@@ -133,15 +133,7 @@ def rollout(
 ) -> dict:
     """Sample replies, score them, and record old log-probs, reference log-probs and values."""
     policy = accelerator.unwrap_model(model)
-    texts = [
-        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # a reply follows its prompt, not pad tokens
-    try:
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(accelerator.device)
-    finally:
-        tokenizer.padding_side = side
+    enc = render_prompts(tokenizer, prompts, accelerator.device)
     seq = policy.lm.generate(
         **enc,
         do_sample=True,

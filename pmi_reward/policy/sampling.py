@@ -22,6 +22,8 @@ __all__ = [
     "SamplingSettings",
     "Replies",
     "plain_sampling",
+    "prompt_texts",
+    "render_prompts",
     "stop_ids",
     "split_generated",
     "generate_replies",
@@ -43,6 +45,25 @@ _NEUTRAL = {
     "min_length": 0,
     "min_new_tokens": 0,
 }
+
+
+def prompt_texts(tokenizer: Any, prompts: Sequence[Any]) -> list[str]:
+    """What a chat model is given to reply to: chat messages in its template, plain text as it is."""
+    return [
+        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+
+
+def render_prompts(tokenizer: Any, prompts: Sequence[Any], device: Any) -> dict[str, torch.Tensor]:
+    """Prompts as one left-padded batch on ``device``: a reply follows its prompt, not pad tokens, whatever side the
+    tokenizer pads on otherwise."""
+    texts = prompt_texts(tokenizer, prompts)
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        return tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    finally:
+        tokenizer.padding_side = side
 
 
 def plain_sampling(model: Any) -> dict[str, Any]:
@@ -130,11 +151,7 @@ def generate_replies(
     settings = settings or SamplingSettings()
     if n < 1:
         raise ValueError("n must be >= 1")
-    texts = [
-        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
-    flat = [t for t in texts for _ in range(n)]
+    flat = [t for t in prompt_texts(tokenizer, prompts) for _ in range(n)]
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     was_training = model.training
     model.eval()

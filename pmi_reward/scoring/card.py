@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .models import HUB_IDS
+
 __all__ = ["model_card", "BASE_MODELS"]
 
 # the Hub ids of the models that ship on PyPI (their short names are what a scorer's config.json records)
-BASE_MODELS = {
-    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
-    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
-}
+BASE_MODELS = {name: hub for name, hub in HUB_IDS.values()}
 _DATASETS = {"chitchat": "Chit-Chat (PyPI chitchat-dataset, 7k English chats)"}
 MISSING = "not recorded"
 _OBJECTIVES = {

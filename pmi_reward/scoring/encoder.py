@@ -136,12 +136,15 @@ class EncoderSpec:
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
 
 
+LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) weights live in the scorer directory
+
+
 def _model_stamp(model: str) -> str:
     """A model folder by its absolute path and its files' names, sizes and times (two projects' ``./model`` and a
     checkpoint retrained in place got the same cache keys, so stale or foreign embeddings); any other name (a shipped
     model, a Hub id, a fine-tuned encoder named by its revision) as it is."""
     path = Path(model)
-    if model.startswith("./encoder") or not path.is_dir():
+    if model == LOCAL_ENCODER or not path.is_dir():
         return model
     files = sorted(p for p in path.rglob("*") if p.is_file())
     stamp = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]

@@ -74,11 +74,14 @@ def shipped_name(name: str) -> str | None:
     return key if key in SHIPPED else None
 
 
-# the Hub ids of the shipped models (a scorer may record either name)
+# the Hub id of each shipped model, lower-cased: (its shipped name, the id as the Hub spells it)
 HUB_IDS = {
-    "sentence-transformers/all-minilm-l6-v2": "minilm",
-    "sentence-transformers/all-mpnet-base-v2": "mpnet",
-    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m-instruct",
+    hub.lower(): (name, hub)
+    for name, hub in (
+        ("minilm", "sentence-transformers/all-MiniLM-L6-v2"),
+        ("mpnet", "sentence-transformers/all-mpnet-base-v2"),
+        ("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    )
 }
 
 
@@ -90,7 +93,7 @@ def model_identity(name: str) -> str:
     if name.strip() and Path(name).exists():
         return str(Path(name).resolve())
     key = name.strip().lower()
-    return shipped_name(name) or HUB_IDS.get(key) or key
+    return shipped_name(name) or HUB_IDS.get(key, (key,))[0]
 
 
 def cache_root() -> Path:

@@ -26,7 +26,7 @@ from ..data.records import atomic_write, json_safe
 from . import hub
 from .cache import EmbeddingCache
 from .card import model_card
-from .encoder import RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
+from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
 from .templates import PromptTemplate
@@ -40,7 +40,6 @@ METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
 CARD_NAME = "README.md"
 DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
-LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) weights live in the scorer directory
 
 
 class ScorerLoadError(ValueError):
