@@ -3,6 +3,7 @@
 
 import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -386,3 +387,20 @@ def test_the_report_header_says_where_the_replies_came_from(tiny_scorer, tmp_pat
     out = evaluate_policies({}, ["I love jazz.", "I flew to Rome."], judges, tiny_scorer, args, settings, None, replies)
     text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
     assert text.startswith("2 contexts (from old/samples.jsonl) x 3 samples per policy (replies read back")
+
+
+def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
+    """--from_samples: the overlap check and the report name the contexts the samples file was drawn from (the
+    ``prompts`` record of its results.json), not the prompt options given with it; without that record the given
+    options stand, with a warning."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments, samples_band
+
+    (tmp_path / "samples.jsonl").write_text("{}\n")
+    given = EvalPromptArguments()
+    assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
+    assert "WARNING" in capsys.readouterr().out
+    tuning = EvalPromptArguments(first_dialogue=3400, max_dialogues=300)
+    (tmp_path / "results.json").write_text(json.dumps({"prompts": {**asdict(tuning), "retired_option": 1}}))
+    band = samples_band(str(tmp_path / "samples.jsonl"), given)
+    assert (band.first_dialogue, band.max_dialogues) == (3400, 300)
+    assert "came from" in capsys.readouterr().out

@@ -251,12 +251,26 @@ def test_the_length_baseline_reads_contexts_as_the_reward_does(tiny_scorer, monk
 
 def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, monkeypatch):
     """TRL counts PMI's None as 0 once another function scores the sample: an empty or unfinished reply would beat
-    every reply of negative PMI. empty_score None with extra rewards is refused before anything loads."""
-    from pmi_reward.policy.trainers import PMIReward, build_rewards
+    every reply of negative PMI. empty_score None with extra rewards is refused for TRL before anything loads; our
+    trainers sum with CombinedReward, which keeps the sample unscorable, and build such rewards."""
+    from pmi_reward.policy.trainers import PMIReward, build_rewards, check_trl_empty_score, train_with_trl
+    from pmi_reward.rewards.combined import CombinedReward
     from pmi_reward.rewards.options import RewardOptions
 
     monkeypatch.setattr(PMIReward, "from_pretrained", lambda *a, **k: tiny_reward)
     args = ScriptArguments(extra_reward_funcs=["pmi_reward.rewards.diversity:diversity_reward"])
+    unscorable = RewardOptions(empty_score=None)
     with pytest.raises(ValueError, match="empty_score None .* give a number"):
-        build_rewards(args, RewardOptions(empty_score=None))
-    assert len(build_rewards(args, RewardOptions(empty_score=-5.0))) == 2
+        check_trl_empty_score(args, unscorable)
+    check_trl_empty_score(args, RewardOptions(empty_score=-5.0))
+    check_trl_empty_score(ScriptArguments(), unscorable)  # PMI alone: its None is TRL's "unscorable"
+
+    class NoTraining:  # the refusal comes before the prompts, the policy or the scorer load
+        reward_weights, seed = None, 0
+
+    with pytest.raises(ValueError, match="empty_score None"):
+        train_with_trl(object, args, NoTraining(), None, reward_options=unscorable)
+    assert len(build_rewards(args, unscorable)) == 2
+    pmi, extra = (lambda prompts, completions, **k: [None, 1.0]), (lambda prompts, completions, **k: [0.5, 0.5])
+    combined = CombinedReward([pmi, extra])
+    assert combined(["a", "b"], ["x", "y"]) == [None, 1.5]

@@ -36,7 +36,7 @@ class DataError(ValueError):
     """Bad input data; the message says which file, row and field."""
 
 
-def _where(path: Path, row: int | None = None, field: str | None = None) -> str:
+def _where(path: Path, row: int | str | None = None, field: str | None = None) -> str:
     parts = [str(path)]
     if row is not None:
         parts.append(f"row {row}")
@@ -60,10 +60,12 @@ def read_records(path: str | Path) -> list[dict]:
         raise DataError(f"{path}: the file is empty")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        records = []
-        for n, line in enumerate(text.split("\n"), 1):  # JSON Lines ends records at \n only
+        records: list[dict] = []
+        for line_no, line in enumerate(text.split("\n"), 1):  # JSON Lines ends records at \n only
             if not line.strip():
                 continue
+            # rows count records, as every later error counts them; a blank line is none
+            n: int | str = len(records) + 1 if len(records) + 1 == line_no else f"{len(records) + 1} (line {line_no})"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
@@ -105,6 +107,11 @@ def read_records(path: str | Path) -> list[dict]:
             for n, row in enumerate(reader, 1):
                 if None in row:
                     raise DataError(f"{_where(path, n)}: more values than header columns")
+                if None in row.values():
+                    merged = any("\n" in v for v in row.values() if v)
+                    hint = " (a field that opens with an unclosed quote runs on over the rows after it)"
+                    hint = hint if merged else ""
+                    raise DataError(f"{_where(path, n)}: fewer values than header columns{hint}")
                 records.append(row)
         except csv.Error as err:
             where = _where(path, len(records) + 1) if columns else f"{path}, header row"
@@ -117,7 +124,7 @@ def _unreadable(err: Exception) -> str:
     return "nested too deeply" if isinstance(err, RecursionError) else str(err)
 
 
-def _check_surrogates(record: dict, path: Path, row: int) -> None:
+def _check_surrogates(record: dict, path: Path, row: int | str) -> None:
     """JSON's \\u escapes can spell half of a UTF-16 surrogate pair, which is no text (a tokenizer rejects it deep
     inside, a UTF-8 writer cannot write it): a DataError naming the field."""
     for field, value in record.items():

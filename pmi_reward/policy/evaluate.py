@@ -14,14 +14,15 @@ the base (``divergence``). A gain counts when every judge that shares nothing wi
 Writes ``results.md``, ``results.json``, ``samples.jsonl``, ``samples.md`` and ``pmi_hist.png`` into
 ``output_dir`` (and appends one line per policy to ``log_file``: the trials log, in the order run).
 ``from_samples`` judges an earlier evaluation's ``samples.jsonl`` again (a new judge on replies already fixed,
-without the policies: everything but the KL).
+without the policies: everything but the KL); where its contexts came from is read from the ``results.json``
+beside it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +314,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     val_aucs = _check_options(args, settings)
     if args.from_samples:
         prompts, references, replies = _read_back(args.from_samples, args)
+        prompt_args = samples_band(args.from_samples, prompt_args)
     else:
         data = build_prompts(prompt_args)
         prompts = list(data["prompt"])
@@ -404,6 +406,26 @@ def _read_back(path: str, args: EvalArguments) -> tuple[list[str], list[str] | N
         raise ValueError("--from_samples judges saved replies again: it samples nothing (no --tuned, no --best_of_n)")
     contexts, references, replies = read_samples(path)
     return contexts, references if args.include_reference else None, replies
+
+
+def samples_band(path: str, given: EvalPromptArguments) -> EvalPromptArguments:
+    """Where a samples file's contexts came from: the ``prompts`` record of the ``results.json`` written beside it
+    (the overlap check and the report must name the file's contexts, not the options given with it). Without that
+    record the given options stand, with a warning that they are taken on trust."""
+    results = Path(path).parent / "results.json"
+    try:
+        record = json.loads(results.read_text())["prompts"]
+        known = {f.name for f in fields(EvalPromptArguments)}
+        band = EvalPromptArguments(**{k: v for k, v in record.items() if k in known})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(
+            f"WARNING: {path}: no readable contexts record beside it ({results}: {type(err).__name__}); the overlap "
+            "check and the report take the given prompt options as where its contexts came from"
+        )
+        return given
+    if asdict(band) != asdict(given):
+        print(f"note: {path}'s contexts came from {results}'s prompt options, not the given ones")
+    return band
 
 
 def _log_trials(path: Path, result: dict, args: EvalArguments, prompt_args, summaries: dict) -> None:

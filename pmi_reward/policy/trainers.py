@@ -44,6 +44,7 @@ __all__ = [
     "policy_from",
     "lora_config",
     "build_rewards",
+    "check_trl_empty_score",
     "check_reward_weights",
     "RewardTimer",
     "cpu_seconds",
@@ -187,12 +188,6 @@ def build_rewards(
     ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen copy of it, in
     ``--fluency_dtype``)."""
     options = options or RewardOptions()
-    if options.empty_score is None and (args.extra_reward_funcs or penalties(args)):
-        raise ValueError(
-            "empty_score None (an unscorable reply) with other reward functions: TRL counts a None as 0 as soon as "
-            "another function scores the sample, so an empty or unfinished reply would beat every reply of negative "
-            "PMI; give a number (e.g. --empty_score -5)"
-        )
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
         path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json")
@@ -211,6 +206,18 @@ def build_rewards(
         lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer)
         rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
     return rewards
+
+
+def check_trl_empty_score(args: ScriptArguments, options: RewardOptions | None) -> None:
+    """TRL's GRPO/RLOO count PMI's None as 0 as soon as another reward function scores the sample, so an empty or
+    unfinished reply would beat every reply of negative PMI: there, empty_score None is refused beside other reward
+    functions. (Our PPO, RFT and DPO sum with ``CombinedReward``, which keeps such a sample unscorable.)"""
+    if (options or RewardOptions()).empty_score is None and (args.extra_reward_funcs or penalties(args)):
+        raise ValueError(
+            "empty_score None (an unscorable reply) with other reward functions: TRL counts a None as 0 as soon as "
+            "another function scores the sample, so an empty or unfinished reply would beat every reply of negative "
+            "PMI; give a number (e.g. --empty_score -5)"
+        )
 
 
 def penalties(args: ScriptArguments) -> int:
@@ -349,6 +356,7 @@ def train_with_trl(
     set_seed(training_args.seed)
     if rewards is None:
         check_reward_weights(script_args, getattr(training_args, "reward_weights", None), penalty_default=True)
+        check_trl_empty_score(script_args, reward_options)
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
