@@ -40,10 +40,15 @@ def test_kde_recovers_a_known_log_density_ratio():
         ("150, no wait, 90", 90.0),
         ("0", 0.0),
         ("100!", 100.0),
+        # cut at the token limit before the denominator: the scale is unknown, so the number is no score
+        (" 3.8 / ", None),
+        ("7 out", None),
+        ("70, or 3.5 /", 70.0),
+        ("85 outstanding", 85.0),
     ],
 )
 def test_parse_score_reads_loose_answers(text, expected):
-    assert parse_score(text) == pytest.approx(expected)
+    assert parse_score(text) == (None if expected is None else pytest.approx(expected))
 
 
 @pytest.mark.parametrize("text", ["", "garbage", "very engaging!", "-5", "250", "11/10", None, "Score: /100"])

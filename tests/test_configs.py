@@ -167,3 +167,6 @@ def test_study_dtypes_are_one_or_one_per_model():
 
     with pytest.raises(ValueError, match="one for all models or one per model"):
         StudyArguments(models=["minilm", "smollm2"], dtypes=["bfloat16", "float32", "float16"])
+    # a model listed twice (e.g. at two dtypes): its runs are labelled by model and would merge into one row
+    with pytest.raises(ValueError, match="'minilm' is listed twice"):
+        StudyArguments(models=["minilm", "minilm"], dtypes=["float32", "bfloat16"])

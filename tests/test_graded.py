@@ -27,6 +27,17 @@ def test_partial_replies_are_other_turns_of_the_dialogue_never_gold_nor_context(
         assert set(out[i].tolist()) <= pool - lines - {pairs.resp[i]}
 
 
+def test_a_partial_reply_is_found_when_one_turn_of_many_is_left():
+    """A long dialogue read whole: the pair at turn 19 has 18 context lines and one turn to spare (turn 20). It is
+    drawn every time, not missed when random tries run out (-1: the positive was dropped from training)."""
+    turns = [f"turn {i}" for i in range(21)]
+    pairs = PairSet.from_pairs(["\n".join(turns[:t]) for t in range(1, 21)], turns[1:], keys=["d"] * 20)
+    draws = partial_replies(pairs, 2, np.random.default_rng(0), rows=np.full(500, 18))
+    assert {pairs.responses[j] for j in draws.ravel()} == {"turn 20"}
+    last = partial_replies(pairs, 1, np.random.default_rng(0), rows=np.array([19]))  # turn 20: nothing left
+    assert last.tolist() == [[-1]]
+
+
 def test_a_multi_line_turn_is_never_partial_credit_for_its_own_copy():
     """A turn with line breaks was one text as a dialogue candidate and another as a context line: the copy of a
     context line earned graded credit, which the module promises it never does."""

@@ -83,6 +83,12 @@ def test_text_diagnostics_see_sameness_templates_and_questions():
     assert d_same["top20_openings"] == 1.0 and opening_share([f"w{i} x y" for i in range(40)]) == 0.5
     assert d_same["questions"] == 0.0 and question_rate(["a?", "b", "c?", "d"]) == 0.5
     assert reply_lengths([["a b", ""], ["c", "d e f"]]).tolist() == [[2, 0], [1, 3]]
+    # one-word replies hold no bigram: their context is left out of distinct-2 within, not counted as all repeats
+    short = text_diagnostics([["Sure.", "Nope."], ["I went hiking there last year", "My brother lives near the lake"]])
+    assert short["distinct_2_within"] == 1.0 and short["distinct_1_within"] == 1.0
+    assert math.isnan(text_diagnostics([["Sure.", "Nope."]])["distinct_2_within"])
+    # an empty reply opens with nothing: it is no template, and it counts among the replies
+    assert opening_share([f"w{i} x y" for i in range(40)] + [""] * 40) == 0.25
 
 
 REWARD = {

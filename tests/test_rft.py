@@ -38,6 +38,7 @@ def _fit_args(output_dir: str, config: type = SFTConfig, **changes):
 
 
 def test_select_best_skips_cut_empty_unscorable_and_low_replies():
+    """Text prompts: each kept reply is text (a chat prompt's is an assistant message)."""
     prompts = ["p0", "p1", "p2", "p3"]
     replies = Replies(
         [["a", "b", "c"], ["d", "", "f"], ["g", "h", "i"], ["j", "k", "l"]],
@@ -47,9 +48,9 @@ def test_select_best_skips_cut_empty_unscorable_and_low_replies():
     scores = np.array([[1.0, 5.0, 2.0], [np.nan, 9.0, 3.0], [1.0, 2.0, 3.0], [-3.0, -2.0, -4.0]])
     rows = select_best(prompts, replies, scores)
     # p0: "b" is cut -> "c"; p1: "" is empty, "f" cut, "d" unscorable -> none; p2: all cut; p3: "k"
-    assert [(r["prompt"], r["completion"][0]["content"]) for r in rows] == [("p0", "c"), ("p3", "k")]
+    assert [(r["prompt"], r["completion"]) for r in rows] == [("p0", "c"), ("p3", "k")]
     assert [r["prompt"] for r in select_best(prompts, replies, scores, min_score=0.0)] == ["p0"]
-    assert select_best(prompts, replies, scores, drop_truncated=False)[0]["completion"][0]["content"] == "b"
+    assert select_best(prompts, replies, scores, drop_truncated=False)[0]["completion"] == "b"
 
 
 def test_select_pairs_pairs_the_best_with_the_worst_of_the_same_candidates():
@@ -62,16 +63,16 @@ def test_select_pairs_pairs_the_best_with_the_worst_of_the_same_candidates():
     scores = np.array([[1.0, 9.0, 2.0], [4.0, 9.0, np.nan], [2.0, 2.0, 2.0], [5.0, 1.0, 0.0], [-1.0, 3.0, 0.5]])
     rows = select_pairs(prompts, replies, scores)
     # p0: "b" is cut -> "c" over "a"; p1: "" empty, "f" unscorable -> one candidate; p2: a tie; p3: only "k" uncut
-    picked = [(r["prompt"], r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows]
+    picked = [(r["prompt"], r["chosen"], r["rejected"]) for r in rows]
     assert picked == [("p0", "c", "a"), ("p4", "n", "m")]
     assert [(r["score"], r["rejected_score"]) for r in rows] == [(2.0, 1.0), (3.0, -1.0)]
     assert [r["prompt"] for r in select_pairs(prompts, replies, scores, min_score=2.5)] == ["p4"]
-    assert select_pairs(prompts, replies, scores, drop_truncated=False)[0]["chosen"][0]["content"] == "b"
+    assert select_pairs(prompts, replies, scores, drop_truncated=False)[0]["chosen"] == "b"
 
 
 def _longer(prompts, completions, **kwargs) -> list[float]:
     """A reward that tells the tiny policy's samples apart (the tiny scorer saturates): the reply's length."""
-    return [float(len(c[0]["content"])) for c in completions]
+    return [float(len(c if isinstance(c, str) else c[0]["content"])) for c in completions]
 
 
 def test_cut_replies_kept_with_a_truncation_penalty_become_the_rejected_ones():
@@ -83,11 +84,11 @@ def test_cut_replies_kept_with_a_truncation_penalty_become_the_rejected_ones():
     cut = "a longer reply that never"
     replies = Replies([[cut, "short.", "mid reply."]], [[[5, 6], [5, 0], [7, 0]]], [[True, False, False]])
     plain = rft._score(CombinedReward([_longer]), ["p"], replies)
-    assert select_pairs(["p"], replies, plain, drop_truncated=False)[0]["chosen"][0]["content"] == cut
+    assert select_pairs(["p"], replies, plain, drop_truncated=False)[0]["chosen"] == cut
     scores = rft._score(CombinedReward([_longer, TruncationPenalty({0}, -30.0)]), ["p"], replies)
     assert np.allclose(scores, [[25.0 - 30.0, 6.0, 10.0]])
     pair = select_pairs(["p"], replies, scores, drop_truncated=False)[0]
-    assert (pair["chosen"][0]["content"], pair["rejected"][0]["content"]) == ("mid reply.", cut)
+    assert (pair["chosen"], pair["rejected"]) == ("mid reply.", cut)
 
 
 def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
@@ -114,6 +115,43 @@ def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, 
     assert log[0]["dpo_margin"] == pytest.approx(0.0, abs=1e-6) and abs(log[1]["dpo_margin"]) > 1e-4
     assert 0.0 <= log[1]["dpo_accuracy"] <= 1.0
     assert any(not torch.equal(v, start[k]) for k, v in policy.state_dict().items())  # the policy learned
+
+
+@pytest.mark.parametrize("config", [SFTConfig, DPOConfig])
+def test_text_prompts_get_text_replies(tmp_path, tiny_policy, smol_tokenizer, config):
+    """A prompt file of plain text prompts: each kept reply is text too (as TRL pairs them; a chat message after a
+    text prompt crashed SFT and DPO once the round had been sampled and scored), and the reward reads text."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"User: I love pizza {i}.\nAssistant:"}) for i in range(4)))
+    seen = []
+
+    def longer(prompts, completions, **kwargs):
+        seen.extend(completions)
+        return [float(len(c)) for c in completions]
+
+    script = ScriptArguments(prompt_file=str(path), scorer="unused")
+    cfg = RFTConfig(rounds=1, prompts_per_round=2, samples_per_prompt=2, rollout_max_new_tokens=6, drop_truncated=False)
+    summary = train_rft(
+        cfg, script, _fit_args(str(tmp_path / "out"), config), ModelConfig(), tiny_policy(), smol_tokenizer, [longer]
+    )
+    assert summary["steps"] == 1 and seen and all(isinstance(c, str) for c in seen)
+    rows = select_best(["User: hi\nAssistant:"], Replies([["yo"]], [[[1]]], [[False]]), np.array([[1.0]]))
+    assert rows[0]["completion"] == "yo"
+    chat = select_best([[{"role": "user", "content": "hi"}]], Replies([["yo"]], [[[1]]], [[False]]), np.array([[1.0]]))
+    assert chat[0]["completion"] == [{"role": "assistant", "content": "yo"}]
+
+
+def test_dpo_refuses_rounds_that_cannot_pair(tmp_path, monkeypatch):
+    """One sample per prompt, or greedy samples (all alike), give no pair whose scores differ: every round kept
+    nothing and the base was saved as the tuned policy. Refused before the policy loads."""
+    from pmi_reward.policy import rft
+
+    monkeypatch.setattr(rft, "policy_from", lambda *a, **k: pytest.fail("the policy loaded before the check"))
+    monkeypatch.setattr(rft, "build_prompts", lambda *a, **k: pytest.fail("the prompts loaded before the check"))
+    dpo = _fit_args(str(tmp_path / "out"), DPOConfig)
+    for cfg in (RFTConfig(samples_per_prompt=1), RFTConfig(rollout_temperature=0.0)):
+        with pytest.raises(ValueError, match="DPO pairs two sampled replies"):
+            train_rft(cfg, ScriptArguments(scorer="unused"), dpo, ModelConfig(), rewards=[_longer])
 
 
 def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward):

@@ -69,6 +69,20 @@ def test_text_methods_score_a_subset_and_averages_and_storage(sets, tmp_path):
     loaded = load_scores(tmp_path / "s.npz")
     assert loaded[0].pos["test"].tolist() == [1.0, 2.0] and loaded[1].method == "meep"
     np.testing.assert_array_equal(loaded[1].neg["test"], run.neg["test"])
+    # the labels live in the scores file itself: a stale .json beside it (a run killed between two writes) and a
+    # name without ".npz" change nothing
+    (tmp_path / "s.json").write_text('[{"encoder": "x", "method": "kde", "input_mode": "pair", "round": 5}]')
+    assert [r.method for r in load_scores(tmp_path / "s.npz")] == ["nwj", "meep"]
+    save_scores(tmp_path / "plain", [a])
+    assert load_scores(tmp_path / "plain")[0].pos["test"].tolist() == [1.0, 2.0]
+
+
+def test_the_feature_bank_keys_by_pair_set_not_by_name(sets, tiny_encoder):
+    """Two evaluation sets of one name (a user's "val" beside the study's own) hold other texts: other features."""
+    train, val, _ = sets
+    bank = FeatureBank(tiny_encoder, TEMPLATES["en"], progress=False)
+    assert bank(EvalSet("val", train.pairs), "pair") is not bank(val, "pair")
+    assert bank(EvalSet("val", train.pairs), "pair") is bank(EvalSet("train", train.pairs), "pair")
 
 
 def test_report_cell_bootstraps_the_mean_over_rounds():

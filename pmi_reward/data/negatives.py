@@ -148,6 +148,13 @@ def draw_from_pool(
             ok &= (avoid[todo] != cand[:, None]).all(axis=1)
         out[todo[ok]] = cand[ok]
         todo = todo[~ok]
+    for i in todo:  # rows whose pool is mostly excluded: an exact draw among the members left, if any
+        members = pool[start[i] : start[i] + size[i]]
+        ok = members != pairs.resp[rows[i]]
+        if avoid is not None:
+            ok &= ~np.isin(members, avoid[i])
+        if ok.any():
+            out[i] = rng.choice(members[ok])
     missing = np.flatnonzero(out < 0)
     if len(missing) and fallback is not None:
         out[missing] = fallback(pairs, rows[missing], rng)

@@ -120,11 +120,16 @@ def length_adjusted_gain(
 
 
 def opening_share(replies: Sequence[str], top: int = 20, n_words: int = 3) -> float:
-    """Share of replies whose first ``n_words`` words are one of the ``top`` most frequent openings."""
+    """Share of replies whose first ``n_words`` words are one of the ``top`` most frequent openings (an empty reply
+    opens with none: it counts in the share's denominator, not as a template)."""
     openings = [" ".join(words(r)[:n_words]) for r in replies if words(r)]
     if not openings:
         return 0.0
-    return sum(c for _, c in Counter(openings).most_common(top)) / len(openings)
+    return sum(c for _, c in Counter(openings).most_common(top)) / len(replies)
+
+
+def _has_ngram(replies: Sequence[str], n: int) -> bool:
+    return any(len(words(r)) >= n for r in replies)
 
 
 def question_rate(replies: Sequence[str]) -> float:
@@ -135,7 +140,8 @@ def question_rate(replies: Sequence[str]) -> float:
 def text_diagnostics(replies: Sequence[Sequence[str]]) -> dict[str, float]:
     """Diversity within and across contexts, template openings and the question rate of one policy's replies."""
     flat = [r for row in replies for r in row]
-    within = [[distinct_n(row, n) for row in replies if len(row) > 1] for n in (1, 2)]
+    # a context whose replies hold no n-gram (one-word replies have no bigram) says nothing about repetition
+    within = [[distinct_n(row, n) for row in replies if len(row) > 1 and _has_ngram(row, n)] for n in (1, 2)]
     first = [row[0] for row in replies if row]
     return {
         "distinct_1_within": float(np.mean(within[0])) if within[0] else float("nan"),

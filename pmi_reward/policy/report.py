@@ -21,8 +21,8 @@ __all__ = ["judges_table", "panel_table", "diagnostics_table", "bins_table", "re
 
 
 def _ci(row: dict, key: str, lo: str, hi: str) -> str:
-    """``+0.12 [-0.03, +0.27]``; blank where there is no estimate, ``[–]`` where there is no interval (the
-    length-adjusted gain when reply length and policy cannot be told apart)."""
+    """``+0.12 [-0.03, +0.27]``; blank where there is no estimate (e.g. the length-adjusted gain when reply length
+    and policy cannot be told apart), ``[–]`` where there is no interval (an estimate from a single context)."""
     if row.get(key) is None or row[key] != row[key]:
         return ""
     if row[lo] != row[lo] or row[hi] != row[hi]:

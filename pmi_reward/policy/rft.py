@@ -121,6 +121,12 @@ def _candidates(replies: Replies, scores: np.ndarray, i: int, drop_truncated: bo
     return ok
 
 
+def _reply(prompt: str | list, text: str) -> str | list[dict]:
+    """A reply in its prompt's form, as TRL's datasets pair them: text after a text prompt, an assistant message
+    after chat messages."""
+    return text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
+
+
 def select_best(
     prompts: list, replies: Replies, scores: np.ndarray, drop_truncated: bool = True, min_score: float | None = None
 ) -> list[dict]:
@@ -137,7 +143,7 @@ def select_best(
         rows.append(
             {
                 "prompt": prompt,
-                "completion": [{"role": "assistant", "content": replies.texts[i][best]}],
+                "completion": _reply(prompt, replies.texts[i][best]),
                 "score": float(scores[i, best]),
             }
         )
@@ -162,8 +168,8 @@ def select_pairs(
         rows.append(
             {
                 "prompt": prompt,
-                "chosen": [{"role": "assistant", "content": replies.texts[i][best]}],
-                "rejected": [{"role": "assistant", "content": replies.texts[i][worst]}],
+                "chosen": _reply(prompt, replies.texts[i][best]),
+                "rejected": _reply(prompt, replies.texts[i][worst]),
                 "score": float(scores[i, best]),
                 "rejected_score": float(scores[i, worst]),
             }
@@ -173,15 +179,16 @@ def select_pairs(
 
 def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarray:
     flat_p = [p for p, row in zip(prompts, replies.texts, strict=True) for _ in row]
-    flat_c = [[{"role": "assistant", "content": t}] for row in replies.texts for t in row]
+    flat_c = [_reply(p, t) for p, row in zip(prompts, replies.texts, strict=True) for t in row]  # as TRL passes them
     ids = [t for row in replies.tokens for t in row]
     out = [np.nan if s is None else s for s in reward(flat_p, flat_c, completion_ids=ids)]
     return np.asarray(out, dtype=np.float64).reshape(len(prompts), -1)
 
 
-def _kept(row: dict) -> str:
-    """The reply a row trains toward: RFT's completion, DPO's chosen reply."""
-    return row["chosen" if "chosen" in row else "completion"][0]["content"]
+def _kept(row: dict, key: str | None = None) -> str:
+    """The text of a row's reply ``key``; by default the one it trains toward (RFT's completion, DPO's chosen)."""
+    reply = row[key or ("chosen" if "chosen" in row else "completion")]
+    return reply if isinstance(reply, str) else reply[0]["content"]
 
 
 def _mean_words(texts: list[str]) -> float:
@@ -238,6 +245,12 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     """Run RFT (``train_args`` an ``SFTConfig``) or iterative DPO (a ``DPOConfig``); save the policy, a per-round
     log and a run summary."""
     preference = isinstance(train_args, DPOConfig)
+    if preference and (cfg.samples_per_prompt < 2 or cfg.rollout_temperature == 0):
+        raise ValueError(
+            "DPO pairs two sampled replies of a prompt whose scores differ: give samples_per_prompt >= 2 and a "
+            f"rollout_temperature above 0 (got {cfg.samples_per_prompt} and {cfg.rollout_temperature}); else every "
+            "round keeps no pair and the base is saved as the tuned policy"
+        )
     select, fit = (select_pairs, _dpo) if preference else (select_best, _sft)
     if rewards is None:
         check_reward_weights(script_args, cfg.reward_weights)
@@ -295,7 +308,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             row["fluency_penalised"] = fluency.penalised  # share of the round's samples above its NLL threshold
         if preference:
             row["rejected_score"] = float(np.mean([x["rejected_score"] for x in rows])) if rows else None
-            row["rejected_words"] = _mean_words([x["rejected"][0]["content"] for x in rows]) if rows else None
+            row["rejected_words"] = _mean_words([_kept(x, "rejected") for x in rows]) if rows else None
             row.update(fitted)
         history.append(row)
         with log_path.open("a") as f:

@@ -37,6 +37,7 @@ _NUMBER = re.compile(r"(?<![\w./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?
 _SCALE = re.compile(
     r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])"
 )  # "0-100", "1 to 10": the scale, not a score
+_CUT_FRACTION = re.compile(r"\s*(?:/|out\b)")
 
 
 def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | None:
@@ -44,12 +45,16 @@ def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | Non
 
     "85", "Score: 85/100", "I'd say 70." and "85%" give 85/85/70/85; "8/10", "8 out of 10" and "4.5/5"
     are rescaled to the 0-100 scale; a mention of the scale ("0-100") is skipped, as are numbers outside
-    [low, high]; text without a usable number gives None.
+    [low, high] and fractions cut before their denominator ("3.8 / ", at the token limit); text without a usable
+    number gives None.
     """
     if not isinstance(text, str):
         return None
-    for match in _NUMBER.finditer(_SCALE.sub(" ", text)):
+    text = _SCALE.sub(" ", text)
+    for match in _NUMBER.finditer(text):
         value = float(match.group(1))
+        if not match.group(2) and _CUT_FRACTION.match(text, match.end()):
+            continue  # "3.8 / " or "7 out": an answer cut before its denominator, whose scale is unknown
         if match.group(3):  # a fraction: rescale x / d to the [low, high] scale
             denominator = float(match.group(3))
             if denominator <= 0 or value > denominator or value < 0:

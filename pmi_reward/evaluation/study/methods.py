@@ -65,14 +65,15 @@ class MethodScores:
 
 
 class FeatureBank:
-    """One lazily filled ``PairFeatures`` per (set, input mode), reused by every method and round."""
+    """One lazily filled ``PairFeatures`` per (pair set, input mode), reused by every method and round. Keyed by the
+    pair set itself, not its name: two sets of one name (a user's "val" beside the study's own) hold other texts."""
 
     def __init__(self, encoder: TextEncoder, template: PromptTemplate, progress: bool = True) -> None:
         self.encoder, self.template, self.progress = encoder, template, progress
-        self._features: dict[tuple[str, str, int], PairFeatures] = {}
+        self._features: dict[tuple[int, str, int], PairFeatures] = {}
 
     def __call__(self, data: EvalSet, input_mode: str, line_turns: int = 0) -> PairFeatures:
-        key = (data.name, input_mode, line_turns)
+        key = (id(data.pairs), input_mode, line_turns)  # the features keep the pairs alive: the id stays theirs
         if key not in self._features:
             self._features[key] = PairFeatures(
                 self.encoder, self.template, data.pairs, input_mode, self.progress, line_turns

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...data.negatives import NegativeSpec, sample_negatives
 from ...data.pairs import PairSet
+from ...data.records import atomic_write
 from ...scoring.cache import EmbeddingCache
 from ...scoring.encoder import EncoderSpec, TextEncoder
 from ...scoring.head import HeadConfig
@@ -69,6 +70,12 @@ class StudyArguments:
             raise ValueError(
                 f"dtypes: give one for all models or one per model ({len(self.models)}), got {self.dtypes}"
             )
+        twice = sorted({m for m in self.models if self.models.count(m) > 1})
+        if twice:  # runs are labelled by model: its rounds would merge (and average across dtypes)
+            raise ValueError(
+                f"models: {twice[0]!r} is listed twice; its runs would merge into one row (to compare one model at "
+                "two dtypes, run the study once per dtype into separate output dirs)"
+            )
 
     def kde_config(self) -> KDEConfig:
         try:
@@ -94,6 +101,9 @@ class StudySetup:
 
 
 ARGUMENTS = (StudyArguments, EncoderSpec, HeadConfig, NegativeSpec, TrainConfig)
+
+
+_INDEX = "index.json"  # the key of the runs' index inside a scores file (never a score's: those hold a "/")
 
 
 def _log(path: Path, record: dict) -> None:
@@ -190,7 +200,8 @@ def average_rounds(runs: Sequence[MethodScores]) -> list[MethodScores]:
 
 
 def save_scores(path: str | Path, runs: Sequence[MethodScores]) -> None:
-    """All scores in one ``.npz`` plus a JSON index of the runs (method, mode, round, info)."""
+    """All scores in one ``.npz`` that also holds the index of the runs (method, mode, round, info), each written in
+    one step; the index is copied to a ``.json`` beside it for reading. One file: arrays and labels cannot part."""
     arrays: dict[str, Any] = {}
     index = []
     for i, run in enumerate(runs):
@@ -199,16 +210,25 @@ def save_scores(path: str | Path, runs: Sequence[MethodScores]) -> None:
         for name, value in run.neg.items():
             arrays[f"{i}/neg/{name}"] = value
         index.append({k: v for k, v in asdict(run).items() if k not in ("pos", "neg")})
-    np.savez_compressed(path, **arrays)
-    Path(path).with_suffix(".json").write_text(json.dumps(index, indent=1, default=float))
+    text = json.dumps(index, indent=1, default=float)
+    arrays[_INDEX] = np.array(text)
+    path = Path(path)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: numpy would append ".npz" to a name without it
+            np.savez_compressed(f, **arrays)
+
+    atomic_write(path, write)
+    atomic_write(path.with_suffix(".json"), lambda tmp: Path(tmp).write_text(text))
 
 
 def load_scores(path: str | Path) -> list[MethodScores]:
-    """The runs written by ``save_scores``."""
-    index = json.loads(Path(path).with_suffix(".json").read_text())
-    runs = [MethodScores(**meta) for meta in index]
+    """The runs written by ``save_scores`` (an older file without its own index: the ``.json`` beside it)."""
     with np.load(path) as data:
+        meta = str(data[_INDEX]) if _INDEX in data.files else Path(path).with_suffix(".json").read_text()
+        runs = [MethodScores(**m) for m in json.loads(meta)]
         for key in data.files:
-            i, kind, name = key.split("/", 2)
-            getattr(runs[int(i)], kind)[name] = data[key]
+            if key != _INDEX:
+                i, kind, name = key.split("/", 2)
+                getattr(runs[int(i)], kind)[name] = data[key]
     return runs
