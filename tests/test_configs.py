@@ -170,3 +170,32 @@ def test_study_dtypes_are_one_or_one_per_model():
     # a model listed twice (e.g. at two dtypes): its runs are labelled by model and would merge into one row
     with pytest.raises(ValueError, match="'minilm' is listed twice"):
         StudyArguments(models=["minilm", "minilm"], dtypes=["float32", "bfloat16"])
+
+
+def test_imports_follow_the_stages():
+    """CONTRIBUTING.md: a stage imports earlier stages, never later ones (data, scoring, training, rewards, serving,
+    evaluation, policy, cli); an import only for type hints (under TYPE_CHECKING) is no import."""
+    import ast
+    from pathlib import Path
+
+    order = ["data", "scoring", "training", "rewards", "serving", "evaluation", "policy", "cli"]
+    root = Path(__file__).resolve().parents[1] / "pmi_reward"
+    later = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        if len(parts) < 2 or parts[0] not in order:
+            continue
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level and id(node) not in typing_only:
+                package = list(parts[:-1])[: len(parts) - node.level]
+                target = [*package, *(node.module or "").split(".")][0]
+                if target in order and order.index(target) > order.index(parts[0]):
+                    later.append(f"{path.relative_to(root)}:{node.lineno} imports {target}")
+    assert not later, later

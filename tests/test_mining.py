@@ -118,6 +118,23 @@ def test_scrambles_are_the_gold_replys_words_in_another_order_drawn_for_its_own_
             assert r != pairs.resp[i] and r < n
 
 
+def test_pairs_that_share_a_context_each_get_their_own_replys_scramble():
+    """Ten dialogues open with "hi": each pair's scrambled negative is its own reply's words (the table was by
+    context, so most got another pair's reply scrambled)."""
+    from pmi_reward.data.dialogues import Dialogue
+
+    dialogues = [Dialogue(f"d{i}", ("hi", f"my cat number {i} likes fish", "ok")) for i in range(10)]
+    pairs = PairSet.from_dialogues(dialogues, max_context_turns=1)
+    mine_scrambled(pairs)
+    spec = NegativeSpec(k_random=0, k_context=0, k_scrambled=1)
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0))[:, 0]
+    rows = np.flatnonzero(pairs.ctx == pairs.contexts.index("hi"))
+    assert len(rows) == 10
+    for i in rows:
+        gold = pairs.responses[pairs.resp[i]]
+        assert sorted(pairs.responses[negs[i]].split()) == sorted(gold.split()) and pairs.responses[negs[i]] != gold
+
+
 def test_a_scorer_trains_and_is_evaluated_with_scrambled_negatives(topic_dialogues, tiny_encoder_factory):
     from pmi_reward.scoring.head import HeadConfig
     from pmi_reward.scoring.templates import TEMPLATES

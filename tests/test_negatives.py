@@ -92,3 +92,32 @@ def test_random_negatives_from_a_batch_too_small_come_from_the_whole_set():
     assert negs.shape == (3, 2)
     dialogue_of = dict(zip(pairs.resp.tolist(), pairs.group.tolist(), strict=True))
     assert all(dialogue_of[r] != 0 for r in negs.ravel())
+
+
+def test_random_negatives_come_from_other_dialogues_even_beside_a_dominant_one():
+    """One 300-turn dialogue beside five short ones: random tries mostly land in the big one, and once they ran out
+    half of its negatives were its own turns. Every one now comes from another dialogue (uniform over their pairs);
+    a corpus of one dialogue still draws its other turns, and one text everywhere cannot give a negative."""
+    from pmi_reward.data.dialogues import Dialogue
+
+    big = Dialogue("big", tuple(f"turn {i} of the long chat" for i in range(300)))
+    small = [Dialogue(f"s{j}", (f"hello {j}", f"reply {j}")) for j in range(5)]
+    pairs = PairSet.from_dialogues([big, *small], max_context_turns=3)
+    negs = sample_negatives(pairs, NegativeSpec(k_random=2, k_context=0), np.random.default_rng(0))
+    rows = np.flatnonzero(pairs.group == pairs.group[0])
+    own = set(pairs.pool[pairs.pool_ptr[pairs.group[0]] : pairs.pool_ptr[pairs.group[0] + 1]].tolist())
+    assert not own & set(negs[rows].ravel().tolist())
+    assert {pairs.responses[r] for r in negs[rows].ravel()} == {f"reply {j}" for j in range(5)}
+    lone = PairSet.from_dialogues([big], max_context_turns=3)
+    negs = sample_negatives(lone, NegativeSpec(k_random=1, k_context=0), np.random.default_rng(0))[:, 0]
+    assert (negs != lone.resp).all() and len(set(negs.tolist())) > 100
+
+
+def test_a_padded_reply_is_one_text_with_its_context_line():
+    """A pair file's reply "I am fine, you? " is the next row's context line "I am fine, you?": one text, so an
+    in-dialogue negative is never the gold reply written with a trailing space."""
+    pairs = PairSet.from_pairs(["Hi", "Hi\nI am fine, you? "], ["I am fine, you? ", "Great."], keys=["d", "d"])
+    assert pairs.responses[pairs.resp[0]] == "I am fine, you?"
+    spec = NegativeSpec(k_random=0, k_context=0, k_in_dialogue=1)
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0), rows=np.zeros(50, int))[:, 0]
+    assert "I am fine, you?" not in {pairs.responses[n] for n in negs}

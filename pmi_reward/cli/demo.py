@@ -1,7 +1,8 @@
 """``pmi-reward demo`` (``make demo``): the main job on the embedded default, offline, on a CPU.
 
-Trains a reward scorer and an independent evaluation scorer, runs a short GRPO with PMIReward and prints the
-held-out engagement gain (``pmi_reward.policy.demo``).
+Trains a reward scorer and two judges (a MiniLM twin on other dialogues, a SmolLM2 judge on other data; the chat
+LM's own PMI is a third), runs a short GRPO with PMIReward and prints the held-out engagement gain by that panel
+(``pmi_reward.policy.demo``).
 """
 
 from __future__ import annotations

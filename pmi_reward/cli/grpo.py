@@ -3,8 +3,9 @@
     pmi-reward grpo --config recipes/smollm2-135m/grpo/config_cpu.yaml
     accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml -m pmi_reward.cli.main grpo --config ...
 
-GRPO samples ``num_generations`` replies per prompt and uses each reply's reward minus its group's mean
-as the advantage, so no value model is needed and a constant offset of PMI cancels.
+GRPO samples ``num_generations`` replies per prompt and uses each reply's reward minus its group's mean (divided by
+the group's spread unless ``scale_rewards: none``, as the finals set) as the advantage, so no value model is needed
+and a constant offset of PMI cancels.
 """
 
 from __future__ import annotations

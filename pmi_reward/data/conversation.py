@@ -28,6 +28,7 @@ from typing import Any
 from .pairs import join_turns
 
 __all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
     "message_text",
     "prompt_to_context",
     "completion_to_text",
@@ -41,6 +42,8 @@ __all__ = [
     "opens_think",
 ]
 
+# the system message of the chat policies' prompts (and of the chat LM's PMI, which reads replies as the policy does)
+DEFAULT_SYSTEM_PROMPT = "You are chatting with a friend. Reply in one or two short sentences."
 _SPEAKERS = ("user", "assistant")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)

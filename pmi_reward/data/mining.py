@@ -6,7 +6,7 @@ encoder's own embeddings: the replies the encoder confuses with an answer. Each 
 ``m`` replies of OTHER dialogues (the gold reply and its dialogue's turns can never be drawn), in a (ptr, pool)
 table on ``PairSet.mined`` that ``sample_negatives`` draws ``k_lexical`` / ``k_nearest`` columns from.
 ``mine_scrambled`` makes new texts instead, each gold reply's words in a random order, for ``k_scrambled``: it
-adds them to the response table, so it runs before that table is embedded.
+adds them to the response table, so it runs before that table is embedded; its table is by gold reply, not context.
 """
 
 from __future__ import annotations
@@ -106,21 +106,17 @@ def scramble(text: str, seed: int = 0) -> str | None:
 
 
 def mine_scrambled(pairs: PairSet, seed: int = 0) -> None:
-    """Fill ``pairs.mined["scrambled"]``: per context, ``scramble``'s scramble of each of its gold replies, appended
-    to ``pairs.responses``. Call it before the response table is embedded (``PairFeatures`` sizes its
-    table when built); contexts whose replies are too short to scramble have none, and their draws fall back to
-    random replies. A second call does nothing."""
+    """Fill ``pairs.mined["scrambled"]``: per gold reply (a table by response index, not by context: pairs that share
+    a context text have other replies), ``scramble``'s scramble of it, appended to ``pairs.responses``. Call it
+    before the response table is embedded (``PairFeatures`` sizes its table when built); replies too short to
+    scramble have none, and their draws fall back to random replies. A second call does nothing."""
     if "scrambled" in pairs.mined:
         return
     index = {text: i for i, text in enumerate(pairs.responses)}
-    scrambled: dict[int, int] = {}
+    own: list[list[int]] = [[] for _ in pairs.responses]
     for r in np.unique(pairs.resp).tolist():
         text = scramble(pairs.responses[r], seed)
         if text is not None:
-            scrambled[r] = index.setdefault(text, len(index))
+            own[r] = [index.setdefault(text, len(index))]
     pairs.responses = pairs.responses + list(index)[len(pairs.responses) :]  # a new list: never one shared
-    per_context: list[dict[int, None]] = [{} for _ in pairs.contexts]  # ordered sets: one scramble per reply
-    for c, r in zip(pairs.ctx.tolist(), pairs.resp.tolist(), strict=True):
-        if r in scrambled:
-            per_context[c][scrambled[r]] = None
-    pairs.mined["scrambled"] = csr([list(p) for p in per_context])
+    pairs.mined["scrambled"] = csr(own)

@@ -79,27 +79,58 @@ KINDS = ("random", "in_dialogue", "context", "lexical", "nearest", "scrambled")
 
 
 def _random(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Response indices from other pairs' gold responses (another dialogue where one exists)."""
+    """Response indices of uniformly drawn other pairs whose text is not the gold reply's, from another dialogue
+    where one exists (a corpus of one dialogue: from its other turns)."""
     n = len(pairs)
     out = np.full(len(rows), -1, dtype=np.int64)
     todo = np.arange(len(rows))
-    for attempt in range(2 * _TRIES):
+    for _ in range(_TRIES):
         if not len(todo):
             return out
         other = rng.integers(0, n, size=len(todo))
         cand = pairs.resp[other]
-        ok = cand != pairs.resp[rows[todo]]
-        if attempt < _TRIES:  # after that, allow the same dialogue (e.g. a corpus of one dialogue)
-            ok &= pairs.group[other] != pairs.group[rows[todo]]
+        ok = (cand != pairs.resp[rows[todo]]) & (pairs.group[other] != pairs.group[rows[todo]])
         out[todo[ok]] = cand[ok]
         todo = todo[~ok]
-    if len(todo):
-        distinct = np.unique(pairs.resp)
-        if len(distinct) < 2:
+    if len(todo):  # rare: a dialogue that holds most pairs, or a text that is most pairs' gold
+        out[todo] = _random_exact(pairs, rows[todo], rng)
+    return out
+
+
+def _random_exact(pairs: PairSet, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``_random`` for rows that random tries missed: a uniform draw among the other dialogues' pairs (by skipping
+    the row's own dialogue in a group-sorted order; in a corpus of one dialogue, among its pairs), then exact scans
+    for what is left."""
+    order = np.argsort(pairs.group, kind="stable")
+    size = np.bincount(pairs.group, minlength=int(pairs.group.max()) + 1)
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    g, gold = pairs.group[rows], pairs.resp[rows]
+    others = len(pairs) - size[g]
+    out = np.full(len(rows), -1, dtype=np.int64)
+    todo = np.flatnonzero(others > 0)
+    for _ in range(_TRIES):
+        if not len(todo):
+            break
+        u = (rng.random(len(todo)) * others[todo]).astype(np.int64)
+        cand = pairs.resp[order[np.where(u < start[g[todo]], u, u + size[g[todo]])]]
+        ok = cand != gold[todo]
+        out[todo[ok]] = cand[ok]
+        todo = todo[~ok]
+    todo = np.flatnonzero(others == 0)  # a corpus of one dialogue: its other turns
+    for _ in range(_TRIES):
+        if not len(todo):
+            break
+        cand = pairs.resp[rng.integers(0, len(pairs), size=len(todo))]
+        ok = cand != gold[todo]
+        out[todo[ok]] = cand[ok]
+        todo = todo[~ok]
+    for t in np.flatnonzero(out < 0):
+        choices = pairs.resp[(pairs.group != g[t]) & (pairs.resp != gold[t])]
+        if not len(choices):  # no other dialogue holds another text: the row's own dialogue's other turns
+            choices = pairs.resp[pairs.resp != gold[t]]
+        if not len(choices):
             raise ValueError("cannot build negatives: every pair has the same response")
-        for t in todo:  # rare: a response that is nearly every pair's gold
-            choices = distinct[distinct != pairs.resp[rows[t]]]
-            out[t] = choices[rng.integers(len(choices))]
+        out[t] = choices[rng.integers(len(choices))]
     return out
 
 
@@ -185,7 +216,8 @@ def _mined(kind: str):
         if kind not in pairs.mined:
             raise ValueError(f"k_{kind} needs mined {kind} negatives: call pmi_reward.data.mining.mine_{kind} first")
         ptr, pool = pairs.mined[kind]
-        return draw_from_pool(pairs, rows, rng, ptr, pool, pairs.ctx[rows], _random)
+        owner = pairs.resp[rows] if kind == "scrambled" else pairs.ctx[rows]  # a scramble is of the row's own reply
+        return draw_from_pool(pairs, rows, rng, ptr, pool, owner, _random)
 
     return draw
 

@@ -45,7 +45,8 @@ class PairSet:
     ``pool[pool_ptr[g]:pool_ptr[g + 1]]`` are the response-table indices of dialogue ``g``'s turns, the
     candidates for in-dialogue negatives; ``lines[line_ptr[c]:line_ptr[c + 1]]`` are those of context
     ``c``'s own lines (parroting negatives). ``extras`` carries other per-pair columns (e.g. ratings).
-    ``mined[kind]`` is a (ptr, pool) table of mined hard negatives per context (``pmi_reward.data.mining``).
+    ``mined[kind]`` is a (ptr, pool) table of mined hard negatives per context (``pmi_reward.data.mining``; the
+    scrambled kind's is per gold reply).
     ``context_turns`` is how many turns a context keeps at most (None when unknown, e.g. for pair files): a
     scorer trained on these pairs reads contexts the same way.
     """
@@ -164,7 +165,7 @@ class PairSet:
         for c, r, k in zip(contexts, responses, keys, strict=True):
             lines = [line.strip() for line in c.split("\n") if line.strip()]
             kept = join_turns(lines[-max_context_turns:]) if max_context_turns else c
-            items.append((kept, r, k, lines))
+            items.append((kept, r.strip(), k, lines))  # stripped as a context line is: one turn, one text
         return cls._build(items, extras, context_turns=max_context_turns)
 
     @classmethod

@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from datasets import Dataset
 
-from ..data.conversation import message_text, prompt_to_context, turns_to_messages
+from ..data.conversation import DEFAULT_SYSTEM_PROMPT, message_text, prompt_to_context, turns_to_messages
 from ..data.dialogues import Dialogue, load_dialogues
 from ..data.records import DataError, read_records
 
 __all__ = ["PromptArguments", "dialogue_prompts", "build_prompts", "DEFAULT_SYSTEM_PROMPT"]
-
-DEFAULT_SYSTEM_PROMPT = "You are chatting with a friend. Reply in one or two short sentences."
 
 
 @dataclass

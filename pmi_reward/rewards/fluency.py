@@ -14,12 +14,14 @@ contexts (``recipes/smollm2-135m/fluency.py``), so about 1 in 20 of the starting
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..data.conversation import completion_to_text, prompt_to_context
-from ..evaluation.baselines.lm_pmi import LMPMIScorer
+
+if TYPE_CHECKING:  # the scorer is built by the caller (evaluation, a later stage): its type only
+    from ..evaluation.baselines.lm_pmi import LMPMIScorer
 
 __all__ = ["FluencyPenalty", "BASE_NLL_P95", "FLUENCY_DTYPES", "reply_nll"]
 

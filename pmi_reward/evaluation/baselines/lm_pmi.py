@@ -29,8 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ...data.conversation import turns_to_messages
-from ...policy.prompts import DEFAULT_SYSTEM_PROMPT
+from ...data.conversation import DEFAULT_SYSTEM_PROMPT, turns_to_messages
 from ...scoring.encoder import default_device
 from ...scoring.models import load_causal_lm, load_tokenizer, pad_token_ids
 from .jsonl_cache import JsonlCache
