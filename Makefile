@@ -52,7 +52,7 @@ format: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/pmi-reward demo
 
-# the recommended reward scorer (configs/scorer/recommended.yaml) into outputs/scorer: Chit-Chat dialogues 0-1999,
+# the recommended reward scorer (pmi_reward/configs/scorer/recommended.yaml) into outputs/scorer: Chit-Chat dialogues 0-1999,
 # plus the en study TRAINING split when ../shared is present (never its val/test/human files). Each run retrains it:
 # an existing outputs/scorer is replaced once the new one is complete.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv

@@ -199,3 +199,13 @@ def test_imports_follow_the_stages():
                 if target in order and order.index(target) > order.index(parts[0]):
                     later.append(f"{path.relative_to(root)}:{node.lineno} imports {target}")
     assert not later, later
+
+
+def test_the_study_scripts_print_their_help():
+    """The empirical and synthetic recipes parse the study's options: argparse reads a help text's bare "%" as a
+    format directive, and "95% intervals" made their --help crash."""
+    from transformers import HfArgumentParser
+
+    from pmi_reward.evaluation.study import ARGUMENTS
+
+    assert "95% intervals" in HfArgumentParser(ARGUMENTS).format_help()

@@ -1,7 +1,8 @@
 """How far each policy's replies moved from the base's, from evaluation samples (``samples.jsonl`` of
 ``evaluate-policy``).
 
-The evaluation draws every policy's replies with the same seeds as the base's, so a policy that barely moved
+The evaluation draws every policy's replies with the same seeds as the base's (when it draws as many for each: not
+with ``--base_samples``, which ``tune/evaluate-all.yaml`` sets), so a policy that barely moved
 returns many of the base's replies word for word, and its gain is measured on the replies it changed. This table
 gives, per policy, the share of replies identical to the base's reply drawn with the same seed, and the mean share
 of the base reply's words that the policy's reply repeats from the start (the shared opening, in words).
@@ -55,6 +56,12 @@ def main() -> None:
             parser.error(f"{path}: no base samples (expected one JSON object per context, as evaluate-policy writes)")
         base = [s["reply"] for row in rows for s in row["base"]]
         for policy in (p for p in rows[0] if p not in NOT_POLICIES):
+            if len(rows[0][policy]) != len(rows[0]["base"]):  # each batch is seeded by its position: seeds differ
+                parser.error(
+                    f"{path}: the base drew {len(rows[0]['base'])} replies per context and {policy} "
+                    f"{len(rows[0][policy])} (--base_samples), so no reply of one shares its seed with the other's: "
+                    "compare an evaluation with equal counts (e.g. tune/evaluate.yaml)"
+                )
             stats = overlap_stats(base, [s["reply"] for row in rows for s in row[policy]])
             table.append([policy, stats["replies"], f"{stats['identical']:.3f}", f"{stats['shared_opening']:.3f}"])
     print(markdown_table(["policy", "replies", "identical to the base's", "shared opening (words)"], table))

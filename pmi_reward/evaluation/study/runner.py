@@ -61,7 +61,7 @@ class StudyArguments:
     meep_samples: int = 3
     meep_max_new_tokens: int = 6
     meep_batch_size: int = 8
-    n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95% intervals"})
+    n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95%% intervals"})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default ~/.cache/pmi_reward)"})
     progress: bool = True
 
