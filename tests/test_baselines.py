@@ -42,9 +42,11 @@ def test_kde_recovers_a_known_log_density_ratio():
         ("100!", 100.0),
         # cut at the token limit before the denominator: the scale is unknown, so the number is no score
         (" 3.8 / ", None),
-        ("7 out", None),
+        ("7 out of", None),
         ("70, or 3.5 /", 70.0),
         ("85 outstanding", 85.0),
+        ("75 out of a possible 100", 75.0),
+        ("85 out of a hundred", 85.0),
     ],
 )
 def test_parse_score_reads_loose_answers(text, expected):

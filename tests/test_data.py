@@ -111,7 +111,7 @@ def test_pair_file_builds_in_dialogue_pool_from_context_lines(tmp_path):
         (b'context,response\nhi,"there\nyo,you\nhey,ho\n', ".csv", "row 1: malformed CSV"),
         (b'context,response\nhi,there\nyo,"you"!\n', ".csv", "row 2: malformed CSV"),
         (b"context,response,response\nhi,there,yo\n", ".csv", "duplicate column 'response'"),
-        (b"context,response\nhi\n", ".csv", "row 1: fewer values than header columns"),
+        (b"context,response\nhi\n", ".csv", "row 1, field 'response'"),
         # a TSV written without quoting: a reply that opens with a quote ran on over the next rows, as one field
         (b'context\tresponse\n"hmm\tok\nhi\tthere\nx\ty"\n', ".tsv", "row 1: fewer values than header columns (a"),
         # rows count records: a blank line is none, and a parse error names its line too

@@ -399,6 +399,9 @@ def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
     given = EvalPromptArguments()
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
     assert "WARNING" in capsys.readouterr().out
+    (tmp_path / "results.json").write_text(json.dumps({"prompts": None}))  # not a record: the given options stand
+    assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
+    assert "WARNING" in capsys.readouterr().out
     tuning = EvalPromptArguments(first_dialogue=3400, max_dialogues=300)
     (tmp_path / "results.json").write_text(json.dumps({"prompts": {**asdict(tuning), "retired_option": 1}}))
     band = samples_band(str(tmp_path / "samples.jsonl"), given)

@@ -141,6 +141,21 @@ def test_text_prompts_get_text_replies(tmp_path, tiny_policy, smol_tokenizer, co
     assert chat[0]["completion"] == [{"role": "assistant", "content": "yo"}]
 
 
+def test_text_prompts_train_the_tokens_the_policy_sampled(smol_tokenizer):
+    """After a text prompt TRL tokenizes prompt + reply as one string: the kept reply is the sampled text with its
+    leading space (" Me too!" tokenizes back to the sampled ids), not the stripped text; after chat messages the
+    stripped text stands."""
+    from pmi_reward.policy.rft import _as_sampled
+
+    prompt, chat = "User: I love pizza.\nAssistant:", [{"role": "user", "content": "I love pizza."}]
+    ids = smol_tokenizer(" Me too!", add_special_tokens=False)["input_ids"]
+    replies = Replies([["Me too!"], ["Me too!"]], [[ids], [ids]], [[False], [False]])
+    texts = _as_sampled(smol_tokenizer, [prompt, chat], replies).texts
+    assert texts == [[" Me too!"], ["Me too!"]]
+    whole = smol_tokenizer(prompt + texts[0][0], add_special_tokens=False)["input_ids"]
+    assert whole[-len(ids) :] == ids
+
+
 def test_dpo_refuses_rounds_that_cannot_pair(tmp_path, monkeypatch):
     """One sample per prompt, or greedy samples (all alike), give no pair whose scores differ: every round kept
     nothing and the base was saved as the tuned policy. Refused before the policy loads."""

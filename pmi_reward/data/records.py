@@ -94,7 +94,8 @@ def read_records(path: str | Path) -> list[dict]:
     if suffix in (".csv", ".tsv"):
         # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields; strict, so that
         # an unclosed quote is an error rather than a field that swallows the rows after it
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",", strict=True)
+        delimiter = "\t" if suffix == ".tsv" else ","
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
         records = []
         columns = None
         try:
@@ -107,11 +108,13 @@ def read_records(path: str | Path) -> list[dict]:
             for n, row in enumerate(reader, 1):
                 if None in row:
                     raise DataError(f"{_where(path, n)}: more values than header columns")
-                if None in row.values():
-                    merged = any("\n" in v for v in row.values() if v)
-                    hint = " (a field that opens with an unclosed quote runs on over the rows after it)"
-                    hint = hint if merged else ""
-                    raise DataError(f"{_where(path, n)}: fewer values than header columns{hint}")
+                if None in row.values() and any(v and "\n" in v and delimiter in v for v in row.values()):
+                    # a short row whose field spans lines and delimiters: a quote opened the field and ran on over
+                    # the rows after it (a short row alone leaves its missing columns None, as a reader expects)
+                    raise DataError(
+                        f"{_where(path, n)}: fewer values than header columns (a field that opens with an unclosed "
+                        "quote runs on over the rows after it)"
+                    )
                 records.append(row)
         except csv.Error as err:
             where = _where(path, len(records) + 1) if columns else f"{path}, header row"

@@ -415,6 +415,8 @@ def samples_band(path: str, given: EvalPromptArguments) -> EvalPromptArguments:
     results = Path(path).parent / "results.json"
     try:
         record = json.loads(results.read_text())["prompts"]
+        if not isinstance(record, dict):
+            raise TypeError(f"prompts is {type(record).__name__}, not an object")
         known = {f.name for f in fields(EvalPromptArguments)}
         band = EvalPromptArguments(**{k: v for k, v in record.items() if k in known})
     except (OSError, ValueError, KeyError, TypeError) as err:

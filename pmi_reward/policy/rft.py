@@ -177,6 +177,17 @@ def select_pairs(
     return rows
 
 
+def _as_sampled(tokenizer: Any, prompts: list, replies: Replies) -> Replies:
+    """The replies to train on, as sampled: after a text prompt TRL tokenizes prompt + reply as one string, so a
+    reply stripped of its leading space ("Me too!" for the sampled " Me too!") would train other tokens than the
+    policy drew. After chat messages the template puts the reply on its own, and the stripped text stands."""
+    texts = [
+        [tokenizer.decode(ids, skip_special_tokens=True) for ids in tok_row] if isinstance(p, str) else row
+        for p, row, tok_row in zip(prompts, replies.texts, replies.tokens, strict=True)
+    ]
+    return Replies(texts, replies.tokens, replies.truncated)
+
+
 def _score(reward: CombinedReward, prompts: list, replies: Replies) -> np.ndarray:
     flat_p = [p for p, row in zip(prompts, replies.texts, strict=True) for _ in row]
     flat_c = [_reply(p, t) for p, row in zip(prompts, replies.texts, strict=True) for t in row]  # as TRL passes them
@@ -288,7 +299,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         label = f"{'dpo' if preference else 'rft'} round {r + 1}"
         replies = generate_replies(source, tokenizer, take, cfg.samples_per_prompt, settings, label)
         scores = _score(reward, take, replies)
-        rows = select(take, replies, scores, cfg.drop_truncated, cfg.keep_min_score)
+        rows = select(take, _as_sampled(tokenizer, take, replies), scores, cfg.drop_truncated, cfg.keep_min_score)
         fitted: dict = {}
         if rows:
             model, fitted = fit(model, tokenizer, rows, train_args, peft_config, base)

@@ -37,7 +37,7 @@ _NUMBER = re.compile(r"(?<![\w./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?
 _SCALE = re.compile(
     r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])"
 )  # "0-100", "1 to 10": the scale, not a score
-_CUT_FRACTION = re.compile(r"\s*(?:/|out\b)")
+_CUT_FRACTION = re.compile(r"\s*(?:/|out(?:\s+of)?)\s*$")  # a fraction cut at the end of the answer
 
 
 def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | None:
@@ -54,7 +54,7 @@ def parse_score(text: str, low: float = 0.0, high: float = 100.0) -> float | Non
     for match in _NUMBER.finditer(text):
         value = float(match.group(1))
         if not match.group(2) and _CUT_FRACTION.match(text, match.end()):
-            continue  # "3.8 / " or "7 out": an answer cut before its denominator, whose scale is unknown
+            continue  # "3.8 / " or "7 out of": an answer cut before its denominator, whose scale is unknown
         if match.group(3):  # a fraction: rescale x / d to the [low, high] scale
             denominator = float(match.group(3))
             if denominator <= 0 or value > denominator or value < 0:
