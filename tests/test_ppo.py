@@ -2,6 +2,7 @@
 step 0, and a two-step run on a tiny config-built policy (LoRA and full fine-tuning)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -65,6 +66,32 @@ def test_clipped_loss_stops_pushing_past_the_clip():
         loss.backward()
         assert (logp.grad.abs().sum() > 0) == grad_nonzero
     assert stats["clip_frac"] == 1.0
+    # clip_frac counts the tokens whose gradient the clip removes, as TRL's pg_clipfrac: a ratio outside the range
+    # on the side the advantage pushes away from still learns (here tokens 0 and 3)
+    logp, adv = torch.log(torch.tensor([[0.5, 1.5, 0.5, 1.5]])), torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    z, m = torch.zeros(1, 4), torch.ones(1, 4)
+    assert ppo_loss(logp, z, adv, z, z, z, m)[1]["clip_frac"] == 0.5
+
+
+def test_whitening_keeps_its_digits_far_from_zero():
+    """Advantages of mean 1000 and spread 0.5: one-pass sums in float32 gave a spread of 1.25 after whitening."""
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0)) * 0.5 + 1000
+    vals = whiten(x, torch.ones_like(x)).flatten()
+    assert vals.std().item() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_mini_batch_with_nothing_to_learn_takes_no_step(tiny_policy, smol_tokenizer):
+    """Every reply unscorable: no token to learn from, so the weights stay as they were (AdamW's weight decay moved
+    them on a zero loss), and the loss statistics are NaN, not a number."""
+    torch.manual_seed(0)
+    policy = PolicyWithValue(tiny_policy()).eval()
+    batch, cfg, acc = _fixed_batch(policy, smol_tokenizer)
+    batch["loss_mask"] = torch.zeros_like(batch["mask"])
+    batch["advantages"], batch["returns"] = torch.ones_like(batch["mask"]), torch.zeros_like(batch["mask"])
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    stats = ppo_update(policy, torch.optim.AdamW(policy.parameters(), lr=1e-2), acc, batch, cfg)
+    assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+    assert math.isnan(stats["policy_loss"]) and set(stats) == {"policy_loss", "value_loss", "clip_frac", "approx_kl"}
 
 
 def _fixed_batch(policy, tokenizer):

@@ -181,12 +181,24 @@ def rollout(
     return batch
 
 
+LOSS_STATS = ("policy_loss", "value_loss", "clip_frac", "approx_kl")  # ppo_loss's, pooled over processes
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else float("nan")
+
+
 def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPOConfig) -> dict[str, float]:
-    """``ppo_epochs`` passes of clipped policy + value losses over shuffled mini-batches of one rollout batch."""
+    """``ppo_epochs`` passes of clipped policy + value losses over shuffled mini-batches of one rollout batch. A
+    mini-batch with no token to learn from on any process (every reply unscorable or cut) takes no optimizer step:
+    AdamW's momentum and weight decay would move the weights on a zero loss."""
     n, stats = len(batch["ids"]), []
     for _ in range(cfg.ppo_epochs):
         for idx in torch.randperm(n).split(cfg.mini_batch_size):
             mb = {k: v[idx] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items() if k != "replies"}
+            if accelerator.reduce(mb["loss_mask"].sum(), "sum").item() == 0:  # the same answer on every process
+                continue
             logprobs, values = response_stats(model, mb, cfg.temperature)
             loss, s = ppo_loss(
                 logprobs,
@@ -205,7 +217,7 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             stats.append(s)
-    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+    return {k: float(np.mean([s[k] for s in stats])) if stats else float("nan") for k in LOSS_STATS}
 
 
 def _policies(model: Any, model_args: ModelConfig, top_layers: int | None, accelerator: Accelerator):
@@ -240,9 +252,12 @@ def ppo_step(
         kl.sum(1).mean(),
         batch["mask"].sum(1).mean(),
         batch["truncated"].float().mean(),
+        *[torch.tensor(stats[k], device=accelerator.device) for k in LOSS_STATS],
     ]
     pooled = accelerator.gather(torch.stack(per_process)[None])
     totals, means = pooled.sum(0), pooled.mean(0)
+    losses = pooled[:, 5:].cpu().numpy()  # each process's mean over its mini-batches (NaN: every one skipped)
+    stats = {k: _finite_mean(losses[:, i]) for i, k in enumerate(LOSS_STATS)}
     return {
         "score": (totals[0] / totals[1]).item() if totals[1] > 0 else float("nan"),  # over the scorable replies
         "kl": means[2].item(),

@@ -39,7 +39,8 @@ def whiten(
 ) -> torch.Tensor:
     """Normalise ``x`` to unit variance (and zero mean) over masked entries, pooled across processes
     when ``all_reduce`` sums a tensor over them."""
-    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
+    xd, md = x.double(), mask.double()  # double before the sums: E[x^2] - mean^2 cancels digits when |mean| >> std
+    stats = torch.stack([(xd * md).sum(), (xd * xd * md).sum(), md.sum()])
     if all_reduce is not None:
         stats = all_reduce(stats)
     n = stats[2].clamp(min=1)
@@ -93,7 +94,8 @@ def ppo_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate policy loss + vf_coef x clipped value loss, token means over the mask."""
     ratio = torch.exp(logprobs - old_logprobs)
-    surrogate = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))
+    unclipped, clipped = -advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range)
+    surrogate = torch.max(unclipped, clipped)
     policy_loss = masked_mean(surrogate, mask)
     clipped_values = old_values + (values - old_values).clamp(-clip_range_value, clip_range_value)
     value_loss = 0.5 * masked_mean(torch.max((values - returns) ** 2, (clipped_values - returns) ** 2), mask)
@@ -101,7 +103,8 @@ def ppo_loss(
         stats = {
             "policy_loss": policy_loss.item(),
             "value_loss": value_loss.item(),
-            "clip_frac": masked_mean(((ratio - 1).abs() > clip_range).float(), mask).item(),
+            # tokens whose gradient the clip removes (the clipped term wins the max), as TRL's pg_clipfrac
+            "clip_frac": masked_mean((clipped > unclipped).float(), mask).item(),
             "approx_kl": masked_mean(0.5 * (logprobs - old_logprobs) ** 2, mask).item(),
         }
     return policy_loss + vf_coef * value_loss, stats
