@@ -253,3 +253,13 @@ def test_a_gpus_random_state_is_saved_and_restored(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # other GPUs: the CPU's state only
     _train(str(tmp_path), epochs=4)
     assert restored == []
+
+
+def test_a_run_that_stops_sooner_does_not_resume_a_longer_one(tmp_path):
+    """A checkpoint of 5 rounds resumed with epochs=3 returned rounds 4-5 (a best round the run never trains, under
+    metadata saying 3); likewise a patience that would have stopped it earlier. Refused; a run that stops later
+    resumes."""
+    _train(str(tmp_path), epochs=5, patience=10)
+    with pytest.raises(ValueError, match="ran 5 rounds; with epochs=3"):
+        _train(str(tmp_path), epochs=3, patience=10)
+    assert len(_train(str(tmp_path), epochs=6, patience=10).history) == 6

@@ -439,3 +439,30 @@ def test_lora_targets_the_user_names_are_checked_not_the_defaults():
     check_top_layers(Body(), "lora", None, LoraSpec(target_modules=["q", "v"]))
     with pytest.raises(ValueError, match="LoRA finds none of"):
         check_top_layers(Body(), "lora", None)
+
+
+def test_a_seed_fixes_a_lora_run_whatever_the_process_drew_before(topic_dialogues, tiny_encoder_factory):
+    """LoRA's fresh adapters were drawn from the process's torch state: two runs of one seed differed when anything
+    had drawn before them (a loop over seeds in one process). They are drawn from the run's seed now."""
+    from pmi_reward.data.negatives import NegativeSpec
+    from pmi_reward.data.pairs import PairSet
+    from pmi_reward.scoring.head import HeadConfig
+    from pmi_reward.scoring.templates import TEMPLATES
+    from pmi_reward.training.fit import fit_scorer
+    from pmi_reward.training.loop import TrainConfig
+
+    config = TrainConfig(
+        batch_size=16, encoder_batch_size=16, epochs=2, patience=5, lr=3e-3, encoder_lr=1e-2, train_encoder="lora",
+        steps_per_round=2, seed=0,
+    )  # fmt: skip
+    runs = []
+    for drawn_before in (1, 2):
+        train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+        encoder = tiny_encoder_factory()
+        torch.manual_seed(drawn_before)
+        scorer, result = fit_scorer(
+            train, val, encoder, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
+        )
+        runs.append(result.untimed_history())
+        assert scorer.metadata["training"]["bf16"] in (True, False)  # as it ran, not the default's None
+    assert runs[0] == runs[1]

@@ -68,8 +68,8 @@ class EncoderSpec:
     quantize: str = field(
         default="none",
         metadata={
-            "help": "none | int8 (dynamic int8, fastest, ~0.2 nat noise) | int8-block (block-wise int8, ~0.03 nat); "
-            "onnx backend; check accuracy first"
+            "help": "none | int8 (dynamic int8, fastest, ~0.2 nat noise that moves with the batch's other texts) | "
+            "int8-block (block-wise int8, ~0.03 nat, batch-independent); onnx backend; check accuracy first"
         },
     )
 

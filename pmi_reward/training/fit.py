@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.metrics import roc_auc_score
 
 from ..data.mining import mine_lexical, mine_nearest, mine_scrambled
@@ -89,6 +90,7 @@ def fit_scorer(
             start_head = train_head(
                 head_config, train_features, train, val_features, val, warm, progress, head=start_head, **fixed
             ).head
+        torch.manual_seed(config.seed)  # LoRA's fresh adapters: drawn from the run's seed, not the process's state
         make_trainable(
             encoder,
             config.train_encoder,
@@ -97,6 +99,7 @@ def fit_scorer(
             activation_checkpointing=config.encoder_activation_checkpointing,
         )
         bf16 = native_bf16(encoder.device) if config.bf16 is None else config.bf16
+        config = replace(config, bf16=bf16)  # as it ran: the metadata and a checkpoint's fingerprint say which
         train_features, val_features = (
             TrainableFeatures(
                 encoder, template, pairs, head_config.line_turns, bf16=bf16, input_mode=head_config.input_mode

@@ -257,6 +257,18 @@ def _default_settings() -> dict:
     return run_fingerprint(head=asdict(HeadConfig()), training=asdict(TrainConfig()), negatives=asdict(NegativeSpec()))
 
 
+def _stop_round(history: list[dict], config: TrainConfig) -> int | None:
+    """The round after which a run of ``config`` stops, replayed on a checkpoint's history (None: not yet)."""
+    best_key, best_epoch = -np.inf, 0
+    for row in history:
+        key = row["val_auc"] if config.select_by == "auc" else -row["val_loss"]
+        if key > best_key:
+            best_key, best_epoch = key, row["epoch"]
+        if row["epoch"] >= config.epochs or (row["epoch"] and row["epoch"] - best_epoch >= config.patience):
+            return row["epoch"]
+    return None
+
+
 def _in_batch(head: PMIHead, u: torch.Tensor, v: torch.Tensor, resp: np.ndarray) -> torch.Tensor:
     """(B, B - 1) scores of each context with the batch's other replies; where another reply IS the gold one (the
     same text twice in a batch) the score is the floor -cap, a constant, so no positive is ever a negative."""
@@ -337,12 +349,22 @@ class _Run:
         if self.encoder is not None:
             self.encoder.train(on)
 
-    def resume(self, directory: str, fingerprint: dict, rng: np.random.Generator, patience: int) -> int | None:
+    def resume(self, directory: str, fingerprint: dict, rng: np.random.Generator, config: TrainConfig) -> int | None:
         """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
-        a large number: the interrupted run had already stopped early)."""
+        a large number: the interrupted run had already stopped early). A run that would have stopped before the
+        checkpoint's last round (fewer ``epochs``, a lower ``patience``) is refused: its best round could be one it
+        never trains."""
         resumed = load_round(directory, fingerprint, self.saved, self.optim, rng, _default_settings())
         if resumed is None:
             return None
+        stop = _stop_round(resumed.history, config)
+        if stop is not None and stop < resumed.epoch:
+            raise ValueError(
+                f"{directory}: the checkpoint ran {resumed.epoch} rounds; with epochs={config.epochs} and "
+                f"patience={config.patience} this run stops after round {stop}: resume with the settings that wrote "
+                "it (or ones that stop later), or start afresh in another checkpoint_dir"
+            )
+        patience = config.patience
         (auc, epoch, state), self.history = resumed.best, resumed.history
         head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
         tuned = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
@@ -464,7 +486,7 @@ def train_head(
             (val_pairs, val_features, val_negatives),
             head,
         )
-        first = run.resume(config.checkpoint_dir, fingerprint, rng, config.patience) or 1
+        first = run.resume(config.checkpoint_dir, fingerprint, rng, config) or 1
     if head is not None and first == 1:  # the head it continues (e.g. warmed up on the frozen encoder) is round 0:
         auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)  # never worse than it
         run.history.append(
