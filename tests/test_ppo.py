@@ -93,6 +93,16 @@ def test_a_mini_batch_with_nothing_to_learn_takes_no_step(tiny_policy, smol_toke
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
     assert math.isnan(stats["policy_loss"]) and set(stats) == {"policy_loss", "value_loss", "clip_frac", "approx_kl"}
 
+    class OthersHaveTokens:  # another process holds tokens of this mini-batch: this one steps along, reports nothing
+        def __getattr__(self, name):
+            return getattr(acc, name)
+
+        def reduce(self, tensor, op):
+            return tensor + 5
+
+    stats = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), OthersHaveTokens(), batch, cfg)
+    assert math.isnan(stats["policy_loss"]) and math.isnan(stats["clip_frac"])  # its zeros would halve the pooled mean
+
 
 def _fixed_batch(policy, tokenizer):
     prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "I love jazz."}]]

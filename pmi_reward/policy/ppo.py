@@ -216,7 +216,8 @@ def ppo_update(model, optimizer, accelerator: Accelerator, batch: dict, cfg: PPO
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            stats.append(s)
+            if mb["loss_mask"].sum().item() > 0:  # a process with no token here steps along (DDP) but reports nothing
+                stats.append(s)
     return {k: float(np.mean([s[k] for s in stats])) if stats else float("nan") for k in LOSS_STATS}
 
 
