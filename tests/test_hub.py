@@ -4,6 +4,7 @@ remote, and the model card."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -127,6 +128,13 @@ def test_push_to_hub_round_trip(tmp_path, tiny_encoder, monkeypatch):
     assert 'PMIScorer.from_pretrained("org/pushed")' in card
     reward = PMIReward(loaded, empty_score=-1.0)
     assert reward(CONTEXTS, ["Coltrane.", ""])[1] == -1.0
+    # an encoder read from a local folder would not travel: the repo would load nowhere else
+    (tmp_path / "my-bert").mkdir()
+    scorer.encoder.spec = dataclasses.replace(scorer.encoder.spec, model=str(tmp_path / "my-bert"))
+    calls.clear()
+    with pytest.raises(ValueError, match="local folder"):
+        scorer.push_to_hub("org/local")
+    assert calls == []
 
 
 def test_model_card(tmp_path, tiny_encoder):
@@ -163,6 +171,27 @@ def test_minilm_card_names_its_base_model(tmp_path, tiny_encoder):
     config["encoder"]["model"] = "minilm"
     card = model_card(config, METADATA, "org/name")
     assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card and "language:\n- en" in card
+    # any name of a shipped model gives its Hub id; a local folder gives none (its path is no Hub id)
+    config["encoder"]["model"] = "all-MiniLM-L6-v2"
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in model_card(config, METADATA, "org/name")
+    config["encoder"]["model"] = str(tmp_path / "my-bert")
+    assert "base_model" not in model_card(config, METADATA, "org/name")
+    # the soft cap as configured (2.5 was printed as 2), scrambled negatives listed
+    config["head"]["cap"] = 2.5
+    training = {**METADATA["training"], "k_scrambled": 4}
+    card = model_card(config, {**METADATA, "training": training}, "org/name")
+    assert "soft cap 2.5" in card and "4 x the reply's own words in another order" in card
+
+
+def test_a_local_folder_does_not_shadow_a_shipped_name(tmp_path, monkeypatch):
+    """resolve_model reads "minilm" as the shipped model even beside a ./minilm folder; model_identity reads it the
+    same way (the folder came first: one model counted as two)."""
+    from pmi_reward.scoring.models import model_identity
+
+    (tmp_path / "minilm").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert model_identity("minilm") == model_identity("all-MiniLM-L6-v2") == "minilm"
+    assert model_identity(str(tmp_path / "minilm")) == str((tmp_path / "minilm").resolve())  # a path is its folder
 
 
 def test_a_scorer_with_its_own_encoder_goes_through_the_hub(tmp_path, tiny_encoder_factory):

@@ -234,6 +234,40 @@ def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_p
     torch.testing.assert_close(plain(ids).logits, base.eval()(ids).logits)
 
 
+def test_an_adapter_trained_on_an_adapter_loads_on_it(tiny_policy, smol_tokenizer, tmp_path):
+    """A second LoRA run started from a first one's adapter (``--model_name_or_path stage1 --use_peft``) recorded the
+    first one's base as its own, so loading it dropped the first stage. A loaded policy is named by what was asked
+    for: the second adapter's base is the first adapter, and it loads merged on it."""
+    from peft import LoraConfig, get_peft_model
+
+    tiny_policy(0).save_pretrained(tmp_path / "base")
+    smol_tokenizer.save_pretrained(tmp_path / "base")
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    tuned = None
+    for stage, start in enumerate(("base", "stage1"), 1):
+        model, tok = load_policy(str(tmp_path / start), device="cpu")
+        torch.manual_seed(stage)
+        tuned = get_peft_model(model, lora)
+        tuned.save_pretrained(tmp_path / f"stage{stage}")
+    recorded = json.loads((tmp_path / "stage2" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str((tmp_path / "stage1").resolve())
+    ids = torch.tensor([[1, 5, 9, 12]])
+    loaded, tok = load_policy(str(tmp_path / "stage2"), device="cpu")
+    torch.testing.assert_close(loaded(ids).logits, tuned.eval()(ids).logits, atol=1e-4, rtol=1e-4)
+    assert tok.padding_side == "left"
+
+
+def test_a_shipped_policy_is_named_by_its_shipped_name(tiny_policy, smol_tokenizer, monkeypatch):
+    """An adapter trained on the shipped SmolLM2 recorded this machine's converted copy as its base (a cache path
+    that another machine lacks); the loaded model is named by the shipped name, which loads anywhere."""
+    from pmi_reward.policy import loading
+
+    monkeypatch.setattr(loading, "load_causal_lm", lambda *a, **k: tiny_policy(0))
+    monkeypatch.setattr(loading, "load_tokenizer", lambda *a, **k: smol_tokenizer)
+    model, _ = loading.load_policy("smollm2-135m-instruct", device="cpu")
+    assert model.name_or_path == model.config._name_or_path == "smollm2-135m-instruct"
+
+
 def test_policies_land_on_the_device_asked_and_training_honours_use_cpu(
     tiny_policy, smol_tokenizer, tmp_path, monkeypatch
 ):

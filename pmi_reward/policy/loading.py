@@ -32,23 +32,28 @@ def load_policy(
     """(model, tokenizer with left padding) for a policy name or directory (default: SmolLM2-135M-Instruct), on
     ``device`` (default: the GPU where there is one, else the CPU).
 
-    ``dtype`` None or ``"auto"`` loads float32.
+    ``dtype`` None or ``"auto"`` loads float32. The model is named by what was asked for (a shipped name, a Hub id, a
+    directory's absolute path), so that an adapter trained on it records a base that loads elsewhere: the shipped
+    name, not this machine's converted copy; the adapter it was merged from, not that adapter's own base.
     """
     name_or_path = name_or_path or DEFAULT_POLICY
     dtype = "float32" if dtype in (None, "auto") else dtype
     path = Path(name_or_path)
     adapter = path / "adapter_config.json"
-    source = name_or_path
+    tokenizer = None
     if adapter.is_file():
         from peft import PeftModel
 
         source = json.loads(adapter.read_text())["base_model_name_or_path"]
-        base = load_causal_lm(source, dtype, attn_implementation=attn_implementation)
+        base, tokenizer = load_policy(source, dtype, attn_implementation, device="cpu")  # its base may be an adapter
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
     else:
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
-    has_tokenizer = (path / "tokenizer_config.json").is_file()
-    tokenizer = load_tokenizer(str(path) if has_tokenizer else source, padding_side="left")
+    if (path / "tokenizer_config.json").is_file() or tokenizer is None:
+        tokenizer = load_tokenizer(
+            str(path) if (path / "tokenizer_config.json").is_file() else name_or_path, padding_side="left"
+        )
+    model.name_or_path = model.config._name_or_path = str(path.resolve()) if path.exists() else name_or_path
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(default_device(device)), tokenizer

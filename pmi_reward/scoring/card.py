@@ -8,9 +8,10 @@ tags and base model.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .models import HUB_IDS
+from .models import HUB_IDS, shipped_name
 
 __all__ = ["model_card", "BASE_MODELS"]
 
@@ -55,6 +56,7 @@ def _negatives(training: dict) -> str:
         ("k_context", "a line of the context itself (so that parroting the context is not rewarded)"),
         ("k_lexical", "a mined reply that shares the context's words (a lexical look-alike)"),
         ("k_nearest", "a mined reply whose embedding is nearest the context's (an encoder look-alike)"),
+        ("k_scrambled", "the reply's own words in another order (so that word salad is not paid)"),
     ]
     lines = [f"- {training[k]} x {what}" for k, what in kinds if isinstance(training.get(k), int) and training[k]]
     return "\n".join(lines) or MISSING
@@ -64,16 +66,27 @@ def _link(base: str | None, name: str) -> str:
     return f" ([{base}](https://huggingface.co/{base}))" if base and base != name else ""
 
 
+def _hub_id(model: str) -> str | None:
+    """The Hub id a model is published under: a shipped model's (by any of its names), a Hub id itself; a local
+    folder has none (its path is no Hub id)."""
+    shipped = shipped_name(model)
+    if shipped is not None:
+        return BASE_MODELS.get(shipped)
+    if "/" not in model or model.startswith(("/", "./", "../", "~")) or Path(model).exists():
+        return None
+    return model
+
+
 def _encoder(model: str, metadata: dict, training: dict) -> tuple[str, str | None]:
     """The encoder row of the card and the Hub id of the base model: a fine-tuned encoder's weights live in the
     scorer's own ``encoder/`` folder (its config says ``./encoder``), so the card names what it was tuned from."""
     from .scorer import LOCAL_ENCODER  # here: the scorer module imports this one
 
     if model != LOCAL_ENCODER:
-        base = BASE_MODELS.get(model.lower(), model if "/" in model else None)
+        base = _hub_id(model)
         return f"`{model}`{_link(base, model)}, frozen", base
     origin = str(metadata.get("base_encoder") or MISSING)
-    base = BASE_MODELS.get(origin.lower(), origin if "/" in origin else None)
+    base = _hub_id(origin)
     how = training.get("train_encoder")
     tuned = f"fine-tuned ({how})" if how in ("full", "lora") else "fine-tuned"
     if how == "full" and training.get("encoder_layers"):
@@ -103,7 +116,11 @@ def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
     domain = "English chit-chat" if chitchat else "its training domain"
     pooling = encoder.get("pooling") or "default"
     hidden = " - ".join(str(h) for h in head.get("hidden", [])) or MISSING
-    cap = _number(head.get("cap"), 0)
+    cap = (
+        f"{head['cap']:g}"
+        if isinstance(head.get("cap"), (int, float)) and not isinstance(head["cap"], bool)
+        else MISSING
+    )
     mode = head.get("input_mode")
     residual = "a * cos(u, v) + b (learned a, b) plus a correction by an " if head.get("residual") == "cosine" else ""
     inputs = (

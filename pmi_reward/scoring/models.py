@@ -90,10 +90,13 @@ def model_identity(name: str) -> str:
     path; a shipped model by any of its names (alias or Hub id, such as ``sentence-transformers/all-MiniLM-L6-v2``,
     any case) its shipped name; any other Hub id in lower case. (A string comparison counted a MiniLM judge saved as
     ``all-MiniLM-L6-v2`` as sharing nothing with a ``minilm`` reward.)"""
+    shipped = shipped_name(name)  # first, as resolve_model reads it: a ./minilm folder does not shadow "minilm"
+    if shipped is not None:
+        return shipped
     if name.strip() and Path(name).exists():
         return str(Path(name).resolve())
     key = name.strip().lower()
-    return shipped_name(name) or HUB_IDS.get(key, (key,))[0]
+    return HUB_IDS.get(key, (key,))[0]
 
 
 def cache_root() -> Path:

@@ -29,6 +29,7 @@ from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
+from .models import shipped_name
 from .templates import PromptTemplate
 
 __all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER"]
@@ -169,7 +170,15 @@ class PMIScorer:
         create_pr: bool = False,
     ) -> str:
         """Save this scorer (its model card naming ``repo_id``) and commit it to the Hub model repo ``repo_id``,
-        creating the repo if needed; the commit's URL. ``PMIScorer.from_pretrained(repo_id)`` loads it back."""
+        creating the repo if needed; the commit's URL. ``PMIScorer.from_pretrained(repo_id)`` loads it back. An
+        encoder read from a local folder is refused: its weights would not travel, and the scorer would load nowhere
+        else (publish the encoder on the Hub and name it by its id, or fine-tune it into the scorer's own folder)."""
+        model = self.encoder.spec.model
+        if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists():
+            raise ValueError(
+                f"push_to_hub: the encoder is the local folder {model!r}, whose weights a Hub repo would not hold; "
+                "publish the encoder and name it by its Hub id first"
+            )
         with tempfile.TemporaryDirectory(prefix="pmi-scorer-") as tmp:
             self.save_pretrained(tmp, repo_id=repo_id)
             return hub.upload(tmp, repo_id, private, token, revision, commit_message, create_pr)
