@@ -250,3 +250,32 @@ def test_score_reads_contexts_as_the_scorer_was_trained(tmp_path, tiny_scorer_di
         argv = ["score", "--scorer", str(tiny_scorer_dir), "--input", str(rows), "--output", str(out), *flags]
         assert main([*argv, "--progress", "false"]) == 0
     assert seen == [["Where?\nYosemite!\nNice, when?"], [long]]  # the newest 3 non-empty lines; 0: as given
+
+
+def test_score_leaves_unscorable_rows_empty_and_never_overwrites_a_column(tmp_path, tiny_scorer_dir, capsys):
+    """A blank context or reply got a number where PMIReward gives None (an empty cell now, every row kept); a
+    --score_column naming an input column replaced its values without a word (refused, by name)."""
+    rows = tmp_path / "in.csv"
+    rows.write_text("context,response\n,hi there\nI love jazz.,Coltrane!\nI love jazz., \n")
+    out = tmp_path / "out.jsonl"
+    argv = ["score", "--scorer", str(tiny_scorer_dir), "--input", str(rows), "--progress", "false"]
+    assert main([*argv, "--output", str(out)]) == 0
+    scored = [json.loads(line)["pmi"] for line in out.read_text().splitlines()]
+    assert scored[0] is None and isinstance(scored[1], float) and scored[2] is None
+    assert main([*argv, "--output", str(tmp_path / "o2.jsonl"), "--score_column", "context"]) == 2
+    assert "column 'context' already" in capsys.readouterr().err and not (tmp_path / "o2.jsonl").exists()
+
+
+def test_evaluate_makes_its_output_folder_and_train_refuses_a_dim_it_would_ignore(tmp_path, tiny_scorer_dir):
+    """evaluate's --output in a new folder failed after the whole evaluation (score makes the folder); --dim was
+    replaced by the encoder's width without a word."""
+    from pmi_reward.scoring.head import HeadConfig
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("context,response\n" + "".join(f"I like topic {i}.,Tell me about {i}!\n" for i in range(6)))
+    out = tmp_path / "new" / "folder" / "eval.json"
+    argv = ["evaluate", "--scorer", str(tiny_scorer_dir), "--input", str(pairs), "--output", str(out)]
+    assert main([*argv, "--k_random", "1", "--k_context", "0", "--n_boot", "10"]) == 0 and out.is_file()
+    with pytest.raises(ValueError, match="dim must be >= 1"):
+        HeadConfig(dim=-5)
+    assert main(["train", "--dim", "0"]) == 2

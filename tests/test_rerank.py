@@ -119,6 +119,9 @@ def test_cli_refuses_a_best_of_zero_before_loading_the_chat_model(monkeypatch, c
     monkeypatch.setattr(loading, "load_policy", lambda *a, **k: pytest.fail("the chat model loaded before the check"))
     assert main(["rerank", "--context", "I love jazz.", "--model", "smollm2-135m-instruct", "--n", "0"]) == 2
     assert "n must be >= 1, got 0" in capsys.readouterr().err
+    # --input beside --context/--candidates: one of them was dropped without a word
+    assert main(["rerank", "--input", "rows.jsonl", "--context", "zzz", "--candidates", "q"]) == 2
+    assert "not both" in capsys.readouterr().err
 
 
 def test_a_row_with_nothing_scorable_has_no_best(tiny_scorer, tmp_path, monkeypatch):

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     report = evaluate_scorer(scorer, pairs, negatives, args)
     result = json_safe({"scorer": args.scorer, "input": args.input, **report})
     text = json.dumps(result, indent=2, allow_nan=False)
-    if args.output:
+    if args.output:  # its folder made as `score` makes it (check_output checked it can be)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(Path(args.output), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
     print(text)
     return 0

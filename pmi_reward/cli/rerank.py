@@ -48,6 +48,8 @@ class RerankArguments:
     def __post_init__(self) -> None:
         if self.n < 1:  # checked when read: sampling would refuse it only after the chat model had loaded
             raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.input and (self.context or self.candidates):  # one of them would be dropped without a word
+            raise ValueError("give --input or --context/--candidates, not both")
 
 
 def _rows(args: RerankArguments) -> list[dict]:

@@ -1,4 +1,8 @@
-"""``pmi-reward score``: rows with context and response in, the same rows plus a ``pmi`` column out."""
+"""``pmi-reward score``: rows with context and response in, the same rows plus a ``pmi`` column out.
+
+A row whose context (as cut) or response is blank gets an empty cell (null): unscorable, as ``PMIReward`` reads it
+(the reward pays its ``empty_score`` for a blank reply), never a score of nothing. The added column must be new.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import numpy as np
 
 from ..configs import parse_args
 from ..data.conversation import prompt_to_context
-from ..data.records import check_output, read_records, require_text, write_records
+from ..data.records import DataError, check_output, read_records, require_text, write_records
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
@@ -50,12 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
     responses = require_text(records, args.input, args.response_column, allow_empty=True)
+    if any(args.score_column in record for record in records):
+        raise DataError(
+            f"{args.input}: it has a column {args.score_column!r} already, which the scores would overwrite; name "
+            "another with --score_column"
+        )
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
     if turns:  # the newest turns, one per non-empty line, as PMIReward reads a text prompt
         contexts = [prompt_to_context(c, max_turns=turns) or "" for c in contexts]
-    scores = scorer.score(contexts, responses, progress=args.progress)
+    readable = [i for i, (c, r) in enumerate(zip(contexts, responses, strict=True)) if c.strip() and r.strip()]
+    scores = np.full(len(records), np.nan)
+    if readable:
+        scores[readable] = scorer.score(
+            [contexts[i] for i in readable], [responses[i] for i in readable], progress=args.progress
+        )
     for record, value in zip(records, scores.tolist(), strict=True):
         record[args.score_column] = round(value, 6) if math.isfinite(value) else None
     write_records(args.output, records)

@@ -72,6 +72,8 @@ class HeadConfig:
             raise ValueError("line_turns must be >= 0, and is only used in pair mode")
         if self.residual not in RESIDUALS or (self.residual != "none" and self.input_mode != "pair"):
             raise ValueError(f"residual must be one of {RESIDUALS} (cosine: pair mode only), got {self.residual!r}")
+        if self.dim is not None and self.dim < 1:
+            raise ValueError(f"dim must be >= 1 (or left out: the encoder's width), got {self.dim}")
         object.__setattr__(self, "hidden", [int(h) for h in self.hidden])
         if any(h < 1 for h in self.hidden):  # a width of 0 scores every pair alike; a negative one cannot be built
             raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")

@@ -61,7 +61,10 @@ def fit_scorer(
     """
     config = config or TrainConfig()
     negatives = negatives or NegativeSpec()
-    head_config = (head or HeadConfig()).with_dim(encoder.dim)
+    head_config = head or HeadConfig()
+    if head_config.dim is not None and head_config.dim != encoder.dim:  # it was replaced without a word
+        raise ValueError(f"dim {head_config.dim} is not the encoder's width {encoder.dim}: leave it out")
+    head_config = head_config.with_dim(encoder.dim)
     if config.in_batch_negatives and head_config.input_mode != "pair":
         raise ValueError(
             "in_batch_negatives pairs embeddings made apart (input_mode pair); in prompt mode every "
