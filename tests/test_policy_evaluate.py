@@ -257,15 +257,24 @@ def test_an_adapter_trained_on_an_adapter_loads_on_it(tiny_policy, smol_tokenize
     assert tok.padding_side == "left"
 
 
-def test_a_shipped_policy_is_named_by_its_shipped_name(tiny_policy, smol_tokenizer, monkeypatch):
-    """An adapter trained on the shipped SmolLM2 recorded this machine's converted copy as its base (a cache path
-    that another machine lacks); the loaded model is named by the shipped name, which loads anywhere."""
+def test_an_adapter_on_another_machines_copy_of_a_shipped_model_loads_on_this_ones(
+    tiny_policy, smol_tokenizer, tmp_path, monkeypatch
+):
+    """An adapter trained on the shipped SmolLM2 records the converted copy's path in that machine's cache; where
+    that path is missing, its base is the shipped model by name."""
+    from peft import LoraConfig, get_peft_model
+
     from pmi_reward.policy import loading
 
-    monkeypatch.setattr(loading, "load_causal_lm", lambda *a, **k: tiny_policy(0))
+    asked = []
+    monkeypatch.setattr(loading, "load_causal_lm", lambda name, *a, **k: asked.append(name) or tiny_policy(0))
     monkeypatch.setattr(loading, "load_tokenizer", lambda *a, **k: smol_tokenizer)
-    model, _ = loading.load_policy("smollm2-135m-instruct", device="cpu")
-    assert model.name_or_path == model.config._name_or_path == "smollm2-135m-instruct"
+    lora = LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False)
+    tuned = get_peft_model(tiny_policy(0), lora)
+    tuned.peft_config["default"].base_model_name_or_path = "/elsewhere/.cache/pmi_reward/models/smollm2-135m-instruct"
+    tuned.save_pretrained(tmp_path / "adapter")
+    loading.load_policy(str(tmp_path / "adapter"), device="cpu")
+    assert asked == ["smollm2-135m-instruct"]
 
 
 def test_policies_land_on_the_device_asked_and_training_honours_use_cpu(

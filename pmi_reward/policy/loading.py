@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..scoring.encoder import default_device
-from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16
+from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16, shipped_name
 
 __all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
 
@@ -32,9 +32,10 @@ def load_policy(
     """(model, tokenizer with left padding) for a policy name or directory (default: SmolLM2-135M-Instruct), on
     ``device`` (default: the GPU where there is one, else the CPU).
 
-    ``dtype`` None or ``"auto"`` loads float32. The model is named by what was asked for (a shipped name, a Hub id, a
-    directory's absolute path), so that an adapter trained on it records a base that loads elsewhere: the shipped
-    name, not this machine's converted copy; the adapter it was merged from, not that adapter's own base.
+    ``dtype`` None or ``"auto"`` loads float32. A merged adapter is named by its own folder (absolute), so that an
+    adapter trained on it records it as its base, not the first adapter's base (which dropped the first stage); any
+    other model keeps the name transformers can load it by (TRL builds reference models from it). An adapter whose
+    recorded base is another machine's converted copy of a shipped model loads on this machine's.
     """
     name_or_path = name_or_path or DEFAULT_POLICY
     dtype = "float32" if dtype in (None, "auto") else dtype
@@ -45,15 +46,17 @@ def load_policy(
         from peft import PeftModel
 
         source = json.loads(adapter.read_text())["base_model_name_or_path"]
+        if not Path(source).exists() and shipped_name(Path(source).name) is not None:
+            source = Path(source).name  # a cache path of a shipped model, from a machine with another cache
         base, tokenizer = load_policy(source, dtype, attn_implementation, device="cpu")  # its base may be an adapter
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+        model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
     if (path / "tokenizer_config.json").is_file() or tokenizer is None:
         tokenizer = load_tokenizer(
             str(path) if (path / "tokenizer_config.json").is_file() else name_or_path, padding_side="left"
         )
-    model.name_or_path = model.config._name_or_path = str(path.resolve()) if path.exists() else name_or_path
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(default_device(device)), tokenizer
