@@ -263,12 +263,3 @@ def test_a_run_that_stops_sooner_does_not_resume_a_longer_one(tmp_path):
     with pytest.raises(ValueError, match="ran 5 rounds; with epochs=3"):
         _train(str(tmp_path), epochs=3, patience=10)
     assert len(_train(str(tmp_path), epochs=6, patience=10).history) == 6
-
-
-def test_a_checkpoint_that_recorded_the_unresolved_bf16_still_resumes():
-    """Fine-tuning runs record the bf16 they resolved (True/False); a checkpoint written before recorded the default
-    None, and ran with the default: no difference. Any other change of bf16 is one."""
-    from pmi_reward.training.checkpoint import _differences
-
-    assert _differences({"training.bf16": None}, {"training.bf16": True}) == []
-    assert _differences({"training.bf16": True}, {"training.bf16": False})

@@ -53,10 +53,10 @@ def load_policy(
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
-    if (path / "tokenizer_config.json").is_file() or tokenizer is None:
-        tokenizer = load_tokenizer(
-            str(path) if (path / "tokenizer_config.json").is_file() else name_or_path, padding_side="left"
-        )
+    if (path / "tokenizer_config.json").is_file():  # its own, else its base's (an adapter) or its name's
+        tokenizer = load_tokenizer(str(path), padding_side="left")
+    elif tokenizer is None:
+        tokenizer = load_tokenizer(name_or_path, padding_side="left")
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(default_device(device)), tokenizer

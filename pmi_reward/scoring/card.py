@@ -25,8 +25,11 @@ _OBJECTIVES = {
 }
 
 
-def _number(value: Any, digits: int = 3) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else MISSING
+def _number(value: Any, digits: int | None = 3) -> str:
+    """``value`` with ``digits`` decimals (None: as short as it is written), or MISSING when it is no number."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return MISSING
+    return f"{value:g}" if digits is None else f"{value:.{digits}f}"
 
 
 def _data(meta: dict) -> str:
@@ -116,11 +119,7 @@ def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
     domain = "English chit-chat" if chitchat else "its training domain"
     pooling = encoder.get("pooling") or "default"
     hidden = " - ".join(str(h) for h in head.get("hidden", [])) or MISSING
-    cap = (
-        f"{head['cap']:g}"
-        if isinstance(head.get("cap"), (int, float)) and not isinstance(head["cap"], bool)
-        else MISSING
-    )
+    cap = _number(head.get("cap"), None)
     mode = head.get("input_mode")
     residual = "a * cos(u, v) + b (learned a, b) plus a correction by an " if head.get("residual") == "cosine" else ""
     inputs = (

@@ -74,8 +74,6 @@ def _differences(saved: Any, current: Fingerprint, defaults: Fingerprint | None 
     for key in sorted(set(saved) | set(current)):
         if key not in saved and key in current and key in defaults and current[key] == defaults[key]:
             continue
-        if key == "training.bf16" and saved.get(key) is None and isinstance(current.get(key), bool):
-            continue  # written before the resolved value was recorded: it ran with the default, as this run does
         old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if old != new:
             hashed = isinstance(new, str) and new.startswith("sha256:")

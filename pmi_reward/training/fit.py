@@ -102,7 +102,6 @@ def fit_scorer(
             activation_checkpointing=config.encoder_activation_checkpointing,
         )
         bf16 = native_bf16(encoder.device) if config.bf16 is None else config.bf16
-        config = replace(config, bf16=bf16)  # as it ran: the metadata and a checkpoint's fingerprint say which
         train_features, val_features = (
             TrainableFeatures(
                 encoder, template, pairs, head_config.line_turns, bf16=bf16, input_mode=head_config.input_mode
@@ -118,7 +117,13 @@ def fit_scorer(
     meta = {
         **(metadata or {}),
         **({"base_encoder": base_encoder} if config.train_encoder != "none" else {}),
-        "training": {**asdict(config), **asdict(negatives)},
+        # bf16 as it ran (None asks for the machine's native support); like the CPU's float sums, it is the machine's,
+        # so a checkpoint's fingerprint keeps what was asked
+        "training": {
+            **asdict(config),
+            **({"bf16": bf16} if config.train_encoder != "none" else {}),
+            **asdict(negatives),
+        },
         **result.summary(),
         "train_pairs": len(train),
         "val_pairs": len(val),

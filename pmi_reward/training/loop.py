@@ -364,12 +364,11 @@ class _Run:
                 f"patience={config.patience} this run stops after round {stop}: resume with the settings that wrote "
                 "it (or ones that stop later), or start afresh in another checkpoint_dir"
             )
-        patience = config.patience
         (auc, epoch, state), self.history = resumed.best, resumed.history
         head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
         tuned = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
         self.best = (auc, epoch, (head, tuned))
-        return sys.maxsize if resumed.epoch - epoch >= patience else resumed.epoch + 1
+        return sys.maxsize if resumed.epoch - epoch >= config.patience else resumed.epoch + 1
 
     def epoch(
         self,
