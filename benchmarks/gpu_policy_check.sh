@@ -13,7 +13,8 @@
 # outputs/scorers/judge-minilm-en); DIALOGUES: `chitchat` or a JSONL of {"id", "turns"} dialogues, at least 260
 # (prompts from the first 200, evaluation contexts from the next 60: a device check, not the recipes' protocol).
 # The policy is $POLICY (default smollm2-135m-instruct); the trainers' device flags $GPU_FLAGS (default "--use_cpu
-# false --bf16 true"); each step stops after $STEP_TIMEOUT seconds (default 900).
+# false --bf16 true"); each step stops after $STEP_TIMEOUT seconds (default 900); CPU_STEP=0 leaves out the last
+# step (the same dpo round on the machine's CPU, for its time: the slowest step, and it takes every CPU core).
 # Python is $PYTHON, else the repository's .venv, else python3. Each step prints its exit status and the seconds
 # it took; one failing step does not stop the others; the script exits 1 if any failed.
 set -u
@@ -73,8 +74,8 @@ run evaluate cuda "${pmi[@]}" evaluate-policy --config $tune/evaluate.yaml --bas
 cp "$work/evaluate/results.md" "$out/evaluate-results.md" 2>/dev/null
 run rerank - "${pmi[@]}" rerank --scorer "$scorer" --model "$policy" --n 8 \
     --context "I just got back from a hiking trip in the Alps." "Oh nice, how long were you there?"
-run dpo-cpu cpu "${pmi[@]}" dpo --config recipes/smollm2-135m/final/dpo-d.yaml "${prompts[@]}" --rounds 1 \
+[ "${CPU_STEP:-1}" = 0 ] || run dpo-cpu cpu "${pmi[@]}" dpo --config recipes/smollm2-135m/final/dpo-d.yaml "${prompts[@]}" --rounds 1 \
     --output_dir "$work/dpo-cpu"
-grep -h '"round"' "$out/dpo-cpu.log" | cut -c1-200
+grep -sh '"round"' "$out/dpo-cpu.log" | cut -c1-200
 rm -rf "$work"
 exit "$failed"
