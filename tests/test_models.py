@@ -14,9 +14,16 @@ def test_shipped_names_resolve_to_local_files():
     assert models.default_pooling("smollm2") == "last"
 
 
-def test_other_names_pass_through_to_transformers():
+def test_other_names_pass_through_to_transformers(tmp_path):
     assert models.resolve_model("someone/some-model") == "someone/some-model"
-    assert models.resolve_model("/a/local/path") == "/a/local/path"
+    assert models.resolve_model("gpt2") == "gpt2"
+    assert models.resolve_model(str(tmp_path)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["./my-model", "/a/local/path", "runs/grpo/final", "~/model"])
+def test_a_missing_folder_is_refused_by_name_not_sent_to_the_hub(name):
+    with pytest.raises(FileNotFoundError, match="no such model folder"):
+        models.resolve_model(name)
 
 
 def test_missing_shipped_package_gives_install_hint(monkeypatch, tmp_path):

@@ -428,8 +428,10 @@ def test_the_report_header_says_where_the_replies_came_from(tiny_scorer, tmp_pat
     args, settings = EvalArguments(from_samples="old/samples.jsonl"), SamplingSettings()
     judges = _judges(tiny_scorer)
     out = evaluate_policies({}, ["I love jazz.", "I flew to Rome."], judges, tiny_scorer, args, settings, None, replies)
+    out["prompts_on_trust"] = True  # no contexts record beside the samples: the given options were taken on trust
     text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
     assert text.startswith("2 contexts (from old/samples.jsonl) x 3 samples per policy (replies read back")
+    assert json.loads((tmp_path / "results.json").read_text())["prompts_on_trust"] is True
 
 
 def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
@@ -450,3 +452,11 @@ def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
     band = samples_band(str(tmp_path / "samples.jsonl"), given)
     assert (band.first_dialogue, band.max_dialogues) == (3400, 300)
     assert "came from" in capsys.readouterr().out
+    # an evaluation of read-back samples written into their own folder recorded the options it took on trust
+    on_trust = {"prompts": asdict(tuning), "prompts_on_trust": True}
+    (tmp_path / "results.json").write_text(json.dumps(on_trust))
+    assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
+    assert "taken on trust" in capsys.readouterr().out
+    (tmp_path / "results.json").write_text("[]")  # JSON, but not an object
+    assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
+    assert "WARNING" in capsys.readouterr().out

@@ -118,3 +118,10 @@ def test_replace_directory_swaps_in_the_complete_folder(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["scorer"] and (target / "old.txt").exists()
     replace_directory(target, lambda folder: (folder / "new.txt").write_text("new"))
     assert [p.name for p in target.iterdir()] == ["new.txt"] and [p.name for p in tmp_path.iterdir()] == ["scorer"]
+
+
+def test_reading_names_a_folder_or_a_missing_file(tmp_path):
+    with pytest.raises(DataError, match="a folder, not a file"):
+        read_records(tmp_path)
+    with pytest.raises(DataError, match="no such file"):
+        read_records(tmp_path / "pairs.csv")

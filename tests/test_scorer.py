@@ -97,6 +97,8 @@ def test_score_validates_inputs(scorer):
         scorer.score(["a", "b"], ["c", None])
     with pytest.raises(TypeError, match="sequence of strings"):
         scorer.score("abc", "def")
+    with pytest.raises(ValueError, match=r"responses\[1\] is blank"):  # PMI is undefined for it, not a number
+        scorer.score(["a", "b"], ["c", " \n"])
     assert scorer.score([], []).shape == (0,)
 
 

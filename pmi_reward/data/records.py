@@ -48,6 +48,8 @@ def _where(path: Path, row: int | str | None = None, field: str | None = None) -
 def read_records(path: str | Path) -> list[dict]:
     """All records of a .csv/.tsv/.jsonl/.json file as dicts (row numbers in errors count data rows from 1)."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: a folder, not a file (give a .csv, .tsv, .jsonl or .json file)")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     try:

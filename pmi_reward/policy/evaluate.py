@@ -312,9 +312,11 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     from .samples import write_samples
 
     val_aucs = _check_options(args, settings)
+    on_trust = False
     if args.from_samples:
         prompts, references, replies = _read_back(args.from_samples, args)
-        prompt_args = samples_band(args.from_samples, prompt_args)
+        band = samples_band(args.from_samples, prompt_args)
+        on_trust, prompt_args = band is prompt_args, band
     else:
         data = build_prompts(prompt_args)
         prompts = list(data["prompt"])
@@ -349,6 +351,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     start = time.perf_counter()
     result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references, replies)
     result.update(judges=judge_info(judges), warnings=warnings, seconds=round(time.perf_counter() - start, 1))
+    result["prompts_on_trust"] = on_trust
     result["device"] = sorted({str(next(model.parameters()).device) for model, _ in policies.values()})
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -411,18 +414,22 @@ def _read_back(path: str, args: EvalArguments) -> tuple[list[str], list[str] | N
 def samples_band(path: str, given: EvalPromptArguments) -> EvalPromptArguments:
     """Where a samples file's contexts came from: the ``prompts`` record of the ``results.json`` written beside it
     (the overlap check and the report must name the file's contexts, not the options given with it). Without that
-    record the given options stand, with a warning that they are taken on trust."""
+    record the given options stand, with a warning that they are taken on trust; so does a record that was itself
+    taken on trust (``prompts_on_trust``: an evaluation of read-back samples written into their own folder)."""
     results = Path(path).parent / "results.json"
     try:
-        record = json.loads(results.read_text())["prompts"]
+        saved = json.loads(results.read_text())
+        if saved.get("prompts_on_trust"):
+            raise ValueError("its prompts record was itself taken on trust")
+        record = saved["prompts"]
         if not isinstance(record, dict):
             raise TypeError(f"prompts is {type(record).__name__}, not an object")
         known = {f.name for f in fields(EvalPromptArguments)}
         band = EvalPromptArguments(**{k: v for k, v in record.items() if k in known})
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         print(
-            f"WARNING: {path}: no readable contexts record beside it ({results}: {type(err).__name__}); the overlap "
-            "check and the report take the given prompt options as where its contexts came from"
+            f"WARNING: {path}: no readable contexts record beside it ({results}: {type(err).__name__}: {err}); the "
+            "overlap check and the report take the given prompt options as where its contexts came from"
         )
         return given
     if asdict(band) != asdict(given):

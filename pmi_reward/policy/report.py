@@ -228,6 +228,7 @@ def write_report(
         "args": asdict(args),
         "sampling": asdict(settings),
         "prompts": asdict(prompt_args),
+        "prompts_on_trust": bool(result.get("prompts_on_trust")),
     }
     (out / "results.json").write_text(json.dumps(json_safe(payload), indent=1, default=str, allow_nan=False))
     return text

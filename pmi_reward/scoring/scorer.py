@@ -113,10 +113,17 @@ class PMIScorer:
 
     @torch.no_grad()
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
-        """float32 PMI estimates, one per pair; each distinct context and response is encoded once."""
+        """float32 PMI estimates, one per pair; each distinct context and response is encoded once. A blank response
+        is refused: PMI is not defined for it, and the head would rate it like any text (one scorer: +2.3 nats);
+        ``PMIReward`` gives such replies its ``empty_score``."""
         contexts, responses = _check_texts("contexts", contexts), _check_texts("responses", responses)
         if len(contexts) != len(responses):
             raise ValueError(f"got {len(contexts)} contexts but {len(responses)} responses")
+        blank = next((i for i, r in enumerate(responses) if not r.strip()), None)
+        if blank is not None:
+            raise ValueError(
+                f"responses[{blank}] is blank: PMI is not defined for an empty reply (PMIReward scores it empty_score)"
+            )
         if not contexts:
             return np.zeros(0, dtype=np.float32)
         u, v = self.embed(contexts, responses, progress)
