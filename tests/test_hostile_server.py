@@ -114,6 +114,22 @@ def test_total_characters_per_request_are_bounded_413(tiny_scorer):
         assert status == 413 and "characters of text" in answer["error"] and "1000000" in answer["error"]
 
 
+def test_a_body_over_the_byte_limit_gets_its_413_and_the_client_splits_it(tiny_scorer):
+    """A body over ``max_body_bytes`` was refused unread and its socket closed: a client that sends its whole body
+    before it reads (http.client, RemotePMIReward) saw a broken pipe instead of the 413, resent the same body and
+    gave every sample None. Now the server reads and drops the body after answering; the client splits it."""
+    from pmi_reward.rewards.remote import RemotePMIReward
+
+    prompts = [f"I love jazz {i}. " * 5000 for i in range(50)]  # 4 MB of JSON against a 1 MiB limit
+    completions = [f"Coltrane {i}" for i in range(50)]
+    with serving(tiny_scorer, max_body_bytes=2**20, max_request_chars=50_000_000) as server:
+        body = {"pairs": [{"context": c, "response": r} for c, r in zip(prompts, completions, strict=True)]}
+        status, answer = http(server.url, "POST", "/score", body)
+        assert status == 413 and "exceeds the limit of 1048576 bytes" in answer["error"]
+        remote = RemotePMIReward(server.url, batch_size=50, retries=0, on_failure="raise")
+        assert None not in remote.score_sync(prompts, completions)
+
+
 def test_a_1_pair_request_during_a_maximal_one_is_answered_before_it(tiny_scorer):
     """Fair queueing: a 64-pair request is scored in 16 batches of 4 pairs; a 1-pair request sent during it is
     taken into the next batch and answered while the large one is still being scored."""

@@ -106,6 +106,9 @@ def _response(status: int, payload: dict, extra: dict[str, str] | None = None, c
     return head.encode("latin-1") + b"\r\n" + data
 
 
+UNREAD_FACTOR = 4  # a body refused unread is read and dropped after the answer up to this many times the body limit
+
+
 class Refuser:
     """Answers connections the server will not serve (over the cap, or while draining) with ``503``, on one thread and
     without blocking: the answer is sent at once, then the connection lingers half-closed for ``linger`` seconds
@@ -179,6 +182,7 @@ class Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self._start, self._logged, self._arrived = time.perf_counter(), False, time.monotonic()
         self._items: int | None = None
+        self._unread = 0
         self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
         super().handle_one_request()
 
@@ -255,6 +259,7 @@ class Handler(BaseHTTPRequestHandler):
                 status = 500
                 self.close_connection = True
                 self._send(status, {"error": "the server could not encode its answer; see its log"})
+            self._drop_unread()
         except OSError:  # the client left before its answer, or the idle timeout closed its socket
             self.close_connection = True
         finally:
@@ -316,15 +321,33 @@ class Handler(BaseHTTPRequestHandler):
         return int(values[0])
 
     def _skip_body(self) -> None:
-        """Read and drop the body of a request refused before its body, or close the connection after answering."""
+        """Read and drop the body of a request refused before its body; one over the body limit is dropped after the
+        answer, and the connection closed (``_drop_unread``)."""
         try:
             length = self._length() or 0
         except ApiError:
             return
         if length > self.app.config.max_body_bytes:
             self.close_connection = True
+            self._unread = length
         elif length:
             self.rfile.read(length)
+
+    def _drop_unread(self) -> None:
+        """After the answer to a body refused unread (over ``max_body_bytes``): half-close, then read and drop the
+        body, up to ``UNREAD_FACTOR`` times the limit, each read within the idle timeout. A client that sends its
+        whole body before it reads (http.client, aiohttp) then gets the 413 and can split its request
+        (``RemotePMIReward`` does); closed with the body unread, it saw a broken pipe or a reset instead."""
+        if not self._unread:
+            return
+        left, self._unread = min(self._unread, UNREAD_FACTOR * self.app.config.max_body_bytes), 0
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_WR)
+        while left > 0:
+            chunk = self.rfile.read1(min(left, 1 << 20))
+            if not chunk:
+                return
+            left -= len(chunk)
 
     def _read_json(self) -> dict:
         length = self._length()
@@ -337,7 +360,8 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(411, "a JSON body with a Content-Length is required")
         limit = self.app.config.max_body_bytes
         if length > limit:
-            self.close_connection = True  # the unread body makes the connection unusable
+            self.close_connection = True
+            self._unread = length  # read and dropped once the answer is out (_drop_unread)
             raise ApiError(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
         data = self.rfile.read(length)
         self._arrived = time.monotonic()  # the request's time limit starts: parsing and scoring count against it
