@@ -155,3 +155,10 @@ def test_combined_reward_sums_like_trl():
         return [1.0, 1.0, 1.0]
 
     assert CombinedReward([a, c])(["p"] * 3, ["x"] * 3) == [2.0, None, None]
+
+    def long(prompts, completions, **kw):  # a part of the wrong length was cut silently (longer) or an IndexError
+        return [1.0] * 4
+
+    for wrong in (long, lambda prompts, completions, **kw: [1.0]):
+        with pytest.raises(ValueError, match="returned (4|1) values for 3 completions"):
+            CombinedReward([a, wrong])(["p"] * 3, ["x"] * 3)

@@ -152,6 +152,29 @@ def test_think_blocks_are_not_scored(scorer):
     ]
 
 
+def test_a_string_prompts_reasoning_goes_before_its_turns_are_cut(scorer):
+    """In a text prompt, think blocks went after the cut to the last turns: a block opened before the cut left its
+    reasoning as turns, and a closed one spanning it cost a real turn. The text reads as the same chat does."""
+    reward = PMIReward(scorer, max_context_turns=3)
+    chat = [
+        {"role": "user", "content": "I went hiking."},
+        {"role": "assistant", "content": "<think>\nr1 private\nr2 private\n</think>Where did you go?"},
+        {"role": "user", "content": "Yosemite!"},
+    ]
+    text = "I went hiking.\n<think>\nr1 private\nr2 private\n</think>Where did you go?\nYosemite!"
+    expected = ["I went hiking.\nWhere did you go?\nYosemite!"]
+    assert reward.texts([text], ["Nice"]).contexts == reward.texts([chat], ["Nice"]).contexts == expected
+
+
+def test_only_replies_ending_inside_a_think_block_count_as_unfinished(scorer):
+    logged: dict = {}
+    out = PMIReward(scorer)(
+        ["I love jazz."] * 2, ["<think>done</think>", "<think>still thinking"], log_metric=logged.setdefault
+    )
+    assert out == [-5.0, -5.0]  # both have no answer to score
+    assert logged["pmi_reward/think_unfinished_frac"] == 0.5  # only the second ends inside its block
+
+
 def test_samples_without_context_are_flagged(scorer, caplog):
     logged = {}
     with caplog.at_level("DEBUG", logger="pmi_reward"):
@@ -199,6 +222,9 @@ def test_mismatched_lengths_and_bad_options(scorer):
         RewardOptions(center="mean")
     with pytest.raises(ValueError, match="empty_score"):
         RewardOptions(empty_score=float("nan"))
+    for turns in (0, -1):  # 0 read every turn, -1 dropped the oldest
+        with pytest.raises(ValueError, match="max_context_turns must be >= 1"):
+            RewardOptions(max_context_turns=turns)
 
 
 def test_constructors_never_write_the_callers_options(scorer):

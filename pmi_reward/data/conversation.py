@@ -37,6 +37,7 @@ __all__ = [
     "clean_reply",
     "split_query",
     "strip_think",
+    "think_unfinished",
     "drop_assistant_think",
     "drop_think_blocks",
     "opens_think",
@@ -134,15 +135,20 @@ def clean_reply(text: str) -> str:
     return (text[: match.start()] if match else text).strip()
 
 
-def strip_think(text: str, opened: bool = False) -> str:
-    """The answer of a reasoning model's reply: the text after the last ``</think>``. A think block still open at
-    the end (a ``<think>`` after the last ``</think>``, or, with ``opened`` (the prompt opened the block), no
-    ``</think>`` at all) is unfinished reasoning: the answer is empty."""
+def think_unfinished(text: str, opened: bool = False) -> bool:
+    """Whether a reasoning model's reply ends inside a think block: a ``<think>`` after the last ``</think>``, or,
+    with ``opened`` (the prompt opened the block), no ``</think>`` at all."""
     close = text.rfind(THINK_CLOSE)
-    answer = text[close + len(THINK_CLOSE) :] if close >= 0 else text
-    if THINK_OPEN in answer or (opened and close < 0):
+    return THINK_OPEN in text[close + len(THINK_CLOSE) :] if close >= 0 else THINK_OPEN in text or opened
+
+
+def strip_think(text: str, opened: bool = False) -> str:
+    """The answer of a reasoning model's reply: the text after the last ``</think>``; empty when the reply ends
+    inside a think block (``think_unfinished``: unfinished reasoning)."""
+    if think_unfinished(text, opened):
         return ""
-    return answer
+    close = text.rfind(THINK_CLOSE)
+    return text[close + len(THINK_CLOSE) :] if close >= 0 else text
 
 
 def drop_think_blocks(text: str) -> str:

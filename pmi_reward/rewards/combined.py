@@ -30,6 +30,13 @@ class CombinedReward:
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         parts = [r(prompts=prompts, completions=completions, **kwargs) for r in self.rewards]
         parts = [run_sync(p) if inspect.isawaitable(p) else p for p in parts]  # TRL allows async reward functions
+        for reward, part in zip(self.rewards, parts, strict=True):
+            if part is None or len(part) != len(completions):
+                got = "None" if part is None else f"{len(part)} values"
+                raise ValueError(
+                    f"reward function {getattr(reward, '__name__', type(reward).__name__)} returned {got} for "
+                    f"{len(completions)} completions; each must return one value (or None) per completion"
+                )
         out: list[float | None] = []
         for i in range(len(completions)):
             got = [(w, p[i]) for w, p in zip(self.weights, parts, strict=True) if p[i] is not None]

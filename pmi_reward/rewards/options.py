@@ -48,7 +48,13 @@ class RewardOptions:
             "a reply without </think> is unfinished reasoning (empty); the server detects this from OpenRLHF's prompts"
         },
     )
-    include_system: bool = field(default=False, metadata={"help": "read the system prompt as a context turn"})
+    include_system: bool = field(
+        default=False,
+        metadata={
+            "help": "read the system prompt as a context turn: the oldest, so the first that max_context_turns cuts "
+            "(a prompt of that many turns besides it reads without it)"
+        },
+    )
     max_context_turns: int | None = field(
         default=None,
         metadata={"help": "context turns the reward reads (default: as many as the scorer was trained with)"},
@@ -80,6 +86,11 @@ class RewardOptions:
             raise ValueError("batch_size must be >= 1")
         if self.max_chars < 1:
             raise ValueError("max_chars must be >= 1")
+        if self.max_context_turns is not None and self.max_context_turns < 1:
+            raise ValueError(
+                f"max_context_turns must be >= 1 (None: as many as the scorer was trained with), got "
+                f"{self.max_context_turns}"
+            )
 
     def resolved(self, trained_context_turns: int | None) -> RewardOptions:
         """These options with ``max_context_turns`` set to the scorer's when unset (a copy; self is unchanged)."""

@@ -34,6 +34,7 @@ from ..data.conversation import (
     drop_think_blocks,
     prompt_to_context,
     strip_think,
+    think_unfinished,
 )
 from ..scoring.scorer import PMIScorer
 from .length import LengthBaseline, reply_words
@@ -228,11 +229,9 @@ class RewardPath:
         prompts, completions = self.samples(prompts, completions)
 
         def context(prompt: Any) -> str | None:
-            if opts.strip_think:
-                prompt = drop_assistant_think(prompt)
+            if opts.strip_think:  # before the turns are cut: reasoning neither fills a turn nor hides one
+                prompt = drop_think_blocks(prompt) if isinstance(prompt, str) else drop_assistant_think(prompt)
             c = prompt_to_context(prompt, opts.include_system, opts.max_context_turns)
-            if c is not None and opts.strip_think and isinstance(prompt, str):
-                c = drop_think_blocks(c)
             # a prompt with no turn (system only, blank, []) has no context to score against: unscored, flagged
             return cut_context(c, opts.max_chars) if c is not None and c.strip() and readable(c) else None
 
@@ -241,7 +240,7 @@ class RewardPath:
         unfinished = 0
         if opts.strip_think:
             answers = [strip_think(r, opts.think_opened) if r is not None else None for r in replies]
-            unfinished = sum(1 for r, a in zip(replies, answers, strict=True) if r and r.strip() and a == "")
+            unfinished = sum(1 for r in replies if r and r.strip() and think_unfinished(r, opts.think_opened))
             replies = answers
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
         valid = [

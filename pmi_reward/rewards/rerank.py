@@ -1,9 +1,11 @@
 """Reranking candidate replies by PMI (best-of-n sampling is ``pmi_reward.policy.sampling.best_of_n``).
 
 A context is a string (turns one per line, oldest first) or chat messages; candidates are strings.
-Scoring goes through ``PMIReward`` with no shaping, so contexts are cut as the scorer was trained and
-unscorable candidates (empty, whitespace) get ``None`` and sort last instead of raising. ``ranking`` is the
-one sort, shared with the server's ``/rerank``.
+Given a ``PMIScorer``, scoring goes through ``PMIReward`` with no shaping, so contexts are cut as the scorer was
+trained and unscorable candidates (empty, whitespace) get ``None`` and sort last instead of raising. Given a
+``PMIReward``, its own options apply: the values are its rewards (scaled, clipped: ties that clipping makes keep
+input order) and unscorable candidates get its ``empty_score``. ``ranking`` is the one sort, shared with the
+server's ``/rerank``.
 """
 
 from __future__ import annotations
