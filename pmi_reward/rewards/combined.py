@@ -32,9 +32,9 @@ class CombinedReward:
         parts = [run_sync(p) if inspect.isawaitable(p) else p for p in parts]  # TRL allows async reward functions
         for reward, part in zip(self.rewards, parts, strict=True):
             if part is None or len(part) != len(completions):
-                got = "None" if part is None else f"{len(part)} values"
+                size = "None" if part is None else f"{len(part)} values"
                 raise ValueError(
-                    f"reward function {getattr(reward, '__name__', type(reward).__name__)} returned {got} for "
+                    f"reward function {getattr(reward, '__name__', type(reward).__name__)} returned {size} for "
                     f"{len(completions)} completions; each must return one value (or None) per completion"
                 )
         out: list[float | None] = []
