@@ -231,6 +231,25 @@ def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer):
         assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
 
 
+def test_a_request_whose_client_left_is_not_scored_to_its_end(tiny_scorer):
+    """A client that closes its connection (gave up: its own timeout, and perhaps a resend of the same work) stops
+    its request taking batches, as a request past its time limit does; the server was scoring it for nobody."""
+    slow = SlowScorer(tiny_scorer, 0.1)
+    with serving(slow, max_batch_pairs=4, chunk_pairs=4) as server:
+        body = json.dumps(pairs(64)).encode()
+        head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as client:
+            client.sendall(head % len(body) + body)
+            time.sleep(0.25)  # a batch or two in
+        while server.batcher.queued:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the batch that was running, if any
+        calls = slow.calls
+        assert http(server.url, "POST", "/score", pairs(1))[0] == 200
+        assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
+
+
 def test_the_time_limit_runs_from_the_requests_arrival(tiny_scorer, monkeypatch):
     """``request_timeout`` covers parsing and validation too, not only the wait for scores: a request whose parsing
     took the whole limit gets 503 without being queued for scoring."""

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -26,13 +27,19 @@ import numpy as np
 from ..rewards.path import checked_scores, score_robustly
 from ..scoring.scorer import PMIScorer
 
-__all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout"]
+__all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout", "ClientGone"]
+
+ALIVE_CHECK_S = 0.25  # how often a waiting request asks whether its client is still there
 
 logger = logging.getLogger(__name__)
 
 
 class BatcherClosed(RuntimeError):
     """The batcher is shutting down and takes no new work."""
+
+
+class ClientGone(Exception):
+    """The client closed its connection while its request waited: what is left of it is not scored."""
 
 
 class ScoreTimeout(TimeoutError):
@@ -120,18 +127,37 @@ class MicroBatcher:
             self._cv.notify()
         return job.future
 
-    def score(self, contexts: list[str], responses: list[str], timeout: float | None = None) -> np.ndarray:
-        """Scores of the pairs, waiting at most ``timeout`` seconds (then the rest of the request is dropped)."""
+    def score(
+        self,
+        contexts: list[str],
+        responses: list[str],
+        timeout: float | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> np.ndarray:
+        """Scores of the pairs, waiting at most ``timeout`` seconds, and, with ``alive``, only while it says the
+        caller is still there (asked every ``ALIVE_CHECK_S``); either way the rest of the request is dropped, so that
+        a client that gave up (and may be resending the same work) does not hold the scorer."""
         future = self.submit(contexts, responses)
-        try:
-            return future.result(timeout)
-        except FutureTimeout:
-            future.cancel()
-            with self._cv:
-                for job in self._queue:
-                    if job.future is future:
-                        job.abandoned = True
-            raise ScoreTimeout(f"not scored within {timeout:g} s (queue: {self.queued} requests)") from None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left if alive is None else min(ALIVE_CHECK_S, ALIVE_CHECK_S if left is None else left)
+            try:
+                return future.result(step)
+            except FutureTimeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._abandon(future)
+                    raise ScoreTimeout(f"not scored within {timeout:g} s (queue: {self.queued} requests)") from None
+                if alive is not None and not alive():
+                    self._abandon(future)
+                    raise ClientGone("the client closed its connection before its answer") from None
+
+    def _abandon(self, future: Future) -> None:
+        future.cancel()
+        with self._cv:
+            for job in self._queue:
+                if job.future is future:
+                    job.abandoned = True
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking work, finish what is queued within ``timeout`` seconds, stop the worker; requests still queued

@@ -112,7 +112,9 @@ class Endpoints:
     def options(self) -> RewardOptions:
         return self.path.options
 
-    def _scorer(self, deadline: float | None) -> Callable[[list[str], list[str]], np.ndarray]:
+    def _scorer(
+        self, deadline: float | None, alive: Callable[[], bool] | None = None
+    ) -> Callable[[list[str], list[str]], np.ndarray]:
         """Scores pairs through the batcher by ``deadline`` (``time.monotonic()``; default: ``request_timeout`` from
         now), or raises ``ScoreTimeout``: a request's time limit runs from its arrival, not from its scoring."""
         limit = self.config.request_timeout
@@ -126,13 +128,13 @@ class Endpoints:
             if left <= 0:
                 raise ScoreTimeout(f"not scored within {limit:g} s (reading and parsing the request took it all)")
             try:
-                return self.batcher.score(contexts, responses, timeout=left)
+                return self.batcher.score(contexts, responses, timeout=left, alive=alive)
             except ScoreTimeout:
                 raise ScoreTimeout(f"not scored within {limit:g} s (queue: {self.batcher.queued} requests)") from None
 
         return score
 
-    def score_pairs(self, body: dict, deadline: float | None = None) -> dict:
+    def score_pairs(self, body: dict, deadline: float | None = None, alive: Callable[[], bool] | None = None) -> dict:
         """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable:
         a response with nothing visible in it, or a pair the scorer fails on). Texts are cut as rewards cut them:
         contexts keep their last, responses their first ``max_chars``."""
@@ -150,10 +152,10 @@ class Endpoints:
                 responses.append(response)
                 shown.append(i)
         scores = np.full(len(pairs), np.nan)
-        scores[shown] = self._scorer(deadline)(contexts, responses)
+        scores[shown] = self._scorer(deadline, alive)(contexts, responses)
         return {"scores": [_number(s) for s in scores]}
 
-    def rerank(self, body: dict, deadline: float | None = None) -> dict:
+    def rerank(self, body: dict, deadline: float | None = None, alive: Callable[[], bool] | None = None) -> dict:
         """``{"context": str | messages, "candidates": [...], "top_k": int?}`` -> candidates best first."""
         context = body.get("context")
         if not isinstance(context, (str, list)):
@@ -165,12 +167,12 @@ class Endpoints:
         top_k = body.get("top_k")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ApiError(422, f"'top_k' must be a positive integer, got {top_k!r}")
-        batch, raw = self.path.measure([context] * len(candidates), candidates, self._scorer(deadline))
+        batch, raw = self.path.measure([context] * len(candidates), candidates, self._scorer(deadline, alive))
         replies = batch.replies
         ranked = [{"index": i, "response": replies[i], "score": _number(raw[i])} for i in ranking(raw.tolist())]
         return {"ranked": ranked[:top_k] if top_k else ranked, "scores": [_number(s) for s in raw]}
 
-    def get_reward(self, body: dict, deadline: float | None = None) -> dict:
+    def get_reward(self, body: dict, deadline: float | None = None, alive: Callable[[], bool] | None = None) -> dict:
         """OpenRLHF's ``{"query", "prompts", "labels"}`` -> ``{"rewards", "scores", "extra_logs"}``.
 
         ``rewards`` are shaped by the server's options; ``scores`` (OpenRLHF's 0-1 value for dynamic filtering)
@@ -191,7 +193,7 @@ class Endpoints:
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)
         try:
-            result = self.path.run(contexts, replies, self._scorer(deadline))
+            result = self.path.run(contexts, replies, self._scorer(deadline, alive))
         except GroupError as err:
             self._warn_group(err)
             raise ApiError(422, f"this server runs with --center group: {err}") from None

@@ -19,6 +19,7 @@ import json
 import logging
 import queue
 import re
+import select
 import socket
 import threading
 import time
@@ -29,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
-from .batching import BatcherClosed, ScoreTimeout
+from .batching import BatcherClosed, ClientGone, ScoreTimeout
 from .config import ServerConfig
 from .endpoints import ApiError, items_of, text_chars, type_name
 
@@ -82,7 +83,7 @@ class App(Protocol):
     """What the HTTP layer needs from its server (``RewardServer``): the routes, the limits, and the bookkeeping of
     open connections and in-flight requests that the connection cap, the idle timeout and the drain rely on."""
 
-    routes: dict[str, tuple[str, Callable[[dict, float], dict]]]
+    routes: dict[str, tuple[str, Callable[[dict, float, Callable[[], bool]], dict]]]
     config: ServerConfig
     closing: bool
 
@@ -287,14 +288,28 @@ class Handler(BaseHTTPRequestHandler):
                 self._skip_body()
                 self._arrived, body = time.monotonic(), {}
             self.app._waiting(self.connection, False)
-            return 200, endpoint(body, self._arrived + self.app.config.request_timeout)
+            return 200, endpoint(body, self._arrived + self.app.config.request_timeout, self._client_alive)
         except ApiError as err:
             return err.status, {"error": err.message, "status": err.status}
+        except ClientGone as err:
+            self.close_connection = True
+            return 503, {"error": str(err), "status": 503}
         except (ScoreTimeout, BatcherClosed) as err:
             return 503, {"error": f"server busy or shutting down: {err}", "status": 503}
         except Exception as err:  # noqa: BLE001 - answer, log, and keep serving
             logger.exception("pmi-reward serve: %s %s failed", method, self.path)
             return 500, {"error": f"internal error: {type(err).__name__}: {err}", "status": 500}
+
+    def _client_alive(self) -> bool:
+        """Whether the client may still read its answer: False once it closed or reset the connection (a pipelined
+        next request makes the socket readable too, and counts as alive)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return not readable or self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except (OSError, ValueError):  # reset, or the socket already closed (ValueError: select on fd -1)
+            return False
 
     def _authorized(self) -> bool:
         key = self.app.config.api_key

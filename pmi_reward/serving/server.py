@@ -47,11 +47,11 @@ class RewardServer:
         c = self.config
         self.batcher = MicroBatcher(scorer, c.max_batch_pairs, c.max_wait_ms, c.max_batch_chars, c.chunk_pairs)
         self.api = Endpoints(self.batcher, self.config, options)
-        self.routes: dict[str, tuple[str, Callable[[dict, float], dict]]] = {
+        self.routes: dict[str, tuple[str, Callable[[dict, float, Callable[[], bool]], dict]]] = {
             "/get_reward": ("POST", self.api.get_reward),
             "/score": ("POST", self.api.score_pairs),
             "/rerank": ("POST", self.api.rerank),
-            "/health": ("GET", lambda body, deadline: self.health()),
+            "/health": ("GET", lambda body, deadline, alive: self.health()),
         }
         self.responses: Counter = Counter()
         self.closing = False
