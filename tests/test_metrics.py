@@ -75,6 +75,30 @@ def test_mean_std_and_format():
     assert format_mean_std([]) == "–"
 
 
+def test_format_mean_std_names_the_values_it_left_out():
+    """A NaN round or seed is counted out loud: the mean and std are of the finite values, and the text says how many
+    are missing (it printed 0.905 ± 0.007 for three seeds, one NaN, beside a seeds column of 3)."""
+    nan = float("nan")
+    assert format_mean_std([0.9, nan, 0.91]) == "0.905 ± 0.007 (1 of 3 missing)"
+    assert format_mean_std([nan, 0.5, nan], digits=2) == "0.50 (2 of 3 missing)"
+    assert format_mean_std([nan, nan]) == "–"  # no value at all reads as none
+    assert format_mean_std([0.9, 0.91]) == "0.905 ± 0.007"  # finite values: the text of before
+
+
+def test_bootstrap_ci_of_an_undefined_statistic_is_undefined():
+    """A statistic that is NaN on the data (a NaN row) gets NaN bounds, not an interval from the draws that missed
+    that row; a statistic that is NaN only on degenerate draws (one class) keeps the finite draws' interval."""
+    values = np.random.default_rng(0).normal(size=100)
+    values[5] = np.nan
+    low, high = bootstrap_ci(np.mean, values, n_boot=200)
+    assert np.isnan(low) and np.isnan(high)
+    est = Estimate.of(np.mean, values, n_boot=200)
+    assert np.isnan(est.value) and np.isnan(est.low) and np.isnan(est.high)
+    x = np.arange(5.0)  # 5 rows: some draws repeat one row 5 times (a constant input: NaN), and are skipped
+    rho_low, rho_high = bootstrap_ci(spearman, x, x, n_boot=2000)
+    assert rho_low == pytest.approx(1.0) and rho_high == pytest.approx(1.0)
+
+
 def test_roc_auc_matches_sklearn_with_ties():
     from sklearn.metrics import roc_auc_score
 

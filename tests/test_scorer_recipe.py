@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 
 import numpy as np
+import pytest
 from conftest import load_recipe
 from scipy.special import logsumexp
 
@@ -167,6 +168,36 @@ def test_the_report_keeps_rows_that_read_the_human_set_another_way_apart():
     assert all("0.900" in line for line in seeds)  # the validation figure the choice read, beside both
 
 
+def test_the_report_refuses_two_runs_of_one_name_and_names_their_log_lines(tmp_path):
+    """A name rerun into the same log (the README's `$M` after `$R --name lines-3r1c-k8+chitchat2k`) merged both runs
+    into one row of 6 "seeds" while the per-seed table kept only the later: both stop with the two runs' log lines
+    named. More seeds of one run (--first_seed) still join its row."""
+    report = load_recipe("recipes/scorer/report.py")
+    row = {"name": "k8", "stage": "val", "train_pairs": 15434, **{c: 0.5 for c in report.COLUMNS["val"]}}
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(json.dumps({**row, "seed": s, "auc_random": 0.9 + 0.02 * (s > 2)}) + "\n" for s in range(6)))
+    runs = report.read_runs(log)
+    assert [r[report.LINE] for r in runs] == [1, 2, 3, 4, 5, 6]
+    assert "| k8 | 15434 | 6 | 0.910 ± 0.011 |" in report.table("val", runs)  # seeds 3-5 extend the run
+    assert report.main(["--runs", str(log), "--per_seed", "k8"]) == 0
+    log.write_text(
+        "".join(json.dumps({**row, "seed": s, "auc_random": 0.91}) + "\n" for s in range(3))
+        + "\n"
+        + "".join(json.dumps({**row, "seed": s, "auc_random": 0.92}) + "\n" for s in range(3))
+    )
+    runs = report.read_runs(log)
+    message = r"line 1 and line 5 of the log are both 'k8', stage val, seed 0, 15434 training pairs"
+    with pytest.raises(report.DuplicateRuns, match=message):
+        report.table("val", runs)
+    with pytest.raises(report.DuplicateRuns, match=message):
+        report.per_seed_table(runs, ["k8"])
+    with pytest.raises(SystemExit, match=f"runs.jsonl: {message}"):
+        report.main(["--runs", str(log)])
+    test_rows = [{**row, "stage": "test", "seed": s} for s in (0, 0)]  # without log lines: by their order
+    with pytest.raises(report.DuplicateRuns, match="entry 1 and entry 2 of the log are both 'k8', stage test"):
+        report.table("test", test_rows)
+
+
 def test_a_prompt_mode_scorer_scores_its_prompts_on_negatives_mined_by_plain_embeddings(tiny_encoder):
     """A prompt-mode row scores (context, reply) prompts with its own scorer, as ``PMIScorer.score`` does, while
     the features it hands out for mining are the pretrained encoder's pair embeddings (every row's negatives)."""
@@ -189,3 +220,61 @@ def test_a_prompt_mode_scorer_scores_its_prompts_on_negatives_mined_by_plain_emb
     want = scorer.score(pairs.context_texts, pairs.response_texts).reshape(2, 3)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert np.ptp(got) > 1e-4
+
+
+def test_every_row_is_evaluated_on_negatives_mined_by_the_pretrained_encoder(tiny_encoder):
+    """The fixed `nearest` negatives are the pretrained encoder's (RESULTS.md: "nearest the context by MiniLM") for
+    every row and seed: a fine-tuned pair-mode scorer's own encoder mined its own pool, and `pairs.mined` handed the
+    first row's pool to every later row of the process. A frozen row's draw is what it was (mined by the same
+    encoder; its line features do not change the context and reply embeddings)."""
+    from dataclasses import replace
+
+    import torch
+
+    from pmi_reward.data.negatives import sample_negatives
+    from pmi_reward.scoring.encoder import TextEncoder
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.training.fit import mine_negatives
+
+    rng = np.random.default_rng(0)
+    words = ["cat", "dog", "rain", "sun", "tea", "bus", "song", "book", "game", "city", "sea", "jazz", "tree"]
+    texts = [" ".join(rng.choice(words, 5)) for _ in range(120)]
+    pairs = PairSet.from_pairs(texts[:60], texts[60:], [f"d{i}" for i in range(60)])
+    model = copy.deepcopy(tiny_encoder.model)  # a stand-in for a fine-tuned encoder
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(0.2 * torch.randn_like(weight))
+    tuned = TextEncoder(tiny_encoder.spec, model=model, tokenizer=tiny_encoder.tokenizer)
+    head = PMIHead(HeadConfig(dim=tiny_encoder.dim, line_turns=2))
+    frozen, fine_tuned = RUN.Scoring(tiny_encoder, head), RUN.Scoring(tuned, head)
+
+    def own_draw(scoring) -> np.ndarray:  # the draw from the row's own features, as evaluate made it before
+        fresh = replace(pairs, mined={})
+        mine_negatives(fresh, RUN.EVAL_NEGATIVES, scoring.features(fresh))
+        return sample_negatives(fresh, RUN.EVAL_NEGATIVES, np.random.default_rng(RUN.EVAL_SEED))
+
+    want = RUN.eval_negatives(pairs, tiny_encoder)
+    np.testing.assert_array_equal(own_draw(frozen), want)
+    assert not np.array_equal(own_draw(fine_tuned), want)  # the fine-tuned encoder's pool is another
+
+    class Recording(RUN.Scoring):
+        """A row's scoring that keeps the replies of the first call (positives and negatives)."""
+
+        def __init__(self, inner: RUN.Scoring) -> None:
+            super().__init__(inner.encoder, inner.head)
+            self.inner, self.seen = inner, []
+
+        def __call__(self, features, ctx, resp):
+            self.seen.append(np.asarray(resp))
+            return self.inner(features, ctx, resp)
+
+    mine_negatives(pairs, RUN.EVAL_NEGATIVES, fine_tuned.features(pairs))  # as training with that encoder leaves it
+    left = {kind: tuple(t.copy() for t in table) for kind, table in pairs.mined.items()}
+    for scoring in (fine_tuned, frozen, fine_tuned):  # one process, rows and seeds in turn
+        row = Recording(scoring)
+        out = RUN.evaluate(row, pairs, tiny_encoder, None, n_boot=10)
+        np.testing.assert_array_equal(row.seen[0][:, 1:], want)
+        np.testing.assert_array_equal(row.seen[0][:, 0], pairs.resp)
+        assert 0.0 <= out["auc_nearest"] <= 1.0
+    assert all(np.array_equal(a, b) for k in left for a, b in zip(left[k], pairs.mined[k], strict=True))

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from conftest import load_recipe
 
 from pmi_reward.data.negatives import NegativeSpec, sample_negatives
 from pmi_reward.data.pairs import PairSet
@@ -10,6 +11,7 @@ from pmi_reward.evaluation.study import (
     MethodScores,
     average_rounds,
     load_scores,
+    merge_scores,
     run_round,
     save_scores,
     score_texts,
@@ -94,3 +96,71 @@ def test_report_cell_bootstraps_the_mean_over_rounds():
     assert c["ci95"][0] < np.mean(c["rounds"]) < c["ci95"][1]
     pos[0][:10] = np.nan  # rows a method did not score are left out
     assert cell(roc_auc, list(zip(pos, neg, strict=True)), n_boot=50)["rows"] == 290
+
+
+def _rounds(encoder: str, method: str, rounds: int, rows: dict[str, int], seed: int = 0) -> list[MethodScores]:
+    """``rounds`` rounds of a method's scores on evaluation sets of ``rows[set]`` rows (6 negatives each: 5 random
+    and 1 in-dialogue), with their round average."""
+    rng = np.random.default_rng(seed)
+    runs = [
+        MethodScores(
+            encoder,
+            method,
+            "pair",
+            r,
+            {name: rng.normal(1.0, 1.0, n) for name, n in rows.items()},
+            {name: rng.normal(0.0, 1.0, (n, 6)) for name, n in rows.items()},
+        )
+        for r in range(rounds)
+    ]
+    return runs + average_rounds(runs)
+
+
+def test_merged_folders_may_not_hold_one_encoders_method_twice(tmp_path):
+    """Two folders' rounds of one (encoder, method, mode) would pool into one row (rounds 0, 0, 1, 1, ... and two
+    round averages as a mean ± std of 2): merging them is refused, naming both folders and the model; folders of
+    other encoders merge."""
+    for folder, encoder in (("a", "minilm"), ("b", "minilm"), ("c", "mpnet")):
+        (tmp_path / folder).mkdir()
+        save_scores(tmp_path / folder / "scores.npz", _rounds(encoder, "nwj", 3, {"test": 20}))
+    merged = merge_scores([tmp_path / "a", tmp_path / "c"])
+    assert sorted({(r.encoder, r.round) for r in merged}) == [(e, r) for e in ("minilm", "mpnet") for r in range(-1, 3)]
+    with pytest.raises(ValueError, match=r"/a and .*/b both hold runs of encoder 'minilm', method nwj \(pair"):
+        merge_scores([tmp_path / "a", tmp_path / "c", tmp_path / "b"])
+    with pytest.raises(ValueError, match="/c and .*/c both hold runs of encoder 'mpnet'"):  # one folder named twice
+        merge_scores([tmp_path / "c", tmp_path / "a", tmp_path / "c"])
+
+
+def test_the_empirical_and_synthetic_reports_refuse_to_merge_one_model_twice(tmp_path):
+    """``--merge`` of a folder that holds the same encoder's runs of a method as the output folder stops with both
+    folders named (the report pooled their rounds into one row)."""
+    data = tmp_path / "data"
+    human = data / "datasets" / "empirical" / "en" / "human.csv"
+    human.parent.mkdir(parents=True)
+    human.write_text(
+        "context,response,dialog_key,annot_relevant_mean,annot_engaging_mean\n"
+        + "".join(f"context {i},reply {i},k{i},{i % 5},{i % 3}\n" for i in range(12))
+    )
+    for folder, seed in (("out", 0), ("other", 1)):
+        (tmp_path / folder).mkdir()
+        save_scores(tmp_path / folder / "scores.npz", _rounds("minilm", "nwj", 3, {"test": 20, "human": 12}, seed))
+    empirical = load_recipe("recipes/empirical/run.py")
+    argv = ["--data_dir", str(data), "--test_k_random", "5", "--test_k_in_dialogue", "1", "--report_only", "true"]
+    argv += ["--output_dir", str(tmp_path / "out"), "--merge", str(tmp_path / "other"), "--n_boot", "20"]
+    with pytest.raises(ValueError, match="/out and .*/other both hold runs of encoder 'minilm'"):
+        empirical.main(argv)
+    block = data / "datasets" / "synthetic" / "block"
+    block.mkdir(parents=True)
+    for split in ("test", "val"):
+        (block / f"{split}.csv").write_text(
+            "context_paraphrased,response_paraphrased,p_xy,p_x,p_y\n"
+            + "".join(f"context {i},reply {i},0.0{i + 1},0.1,0.1\n" for i in range(20))
+        )
+    for folder, seed in (("synth", 0), ("synth-other", 1)):
+        (tmp_path / folder / "block").mkdir(parents=True)
+        save_scores(tmp_path / folder / "block" / "scores.npz", _rounds("minilm", "nwj", 3, {"test": 20}, seed))
+    synthetic = load_recipe("recipes/synthetic/run.py")
+    argv = ["--data_dir", str(data), "--test_k_random", "5", "--datasets", "block", "--report_only", "true"]
+    argv += ["--output_dir", str(tmp_path / "synth"), "--merge", str(tmp_path / "synth-other"), "--n_boot", "20"]
+    with pytest.raises(ValueError, match="synth/block and .*/synth-other/block both hold runs of encoder 'minilm'"):
+        synthetic.main(argv)

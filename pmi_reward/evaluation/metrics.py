@@ -87,14 +87,17 @@ def bootstrap_ci(
     """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows (axis 0) of all arrays jointly.
 
     Rows are the independent units: for AUC pass positives (n,) with their negatives (n, K), so a
-    positive travels with its own negatives. Draws where the statistic is NaN are skipped.
+    positive travels with its own negatives. Draws where the statistic is NaN (a degenerate resample: one class,
+    a constant vector) are skipped. When the statistic of the data themselves is not finite (e.g. NaN for a NaN
+    row), both bounds are NaN: the draws that happen to miss that row would otherwise give a finite interval
+    around no value.
     """
     if not arrays:
         raise ValueError("bootstrap_ci needs at least one array")
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
         raise ValueError("all arrays must have the same number of rows")
-    if n == 0:
+    if n == 0 or not np.isfinite(statistic(*arrays)):
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     values = np.array(
@@ -118,12 +121,15 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def format_mean_std(values: Sequence[float], digits: int = 3) -> str:
-    """``"0.912 ± 0.004"`` over rounds (just the value for one round, ``"–"`` for none)."""
+    """``"0.912 ± 0.004"`` over rounds (just the value for one round, ``"–"`` for none). The mean and std are of the
+    finite values; NaN ones are named, ``"0.905 ± 0.007 (1 of 3 missing)"``, so that a table whose rounds or seeds
+    column counts them does not pass a mean of fewer off as a mean of all."""
     mean, std = mean_std(values)
     if not np.isfinite(mean):
         return "–"
     finite = int(np.isfinite(np.asarray(values, dtype=np.float64)).sum())
-    return f"{mean:.{digits}f}" if finite == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+    text = f"{mean:.{digits}f}" if finite == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return text if finite == len(values) else f"{text} ({len(values) - finite} of {len(values)} missing)"
 
 
 @dataclass(frozen=True)

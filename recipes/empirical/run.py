@@ -24,7 +24,7 @@ from pmi_reward.data.pairs import PairSet, load_pairs
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import pearson, roc_auc, spearman
 from pmi_reward.evaluation.report import bar_plot, markdown_table, provenance
-from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, merge_scores, run_study, save_scores
 from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
 
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 default=str,
             )
         )
-    runs = [r for d in [out, *map(Path, data.merge)] for r in load_scores(d / "scores.npz")]
+    runs = merge_scores([out, *map(Path, data.merge)])  # refuses two folders' runs of one encoder and method
     rows = metrics(runs, data, human, targets, study.n_boot)
     (out / "results.json").write_text(json.dumps(rows, indent=1, default=float))
     text = report(rows, data, targets, len(human), out)

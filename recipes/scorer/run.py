@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -251,7 +251,8 @@ class Scoring:
 
 class PromptScoring(Scoring):
     """A prompt-mode scorer (one encoder pass per context and reply together: a cross-encoder when fine-tuned);
-    features stay the pretrained encoder's pair embeddings, so that the mined negatives are every other row's."""
+    its features are the pretrained encoder's pair embeddings, of which it reads only the pairs (the negatives are
+    mined by that encoder for every row: ``eval_negatives``)."""
 
     def __init__(self, encoder: TextEncoder, scorer: PMIScorer) -> None:
         super().__init__(encoder)
@@ -263,8 +264,8 @@ class PromptScoring(Scoring):
 
 
 class LMScoring(Scoring):
-    """The chat LM's zero-shot PMI of index pairs; features stay the encoder's, so that the mined negatives are the
-    same as every other row's."""
+    """The chat LM's zero-shot PMI of index pairs; its features are the encoder's, of which it reads only the pairs
+    (the negatives are mined by the pretrained encoder for every row: ``eval_negatives``)."""
 
     def __init__(self, encoder: TextEncoder, lm: LMPMIScorer) -> None:
         super().__init__(encoder)
@@ -359,20 +360,34 @@ def paired_difference(
     return diff(score, baseline, y), bootstrap_ci(diff, score, baseline, y, n_boot=n_boot)
 
 
+def eval_negatives(pairs: PairSet, encoder: TextEncoder) -> np.ndarray:
+    """The fixed evaluation negatives of ``pairs`` (``EVAL_NEGATIVES``, drawn with ``EVAL_SEED``), the mined kinds
+    (lexical, nearest) mined with ``encoder``'s plain pair embeddings: the run's pretrained, frozen encoder, so that
+    every row and seed is ranked against one pool, whatever encoder its scorer reads (a fine-tuned encoder's nearest
+    replies would be a pool of its own making, and another per seed).
+
+    Mined on a copy of ``pairs`` whose ``mined`` is empty: the tables ``pairs.mined`` holds (those training mined,
+    with the encoder it started from, or another row's) are neither read nor filled. With the recipe's embedding
+    cache, the embeddings (and so the tables) are the same for every row, however many rows ran before it."""
+    fresh = replace(pairs, mined={})
+    mine_negatives(fresh, EVAL_NEGATIVES, PairFeatures(encoder, TEMPLATES["en"], fresh, "pair", False))
+    return sample_negatives(fresh, EVAL_NEGATIVES, np.random.default_rng(EVAL_SEED))
+
+
 def evaluate(
     scoring: Scoring,
     pairs: PairSet,
+    encoder: TextEncoder,
     human: PairSet | None,
     n_boot: int,
     reference: list[str] | None = None,
     baseline: Scoring | None = None,
 ) -> dict:
-    """AUC against each kind of fixed negative, the generic probes, and (with ``human``) the correlations; with
-    ``reference`` replies, of the self-normalised scores; with a ``baseline`` (the cosine), the paired difference
-    of the human correlations."""
+    """AUC against each kind of fixed negative (mined by the run's pretrained ``encoder``: ``eval_negatives``), the
+    generic probes, and (with ``human``) the correlations; with ``reference`` replies, of the self-normalised scores;
+    with a ``baseline`` (the cosine), the paired difference of the human correlations."""
+    negs = eval_negatives(pairs, encoder)
     features = scoring.features(pairs)
-    mine_negatives(pairs, EVAL_NEGATIVES, features)
-    negs = sample_negatives(pairs, EVAL_NEGATIVES, np.random.default_rng(EVAL_SEED))
     # positives and negatives in one call: a scorer that reads each context once (the chat LM) reads it once here
     both = scoring(features, np.repeat(pairs.ctx[:, None], 1 + negs.shape[1], 1), np.column_stack([pairs.resp, negs]))
     pos, neg = both[:, 0], both[:, 1:]
@@ -477,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             if human is not None and args.human_context_turns is not None:
                 row["human_context_turns"] = args.human_context_turns
             paired = Scoring(encoder) if args.paired_cosine and human is not None and args.method != "cosine" else None
-            row |= evaluate(scoring, eval_set, human, args.n_boot, reference, paired)
+            row |= evaluate(scoring, eval_set, encoder, human, args.n_boot, reference, paired)
             row["seconds"] = round(time.perf_counter() - start, 1)
             row["settings"] = {
                 "train_data": args.train_data,

@@ -25,7 +25,7 @@ from pmi_reward.data.pairs import load_pairs
 from pmi_reward.data.synthetic import KINDS, light_paraphrase, true_pmi, write_splits
 from pmi_reward.evaluation.metrics import format_mean_std, mse, pearson, roc_auc, spearman
 from pmi_reward.evaluation.report import markdown_table, provenance, scatter_plot
-from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, load_scores, run_study, save_scores
+from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, merge_scores, run_study, save_scores
 from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.objectives import CALIBRATED
@@ -121,10 +121,8 @@ def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, sc
             limits = {"test": data.meep_test_pairs, "validation": 0}  # MEEP is not chosen on validation
             runs = run_study(args, setup, TEMPLATES["en"], train, val, evals, limits)
             save_scores(out / "scores.npz", runs)
-        merged = [
-            Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()
-        ]  # may cover fewer sets
-        runs = [r for d in [out, *merged] for r in load_scores(d / "scores.npz")]
+        merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()]  # fewer sets, maybe
+        runs = merge_scores([out, *merged])  # refuses two folders' runs of one encoder and method
         rows = results[kind] = metrics(runs, truth, study.n_boot)
         for run in runs:
             if run.round == 0 and np.isfinite(run.pos["test"]).any():

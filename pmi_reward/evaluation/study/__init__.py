@@ -2,7 +2,16 @@
 their reports (``report``)."""
 
 from .methods import EvalSet, FeatureBank, MethodScores, fit_method, run_round, score_texts
-from .runner import ARGUMENTS, StudyArguments, StudySetup, average_rounds, load_scores, run_study, save_scores
+from .runner import (
+    ARGUMENTS,
+    StudyArguments,
+    StudySetup,
+    average_rounds,
+    load_scores,
+    merge_scores,
+    run_study,
+    save_scores,
+)
 
 __all__ = [
     "ARGUMENTS",
@@ -14,6 +23,7 @@ __all__ = [
     "average_rounds",
     "fit_method",
     "load_scores",
+    "merge_scores",
     "run_round",
     "run_study",
     "save_scores",

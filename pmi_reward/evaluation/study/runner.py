@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,9 +30,37 @@ from ..baselines.kde import KDEConfig
 from ..baselines.meep import MEEPConfig, MEEPScorer
 from .methods import EvalSet, FeatureBank, MethodScores, run_round, score_texts
 
-__all__ = ["StudyArguments", "StudySetup", "ARGUMENTS", "run_study", "average_rounds", "save_scores", "load_scores"]
+__all__ = [
+    "StudyArguments",
+    "StudySetup",
+    "ARGUMENTS",
+    "run_study",
+    "average_rounds",
+    "save_scores",
+    "load_scores",
+    "merge_scores",
+    "first_repeat",
+]
+
+Label = TypeVar("Label", bound=Hashable)
+Source = TypeVar("Source", bound=Hashable)
 
 ALL_METHODS = ["nwj", "mine", "infonce", "js", "chi2", "hellinger", "tv", "kde"]
+
+
+def first_repeat(labelled: Iterable[tuple[Label, Source]]) -> tuple[Label, Source, Source] | None:
+    """The first run label that comes from two sources, with both sources (None when each label has one source).
+
+    Reports group runs by their label (encoder, method, input mode; ``group_runs``), so the runs of one label from
+    two sources (a model listed twice, two output folders merged into one report) would pool into one row: their
+    rounds counted as more rounds of one run, their round averages as rounds. ``labelled``: (label, source) pairs,
+    a label repeated within one source (its rounds) being no repeat; a source is e.g. a position in a list, so that
+    one model or folder named twice is two sources."""
+    first: dict[Label, Source] = {}
+    for label, source in labelled:
+        if first.setdefault(label, source) != source:
+            return label, first[label], source
+    return None
 
 
 @dataclass
@@ -70,7 +98,7 @@ class StudyArguments:
             raise ValueError(
                 f"dtypes: give one for all models or one per model ({len(self.models)}), got {self.dtypes}"
             )
-        twice = sorted({m for m in self.models if self.models.count(m) > 1})
+        twice = first_repeat((m, i) for i, m in enumerate(self.models))
         if twice:  # runs are labelled by model: its rounds would merge (and average across dtypes)
             raise ValueError(
                 f"models: {twice[0]!r} is listed twice; its runs would merge into one row (to compare one model at "
@@ -220,6 +248,22 @@ def save_scores(path: str | Path, runs: Sequence[MethodScores]) -> None:
 
     atomic_write(path, write)
     atomic_write(path.with_suffix(".json"), lambda tmp: Path(tmp).write_text(text))
+
+
+def merge_scores(folders: Sequence[str | Path]) -> list[MethodScores]:
+    """The runs of several output folders' ``scores.npz``, for one report (a recipe's ``--merge``). Refuses two
+    folders that hold runs of one (encoder, method, input mode): their rounds would pool into one row
+    (``first_repeat``); merge folders of other encoders, methods or input modes."""
+    loaded = [load_scores(Path(folder) / "scores.npz") for folder in folders]
+    repeat = first_repeat(((r.encoder, r.method, r.input_mode), i) for i, runs in enumerate(loaded) for r in runs)
+    if repeat is not None:  # sources by position: one folder named twice is refused too
+        (encoder, method, mode), a, b = repeat
+        raise ValueError(
+            f"{folders[a]} and {folders[b]} both hold runs of encoder {encoder!r}, method {method} ({mode} input): "
+            "merged, their rounds would pool into one row and their round averages count as rounds; merge folders "
+            "of other encoders, methods or input modes, or report each folder alone"
+        )
+    return [r for runs in loaded for r in runs]
 
 
 def load_scores(path: str | Path) -> list[MethodScores]:
