@@ -180,18 +180,27 @@ def test_kl_is_zero_at_step_zero_with_lora(tiny_policy, smol_tokenizer):
 
 
 @pytest.mark.parametrize("use_peft", [True, False])
-def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward, use_peft):
+def test_two_ppo_steps(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer, tiny_reward, use_peft, monkeypatch):
+    decays = []
+    real_adamw = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: decays.append(k["weight_decay"]) or real_adamw(*a, **k))
     path = tmp_path / "dialogues.jsonl"
     path.write_text("\n".join(json.dumps({"id": d.id, "turns": list(d.turns)}) for d in topic_dialogues[:8]))
     script = ScriptArguments(
         dialogues=str(path), first_dialogue=0, max_dialogues=None, scorer="unused", lora_top_layers=1
     )
     cfg = PPOConfig(
-        output_dir=str(tmp_path / "ppo"), steps=2, rollout_batch_size=4, mini_batch_size=2, max_new_tokens=5
+        output_dir=str(tmp_path / "ppo"),
+        steps=2,
+        rollout_batch_size=4,
+        mini_batch_size=2,
+        max_new_tokens=5,
+        weight_decay=0.0,
     )
     model_args = ModelConfig(use_peft=use_peft, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
     summary = train_ppo(cfg, script, model_args, model=tiny_policy(), tokenizer=smol_tokenizer, reward=tiny_reward)
     assert summary["steps"] == 2 and abs(summary["last_kl"]) < 10 and summary["device"] == "cpu"
+    assert decays == [0.0]  # the config's weight decay (torch's AdamW defaults to 0.01, TRL's trainers to 0.0)
     log = [json.loads(line) for line in (tmp_path / "ppo" / "ppo_log.jsonl").read_text().splitlines()]
     assert len(log) == 2 and abs(log[0]["kl"]) < 1e-4  # the first rollout is from the reference policy itself
     saved = tmp_path / "ppo"

@@ -64,6 +64,10 @@ class PPOConfig:
     mini_batch_size: int = 8
     ppo_epochs: int = 2
     learning_rate: float = 1e-4
+    weight_decay: float = field(
+        default=0.01,
+        metadata={"help": "AdamW's weight decay (torch's default, which every PPO run here used; TRL's trainers: 0.0)"},
+    )
     max_grad_norm: float = 1.0
     kl_coef: float = 0.05
     gamma: float = 1.0
@@ -292,7 +296,8 @@ def train_ppo(
             build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights
         )
     policy, ref_model = _policies(model, model_args, script_args.lora_top_layers, accelerator)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     policy, optimizer = accelerator.prepare(policy, optimizer)
     order = np.random.default_rng(cfg.seed).permutation(len(prompts))
     per_step, size = cfg.rollout_batch_size * accelerator.num_processes, cfg.rollout_batch_size
