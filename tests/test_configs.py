@@ -40,7 +40,8 @@ def _package_dataclasses() -> list[type]:
         (HeadConfig, {"hidden", "cap", "pair_product"}),
         (EncoderSpec, {"normalize", "max_length", "layer"}),  # (score and serve may override a saved batch size)
         (RewardOptions, {"center", "scale", "clip", "empty_score", "include_system", "max_chars"}),
-        (TrainConfig, {"objective", "lr", "weight_decay", "epochs", "patience", "checkpoint_dir"}),
+        # (weight_decay is the scorer's optimizer's here and the policy's in PPOConfig, by TRL's name, as GRPOConfig's)
+        (TrainConfig, {"objective", "lr", "epochs", "patience", "checkpoint_dir"}),
         (PromptTemplate, {"pair_template", "context_template", "response_template"}),
     ],
 )
