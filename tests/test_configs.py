@@ -163,6 +163,37 @@ def test_a_trailing_config_and_unknown_model_names_are_user_errors(capsys):
     assert main(["prepare-models", "--help"]) == 0 and "shipped:" in capsys.readouterr().out
 
 
+@dataclasses.dataclass
+class _Options:
+    tuned: list[str] = dataclasses.field(default_factory=list)
+    hidden: list[int] | None = None
+    samples: int = 2
+    kl: bool = True
+    note: str | None = None
+
+
+def test_yaml_values_read_as_the_same_flags_would(tmp_path, monkeypatch):
+    """argparse applies nargs and None-checks to flags only: a YAML scalar for a list option was read letter by letter
+    (``tuned: outputs/run`` -> 'o', 'u', ...; ``hidden: 256`` crashed), and a YAML null reached an int or bool option
+    as None (``kl: null`` turned the KL off)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("tuned: outputs/run\nhidden: 256\nnote: null\n")
+    (opts,) = parse_args([_Options], ["--config", str(config)])
+    assert (opts.tuned, opts.hidden, opts.note) == (["outputs/run"], [256], None)
+    (opts,) = parse_args([_Options], [f"--config={config}", "--tuned", "a", "b"])  # argparse's other spelling
+    assert opts.tuned == ["a", "b"] and opts.hidden == [256]
+    for key in ("samples", "kl"):
+        config.write_text(f"{key}: null\n")
+        with pytest.raises(ValueError, match=f"--config: {key}: null, but this option takes a"):
+            parse_args([_Options], ["--config", str(config)])
+    with pytest.raises(ValueError, match="not used"):  # an abbreviated flag is not taken for another (--tune: --tuned)
+        parse_args([_Options], ["--tune", "x"])
+    # transformers' parser read options from <program>.args beside the program, over the YAML's
+    monkeypatch.setattr("sys.argv", [str(tmp_path / "tool")])
+    (tmp_path / "tool.args").write_text("--samples 9")
+    assert parse_args([_Options], []) == (_Options(),)
+
+
 def test_study_dtypes_are_one_or_one_per_model():
     from pmi_reward.evaluation.study.runner import StudyArguments
 

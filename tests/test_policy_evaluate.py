@@ -349,6 +349,7 @@ def no_loading(monkeypatch):
         (["--judges", "a=d1", "a=d2"], "judge names must differ"),
         (["--judge_val_auc", "minilm=high"], "expected name=AUC"),
         (["--judge_val_auc", "minilm=0.8"], "judge_val_auc names no lm: judge"),
+        (["--judges", "j=outputs/no/judge"], "j=outputs/no/judge: no such scorer folder"),
         (["--tuned", "runs/base"], "is named 'base' like another row"),
         (["--tuned", "a/grpo", "b/grpo"], "is named 'grpo' like another row"),
         (["--tuned", "x/best-of-4", "--best_of_n", "4", "--reward_scorer", "r"], "named 'best-of-4' like another"),
@@ -367,7 +368,8 @@ def test_evaluate_policy_checks_its_options_before_loading(tmp_path, capsys, no_
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": t}) for t in ("I love jazz.", "I flew to Rome.", "Hi.")))
-    argv = ["evaluate-policy", "--prompt_file", str(prompts), "--output_dir", str(tmp_path / "eval"), *flags]
+    argv = ["evaluate-policy", "--prompt_file", str(prompts), "--output_dir", str(tmp_path / "eval")]
+    argv += ["--judges", f"j={tmp_path}", *flags]  # a judge folder that is there (flags may name others)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err

@@ -124,6 +124,18 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
+@pytest.mark.parametrize(
+    "given", [{"model_revision": "deadbeef"}, {"load_in_4bit": True}, {"load_in_8bit": True}], ids=str
+)
+def test_policy_from_refuses_the_model_options_it_cannot_honour(given, monkeypatch):
+    """TRL's parser accepts --model_revision and --load_in_4bit/8bit; the policy loader used none of them, silently."""
+    from pmi_reward.policy import trainers
+
+    monkeypatch.setattr(trainers, "load_policy", lambda *a, **k: pytest.fail("loaded despite an unused option"))
+    with pytest.raises(ValueError, match=f"--{next(iter(given))}: not supported"):
+        trainers.policy_from(ModelConfig(model_name_or_path="smollm2-135m-instruct", **given))
+
+
 @pytest.mark.parametrize("native", [False, True])
 def test_policy_from_warns_when_bf16_is_only_emulated(native, tiny_policy, smol_tokenizer, tmp_path, monkeypatch):
     """Without AVX512-BF16/AMX, bf16 weights or autocast warn, naming the flags; the dtype is still honoured."""

@@ -11,8 +11,10 @@ the recipes' own next to their recipe.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
+import typing
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -59,9 +61,12 @@ def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
     """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several."""
     names, rest, i = [], [], 0
     while i < len(args):
-        if args[i] == "--config" and i + 1 == len(args):  # TRL's parser failed on it with an IndexError
+        if args[i].startswith("--config="):  # argparse's other spelling, which TRL's parser did not read
+            names.append(args[i].removeprefix("--config="))
+            i += 1
+        elif args[i] == "--config" and i + 1 == len(args):  # TRL's parser failed on it with an IndexError
             raise SystemExit("--config needs a file or a shipped config name")
-        if args[i] == "--config" and i + 1 < len(args):
+        elif args[i] == "--config" and i + 1 < len(args):
             names.append(args[i + 1])
             i += 2
         else:
@@ -78,10 +83,49 @@ def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
     return ["--config", str(merged), *rest]
 
 
+def _field_types(types: Sequence[Any]) -> dict[str, tuple[Any, bool]]:
+    """Each option's type hint, and whether None is a value it may take (its hint allows it, or None is its
+    default); a dataclass whose hints cannot be resolved is left out (its YAML values go unchecked)."""
+    out: dict[str, tuple[Any, bool]] = {}
+    for cls in types:
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - a third-party dataclass's unresolvable annotation
+            continue
+        for f in dataclasses.fields(cls):
+            hint = hints.get(f.name)
+            out[f.name] = (hint, hint is Any or type(None) in typing.get_args(hint) or f.default is None)
+    return out
+
+
+def _yaml_values(types: Sequence[Any], values: dict) -> dict:
+    """YAML values made what the same flags would give: a scalar for a list option becomes a one-item list (argparse
+    applies ``nargs`` to flags only: ``tuned: outputs/run`` was read letter by letter), and a null for an option that
+    takes no None is refused by name (it reached the code as None)."""
+    fields = _field_types(types)
+    out = {}
+    for key, value in values.items():
+        hint, nullable = fields.get(key, (None, True))
+        if value is None and not nullable:
+            kind = getattr(hint, "__name__", str(hint))
+            raise ValueError(f"--config: {key}: null, but this option takes a {kind}; leave the key out (its default)")
+        listy = typing.get_origin(hint) is list or any(typing.get_origin(a) is list for a in typing.get_args(hint))
+        out[key] = [value] if listy and value is not None and not isinstance(value, list) else value
+    return out
+
+
 def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
     """Instances of ``types`` from ``--config`` YAML (paths or shipped names; several merge in order) and flags,
-    flags winning."""
+    flags winning. Options are read from these alone: not from a ``<program>.args`` file (transformers' parser reads
+    one by default), nor from an abbreviated flag (``--tune`` for ``--tuned``)."""
     from trl import TrlParser
+
+    class Parser(TrlParser):
+        def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
+            return super().set_defaults_with_config(**_yaml_values(types, kwargs))
+
+        def parse_args_into_dataclasses(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+            return super().parse_args_into_dataclasses(*args, **{**kwargs, "look_for_args_file": False})
 
     epilog = (
         f"--config FILE.yaml, or the name of a shipped config ({', '.join(shipped_configs())}), sets any of "
@@ -89,4 +133,5 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
     )
     with ExitStack() as stack:
         args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack)
-        return tuple(TrlParser(tuple(types), prog=prog, epilog=epilog).parse_args_and_config(args))
+        parser = Parser(tuple(types), prog=prog, epilog=epilog, allow_abbrev=False)
+        return tuple(parser.parse_args_and_config(args))

@@ -34,12 +34,12 @@ from ..data.records import json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
 from ..rewards.reward import PMIReward
-from ..scoring.models import model_identity
+from ..scoring.models import missing_local, model_identity
 from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
-from .panel import Judge, check_panel, load_judges, parse_val_aucs, verdict
+from .panel import LM_PREFIX, Judge, check_panel, load_judges, parse_val_aucs, verdict
 from .prompts import PromptArguments, build_prompts
 from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
@@ -386,6 +386,12 @@ def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str,
                 "a distinct name"
             )
         taken.add(name)
+    for name, path in check_panel(args.judges, val_aucs):  # found out only after the policies had loaded and sampled
+        if not path.startswith(LM_PREFIX) and missing_local(path):
+            raise FileNotFoundError(
+                f"judge {name}={path}: no such scorer folder (train it first: recipes/README.md, section 4; or give "
+                "--judges name=DIR)"
+            )
     return val_aucs
 
 

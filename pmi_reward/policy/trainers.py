@@ -121,6 +121,17 @@ def policy_from(
     ``device``: the one the trainer will use (its config's ``device``, the CPU under ``use_cpu``; each process's own
     GPU when several run), else the GPU where there is one."""
     check_bf16(model_args.dtype, bool(bf16))
+    ignored = {
+        "--model_revision": model_args.model_revision != "main",
+        "--load_in_8bit": model_args.load_in_8bit,
+        "--load_in_4bit": model_args.load_in_4bit,
+    }
+    if any(ignored.values()):  # TRL's options, accepted by the parser; the policy loader has no such setting
+        given = ", ".join(name for name, on in ignored.items() if on)
+        raise ValueError(
+            f"{given}: not supported by pmi-reward's policy loader (it loads a folder or Hub id at its main revision, "
+            "unquantized); give a local folder of the weights you want instead"
+        )
     return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation, device)
 
 

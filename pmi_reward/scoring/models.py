@@ -187,13 +187,19 @@ def _unzip_parts(spec: ShippedModel, out: Path) -> None:
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
+def missing_local(name: str) -> bool:
+    """Whether ``name`` can only mean a local path, and nothing is there: no file or folder of that name, and it
+    cannot be a Hub id (``./x``, ``/x``, ``a/b/c``, ``~/x``): a mistyped path, to be refused before anything loads."""
+    return not Path(name).exists() and not _HUB_ID.fullmatch(name)
+
+
 def resolve_model(name: str) -> str:
     """A path or hub id transformers can load for ``name``; converts or unpacks shipped weights on first use. A name
     that is no folder here and cannot be a Hub id (``./my-model``, ``runs/a/b``: a mistyped path) is refused by
     name, not handed to the Hub."""
     key = shipped_name(name)
     if key is None:
-        if not Path(name).exists() and not _HUB_ID.fullmatch(name):
+        if missing_local(name):
             raise FileNotFoundError(
                 f"{name}: no such model folder, and not a Hub id (org/name) or a shipped model ({', '.join(SHIPPED)})"
             )
