@@ -149,6 +149,18 @@ def test_training_starts_at_the_fitted_cosine_and_the_penalty_keeps_the_correcti
     assert np.isfinite(scores).all()
 
 
+def test_the_start_is_fitted_by_nwj_whatever_the_objective():
+    """chi2 rewards a positive by 2e^s: fitted by chi2 on finite samples, the start ran off to a step function."""
+    (train, ft), (val, fv) = _toy(0), _toy(1)
+    negatives = NegativeSpec(k_random=3, k_context=0)
+    starts = {}
+    for objective in ("nwj", "chi2"):
+        config = TrainConfig(batch_size=64, epochs=1, patience=5, lr=0.0, seed=0, objective=objective)
+        run = train_head(HeadConfig(dim=16, residual="cosine"), ft, train, fv, val, config, False, negatives=negatives)
+        starts[objective] = (run.head.prior_scale.item(), run.head.prior_shift.item())
+    assert starts["chi2"] == starts["nwj"] and 0 < starts["nwj"][0] < 100
+
+
 def test_the_cosine_scale_and_shift_escape_weight_decay():
     head = PMIHead(HeadConfig(dim=4, residual="cosine"))
     run = _Run(head.config, TensorFeatures(torch.zeros(1, 4)), TrainConfig(weight_decay=0.5), head)

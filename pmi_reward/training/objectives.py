@@ -4,8 +4,12 @@ Each objective is a function of positive scores ``pos`` (B,) and negative scores
 returns a loss to minimise. With q the product of marginals (random negatives), log p/q = PMI.
 
 - ``nwj`` (PMIScore): the NWJ / f-GAN dual of KL, -(E_p[s] - E_q[e^s]); optimum s = log p/q exactly.
-- ``mine``: the Donsker-Varadhan bound, -(E_p[s] - log E_q[e^s]); optimum s = log p/q + const.
-- ``infonce``: softmax over each positive and its K negatives; optimum s = log p/q + c(context).
+- ``mine``: the Donsker-Varadhan bound, -(E_p[s] - log E_q[e^s]); optimum s = log p/q + const. The log of the
+  mean is taken over one batch's negatives (no moving average), which biases the optimum when a batch holds few
+  negatives; at the default batch (256 positives x 4 negatives) the bias is small.
+- ``infonce``: softmax over each positive and its K negatives; optimum s = log p/q + c(context) when the K
+  negatives are independent draws from q (a fixed mix of kinds per row, e.g. 3 random + 1 context line, moves it
+  slightly off log p/q_mix).
 - ``js``, ``chi2``, ``hellinger``: f-GAN duals of Jensen-Shannon, Pearson chi^2 and squared Hellinger,
   with the variational function written through s so that the optimum is again s = log p/q.
 - ``tv``: the total-variation dual; its optimum only identifies sign(log p/q), so it ranks, not measures.
