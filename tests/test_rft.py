@@ -91,6 +91,41 @@ def test_cut_replies_kept_with_a_truncation_penalty_become_the_rejected_ones():
     assert (pair["chosen"], pair["rejected"]) == ("mid reply.", cut)
 
 
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "text"])
+def test_cut_replies_train_as_sampled_without_an_end_of_turn(tmp_path, tiny_policy, smol_tokenizer, chat):
+    """TRL closes every completion with the end of turn: a cut reply kept as DPO's rejected one (a truncation penalty)
+    lowered the end of turn after the cut text (teaching the policy not to stop), and as a kept SFT reply taught it to
+    stop mid-sentence. Cut replies now train as their sampled ids; finished ones as TRL renders them."""
+    from pmi_reward.policy import rft
+
+    tok = smol_tokenizer
+    prompt = [{"role": "user", "content": "I love pizza."}] if chat else "I love pizza."
+    cut_ids = tok(" So do I, especially with", add_special_tokens=False)["input_ids"]  # no stop token: cut
+    done_ids = tok(" Me too!", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    replies = Replies([[" So do I, especially with", " Me too!"]], [[cut_ids, done_ids]], [[True, False]])
+    replies = rft._as_sampled(tok, [prompt], replies)
+    pairs = select_pairs([prompt], replies, np.array([[-7.0, 1.0]]), drop_truncated=False)
+    captured = {}
+
+    def keep(trainer):
+        captured["data"] = trainer.train_dataset
+        return trainer.model
+
+    dpo = _fit_args(str(tmp_path / "dpo"), DPOConfig)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rft.CutRepliesDPOTrainer, "train", keep)
+        rft._dpo(tiny_policy(), tok, pairs, dpo, None, tiny_policy())
+    row = captured["data"][0]
+    assert row["rejected_ids"] == cut_ids and row["chosen_ids"][-1] != cut_ids[-1]
+    assert tok.eos_token_id in row["chosen_ids"]  # a finished reply keeps its end of turn
+    kept = select_best([prompt], replies, np.array([[9.0, 1.0]]), drop_truncated=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rft.CutRepliesSFTTrainer, "train", keep)
+        rft._sft(tiny_policy(), tok, kept, _fit_args(str(tmp_path / "sft")), None)
+    row = captured["data"][0]
+    assert row["input_ids"][-len(cut_ids) :] == cut_ids and [t for t in row["labels"] if t != -100] == cut_ids
+
+
 def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
     """Round 1 starts at the reference (DPO margin 0 on its first batch); round 2's first batch is measured
     against the starting model again, not against round 1's policy, so its margin is no longer 0."""

@@ -14,7 +14,8 @@ reach for before RL: no value model, no reference forward, no on-policy loss.
 ``pmi-reward dpo`` runs the same rounds but pairs each prompt's best reply with its worst (the same candidates,
 the best scoring strictly higher) and trains with TRL's DPOTrainer against the starting model as the reference in
 every round: the reward's ranking, not only its pick, reaches the policy, and the KL anchor is the model the
-evaluation measures KL to.
+evaluation measures KL to. A reply cut at the token limit (kept with ``drop_truncated false``) trains as sampled,
+with no end of turn (``cut_replies``): as a rejected reply it teaches the policy to stop, not to go on.
 Writes the policy (adapter or full model), ``rft_log.jsonl`` (per round: scores and mean words of all samples
 and of the kept ones, how many were kept, the clipped ratio, the share the fluency penalty hit; for DPO also the
 rejected replies' and DPO's last margin and pair accuracy) and ``run_summary.json``.
@@ -32,12 +33,13 @@ from typing import Any
 import numpy as np
 from datasets import Dataset
 from transformers import set_seed
-from trl import DPOConfig, DPOTrainer, ModelConfig, SFTConfig, SFTTrainer
+from trl import DPOConfig, ModelConfig, SFTConfig
 
 from ..configs import parse_args
 from ..rewards.combined import CombinedReward
 from ..rewards.fluency import FluencyPenalty
 from ..rewards.options import RewardOptions
+from .cut_replies import CUT, CutRepliesDPOTrainer, CutRepliesSFTTrainer, cut_ids
 from .prompts import build_prompts
 from .sampling import Replies, SamplingSettings, generate_replies
 from .trainers import (
@@ -76,7 +78,13 @@ class RFTConfig:
     prompts_per_round: int = field(default=64, metadata={"help": "training prompts sampled per round"})
     samples_per_prompt: int = field(default=8, metadata={"help": "replies sampled per prompt (n of best-of-n)"})
     keep_min_score: float | None = field(default=None, metadata={"help": "keep a best reply only at this reward"})
-    drop_truncated: bool = field(default=True, metadata={"help": "never keep a reply cut at the token limit"})
+    drop_truncated: bool = field(
+        default=True,
+        metadata={
+            "help": "never keep a reply cut at the token limit (false: keep it, trained as sampled, with no end of "
+            "turn; with a truncation penalty it becomes DPO's rejected reply)"
+        },
+    )
     rollout_max_new_tokens: int = field(default=64, metadata={"help": "token limit of the sampled replies"})
     rollout_temperature: float = 1.0
     rollout_top_p: float = 1.0
@@ -144,6 +152,7 @@ def select_best(
             {
                 "prompt": prompt,
                 "completion": _reply(prompt, replies.texts[i][best]),
+                "completion" + CUT: cut_ids(replies, i, best),
                 "score": float(scores[i, best]),
             }
         )
@@ -170,6 +179,8 @@ def select_pairs(
                 "prompt": prompt,
                 "chosen": _reply(prompt, replies.texts[i][best]),
                 "rejected": _reply(prompt, replies.texts[i][worst]),
+                "chosen" + CUT: cut_ids(replies, i, best),
+                "rejected" + CUT: cut_ids(replies, i, worst),
                 "score": float(scores[i, best]),
                 "rejected_score": float(scores[i, worst]),
             }
@@ -209,8 +220,8 @@ def _mean_words(texts: list[str]) -> float:
 
 def _sft(model, tokenizer, rows: list[dict], sft_args: Any, peft_config, reference=None) -> tuple[Any, dict]:
     """One SFT pass on the kept rows; the (LoRA-wrapped) model it leaves, and nothing more to log."""
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-    trainer = SFTTrainer(
+    data = Dataset.from_list([{k: r[k] for k in ("prompt", "completion", "completion" + CUT)} for r in rows])
+    trainer = CutRepliesSFTTrainer(
         model=model, args=sft_args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
     )
     trainer.train()
@@ -220,8 +231,9 @@ def _sft(model, tokenizer, rows: list[dict], sft_args: Any, peft_config, referen
 def _dpo(model, tokenizer, rows: list[dict], dpo_args: Any, peft_config, reference) -> tuple[Any, dict]:
     """One DPO pass on the preference rows against ``reference`` (a fresh copy of the starting model: the trainer
     wraps the reference it is given); the model it leaves, and the last logged DPO margin and pair accuracy."""
-    data = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
-    trainer = DPOTrainer(
+    keys = ("prompt", "chosen", "rejected", "chosen" + CUT, "rejected" + CUT)
+    data = Dataset.from_list([{k: r[k] for k in keys} for r in rows])
+    trainer = CutRepliesDPOTrainer(
         model=model,
         ref_model=copy.deepcopy(reference),
         args=dpo_args,
