@@ -12,7 +12,7 @@ from conftest import load_recipe
 
 import pmi_reward
 from pmi_reward.cli.main import COMMANDS, main
-from pmi_reward.configs import config_path, parse_args, shipped_configs
+from pmi_reward.configs import _list_only, config_path, parse_args, shipped_configs
 from pmi_reward.data.negatives import NegativeSpec
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.scoring.encoder import EncoderSpec
@@ -180,6 +180,8 @@ def test_yaml_values_read_as_the_same_flags_would(tmp_path, monkeypatch):
     config.write_text("tuned: outputs/run\nhidden: 256\nnote: null\n")
     (opts,) = parse_args([_Options], ["--config", str(config)])
     assert (opts.tuned, opts.hidden, opts.note) == (["outputs/run"], [256], None)
+    # a string of its own is left alone where the option takes one (transformers' optim_target_modules: all-linear)
+    assert _list_only(list[str] | None) and not _list_only(str | list[str] | None) and not _list_only(str)
     (opts,) = parse_args([_Options], [f"--config={config}", "--tuned", "a", "b"])  # argparse's other spelling
     assert opts.tuned == ["a", "b"] and opts.hidden == [256]
     for key in ("samples", "kl"):

@@ -9,6 +9,7 @@ The timings, measured once with the MiniLM scorer (benchmarks/health_latency.py)
 import contextlib
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -248,6 +249,42 @@ def test_a_request_whose_client_left_is_not_scored_to_its_end(tiny_scorer):
         calls = slow.calls
         assert http(server.url, "POST", "/score", pairs(1))[0] == 200
         assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
+
+
+def test_a_connection_on_a_descriptor_past_1023_is_not_taken_for_gone(tiny_scorer):
+    """select.select refuses descriptors past 1023 (a busy server's): the client check read that as 'gone' and
+    answered a healthy waiting request 503."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200 and hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("fewer than 1200 file descriptors allowed")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [open(os.devnull) for _ in range(1100)]  # noqa: SIM115 - held open on purpose, closed below
+    try:
+        with serving(SlowScorer(tiny_scorer, 0.4), max_batch_pairs=4, chunk_pairs=4) as server:
+            assert http(server.url, "POST", "/score", pairs(8))[0] == 200  # waits past one 0.25 s check
+    finally:
+        for f in filler:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_refused_body_is_dropped_within_the_idle_timeout_on_any_route(tiny_scorer):
+    """The body of a request refused unread is read and dropped after its answer, bounded by the idle timeout in all:
+    after a GET (whose request had already counted as read) a client dripping a byte at a time held its thread."""
+    with serving(tiny_scorer, max_body_bytes=1024, idle_timeout=1.0) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        for head in (b"GET /health", b"POST /score"):
+            with socket.create_connection((host, int(port))) as client:
+                client.sendall(
+                    head + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
+                )
+                with contextlib.suppress(OSError):
+                    for _ in range(8):  # 4 s of dripping, four times the idle timeout
+                        time.sleep(0.5)
+                        client.sendall(b"x")
+                assert server._inflight == 0, head  # while the client is still there
 
 
 def test_the_time_limit_runs_from_the_requests_arrival(tiny_scorer, monkeypatch):

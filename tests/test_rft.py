@@ -124,6 +124,20 @@ def test_cut_replies_train_as_sampled_without_an_end_of_turn(tmp_path, tiny_poli
         rft._sft(tiny_policy(), tok, kept, _fit_args(str(tmp_path / "sft")), None)
     row = captured["data"][0]
     assert row["input_ids"][-len(cut_ids) :] == cut_ids and [t for t in row["labels"] if t != -100] == cut_ids
+    short = _fit_args(str(tmp_path / "sft"), max_length=len(row["input_ids"]) - 2)  # TRL cut the row before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rft.CutRepliesSFTTrainer, "train", keep)
+        rft._sft(tiny_policy(), tok, kept, short, None)
+    assert captured["data"][0]["input_ids"] == row["input_ids"][:-2]  # cut to max_length, as TRL cuts
+
+
+def test_cut_replies_kept_for_sft_need_the_loss_on_completions(tmp_path):
+    """Without completion_only_loss (or with packing) a cut reply cannot be trained as sampled: refused before
+    anything loads, not after a round of sampling."""
+    script = ScriptArguments(dialogues="chitchat", scorer="unused")
+    for changes in ({"completion_only_loss": False}, {"packing": True}):
+        with pytest.raises(ValueError, match="drop_truncated false keeps cut replies"):
+            train_rft(RFTConfig(drop_truncated=False), script, _fit_args(str(tmp_path), **changes), ModelConfig())
 
 
 def test_dpo_rounds_learn_against_the_starting_model(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):

@@ -98,10 +98,19 @@ def _field_types(types: Sequence[Any]) -> dict[str, tuple[Any, bool]]:
     return out
 
 
+def _list_only(hint: Any) -> bool:
+    """Whether an option takes a list and no single value (``list[str] | None``; not ``str | list[str]``, whose
+    string means something of its own, such as transformers' ``optim_target_modules: all-linear``)."""
+    if typing.get_origin(hint) is list:
+        return True
+    members = [a for a in typing.get_args(hint) if a is not type(None)]
+    return bool(members) and all(typing.get_origin(a) is list for a in members)
+
+
 def _yaml_values(types: Sequence[Any], values: dict) -> dict:
     """YAML values made what the same flags would give: a scalar for a list option becomes a one-item list (argparse
-    applies ``nargs`` to flags only: ``tuned: outputs/run`` was read letter by letter), and a null for an option that
-    takes no None is refused by name (it reached the code as None)."""
+    applies ``nargs`` to flags only: ``tuned: outputs/run`` was read letter by letter; not where the option takes a
+    single value too), and a null for an option that takes no None is refused by name (it reached the code as None)."""
     fields = _field_types(types)
     out = {}
     for key, value in values.items():
@@ -109,8 +118,7 @@ def _yaml_values(types: Sequence[Any], values: dict) -> dict:
         if value is None and not nullable:
             kind = getattr(hint, "__name__", str(hint))
             raise ValueError(f"--config: {key}: null, but this option takes a {kind}; leave the key out (its default)")
-        listy = typing.get_origin(hint) is list or any(typing.get_origin(a) is list for a in typing.get_args(hint))
-        out[key] = [value] if listy and value is not None and not isinstance(value, list) else value
+        out[key] = [value] if _list_only(hint) and value is not None and not isinstance(value, list) else value
     return out
 
 

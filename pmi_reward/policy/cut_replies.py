@@ -29,13 +29,17 @@ def cut_ids(replies: Replies, i: int, j: int) -> list[int]:
     return [int(t) for t in replies.tokens[i][j]] if replies.truncated[i][j] else []
 
 
-def _sft_row(row: dict, column: str) -> dict:
-    """A tokenized SFT row whose completion is a cut reply: its prompt tokens, then the sampled ids (all trained)."""
+def _sft_row(row: dict, column: str, max_length: int | None, mode: str) -> dict:
+    """A tokenized SFT row whose completion is a cut reply: its prompt tokens, then the sampled ids (all trained),
+    cut to ``max_length`` as TRL cut the row (``mode``: keep_start or keep_end)."""
     cut = row[column]
     if cut:
         start = next(n for n, label in enumerate(row["labels"]) if label != -100)
-        row["input_ids"] = row["input_ids"][:start] + cut
-        row["labels"] = [-100] * start + cut
+        ids, labels = row["input_ids"][:start] + cut, [-100] * start + cut
+        if max_length is not None:
+            kept = slice(None, max_length) if mode == "keep_start" else slice(-max_length, None)
+            ids, labels = ids[kept], labels[kept]
+        row["input_ids"], row["labels"] = ids, labels
     return row
 
 
@@ -55,9 +59,13 @@ class CutRepliesSFTTrainer(SFTTrainer):
         column = "completion" + CUT
         if column not in dataset.column_names:
             return dataset
-        if packing and any(dataset[column]):
-            raise ValueError("cut replies cannot be trained as sampled in packed sequences: packing false")
-        return dataset.map(_sft_row, fn_kwargs={"column": column}).remove_columns(column)
+        if any(dataset[column]) and (packing or not getattr(self, "completion_only_loss", True)):
+            raise ValueError(
+                "cut replies train as sampled only with the loss on completions and no packing (completion_only_loss "
+                "true, packing false): keep them out with drop_truncated true"
+            )
+        settings = {"column": column, "max_length": args.max_length, "mode": args.truncation_mode}
+        return dataset.map(_sft_row, fn_kwargs=settings).remove_columns(column)
 
 
 class CutRepliesDPOTrainer(DPOTrainer):

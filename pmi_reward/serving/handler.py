@@ -304,11 +304,14 @@ class Handler(BaseHTTPRequestHandler):
         """Whether the client may still read its answer: False once it closed or reset the connection (a pipelined
         next request makes the socket readable too, and counts as alive)."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return not readable or self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+            poller = select.poll()  # not select.select: it refuses descriptors past 1023, as a busy server has
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return True
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
         except BlockingIOError:
             return True
-        except (OSError, ValueError):  # reset, or the socket already closed (ValueError: select on fd -1)
+        except (OSError, ValueError):  # reset, or the socket already closed (ValueError: its descriptor is -1)
             return False
 
     def _authorized(self) -> bool:
@@ -350,12 +353,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _drop_unread(self) -> None:
         """After the answer to a body refused unread (over ``max_body_bytes``): half-close, then read and drop the
-        body, up to ``UNREAD_FACTOR`` times the limit, each read within the idle timeout. A client that sends its
+        body, up to ``UNREAD_FACTOR`` times the limit, all of it within the idle timeout. A client that sends its
         whole body before it reads (http.client, aiohttp) then gets the 413 and can split its request
         (``RemotePMIReward`` does); closed with the body unread, it saw a broken pipe or a reset instead."""
         if not self._unread:
             return
         left, self._unread = min(self._unread, UNREAD_FACTOR * self.app.config.max_body_bytes), 0
+        self.app._waiting(self.connection, True)  # the whole drop within idle_timeout (the reaper closes it then)
         self.wfile.flush()
         self.connection.shutdown(socket.SHUT_WR)
         while left > 0:

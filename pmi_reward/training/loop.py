@@ -284,7 +284,7 @@ def _fit_prior(head: PMIHead, features: Any, pairs: PairSet, seed: int, n: int =
     replies each (the product of marginals, so that the start estimates PMI from the cosine alone; the mix's hard
     negatives are the correction's to learn). Its own RNG: the rounds' draws stay those of any other head. Fitted by
     NWJ whatever the training objective: the calibrated ones share its optimum, log p/q, and on finite samples chi2
-    (which rewards a positive by 2e^s) ran off to a step function (a = 4.6e5 where NWJ fits 20.8)."""
+    (which rewards a positive by 2e^s) ran off toward a step function (``tests/test_residual_head.py``)."""
     rng = np.random.default_rng([seed, 2])
     rows = np.sort(rng.choice(len(pairs), min(n, len(pairs)), replace=False))
     negs = sample_negatives(pairs, NegativeSpec(k_random=k, k_context=0), rng)[rows]

@@ -44,36 +44,23 @@ def label(run: dict) -> str:
     return f"{run['name']} (human set: {'whole contexts' if turns == 0 else f'{turns} turns'})"
 
 
-# the key of a run's line number in its log, added by ``read_runs`` (run.py writes no such field)
-LINE = "log_line"
-
-
-class DuplicateRuns(ValueError):
-    """Two runs of one name, stage, training size and seed in one log: the tables cannot tell them apart."""
-
-
-def check_distinct(runs: list[dict]) -> None:
-    """Refuse two runs of one (stage, label, train pairs, seed): a name rerun into the same log (e.g. with other
-    threads, or after a change) would pool both runs' seeds into one row of 6 "seeds", and the per-seed table
-    would keep only the later. The error names both runs by their log lines (their order in ``runs`` without)."""
-    first: dict[tuple, int] = {}
-    for i, r in enumerate(runs):
+def number_reruns(runs: list[dict]) -> list[dict]:
+    """The runs, a name rerun into the same log (the same stage, label, training size and seed again) renamed
+    ``"<name> (run 2)"`` (3, ...): its own row, in the order tried. Pooled, two runs made one row of 6 "seeds" and the
+    per-seed table kept only the later; more seeds of one run (``--first_seed``) still join its row."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for r in runs:
         key = (r["stage"], label(r), r.get("train_pairs", 0), r["seed"])
-        j = first.setdefault(key, i)
-        if j != i:
-            where = [f"line {runs[k][LINE]}" if LINE in runs[k] else f"entry {k + 1}" for k in (j, i)]
-            raise DuplicateRuns(
-                f"{where[0]} and {where[1]} of the log are both {label(r)!r}, stage {r['stage']}, seed {r['seed']}"
-                + (f", {r['train_pairs']} training pairs" if r.get("train_pairs") else "")
-                + ": two runs of one name would merge into one row; give the rerun another --name or --output_dir"
-            )
+        seen[key] = seen.get(key, 0) + 1
+        out.append(r if seen[key] == 1 else {**r, "name": f"{r['name']} (run {seen[key]})"})
+    return out
 
 
 def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     """The runs by (stage, label, train pairs), in the order first tried: one row each, its seeds the members."""
-    check_distinct(runs)
     out: dict[tuple, list[dict]] = {}
-    for r in runs:
+    for r in number_reruns(runs):
         out.setdefault((r["stage"], label(r), r.get("train_pairs", 0)), []).append(r)
     return out
 
@@ -101,7 +88,7 @@ PER_SEED += [("test", "spearman_relevant")]
 def per_seed_table(runs: list[dict], names: list[str], digits: int = 3) -> str:
     """One row per (run, seed) of the runs named ``names`` (and per way of reading the human set): validation AUC
     beside that seed's test figures ("-" where a stage has not run)."""
-    check_distinct(runs)
+    runs = number_reruns(runs)
     by = {(r["stage"], label(r), r["seed"]): r for r in runs}
     rows = []
     for name in names:
@@ -141,12 +128,6 @@ def scaling_plot(runs: list[dict], name: str, path: Path) -> Path | None:
     return path
 
 
-def read_runs(path: Path) -> list[dict]:
-    """The log's runs, each with its line number (``LINE``), so that an error can point at a run."""
-    lines = path.read_text().splitlines()
-    return [{**json.loads(line), LINE: n} for n, line in enumerate(lines, 1) if line.strip()]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="outputs/scorer-recipe/runs.jsonl")
@@ -154,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per_seed", nargs="*", default=[], help="run names to list seed by seed")
     parser.add_argument("--digits", type=int, default=3, help="decimals of every figure")
     args = parser.parse_args(argv)
-    runs = read_runs(Path(args.runs))
-    try:
-        check_distinct(runs)
-    except DuplicateRuns as e:
-        raise SystemExit(f"{args.runs}: {e}") from None
+    runs = [json.loads(line) for line in Path(args.runs).read_text().splitlines() if line.strip()]
     out = Path(args.runs).parent
     text = "\n\n".join(f"## {stage}\n\n{table(stage, runs, args.digits)}" for stage in ("val", "test"))
     if args.per_seed:

@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         if not all(name in x["pmi"] for _, x in replies):
             raise SystemExit(f"{args.samples}: no PMI by judge {name!r} for every {args.policy} reply")
         before = np.array([x["pmi"][name] for _, x in replies])
-        now = PMIScorer.from_pretrained(directory).score([c for c, _ in replies], [x["reply"] for _, x in replies])
-        now = np.asarray(now, dtype=float)
+        texts = [x["reply"] for _, x in replies]
+        shown = [i for i, t in enumerate(texts) if t.strip()]
+        now = np.zeros(len(texts))  # an empty reply: 0.0, as the evaluation scored it (its judges' empty_score)
+        now[shown] = PMIScorer.from_pretrained(directory).score(
+            [replies[i][0] for i in shown], [texts[i] for i in shown]
+        )
         corr = float(np.corrcoef(before, now)[0, 1])
         rows.append([name, len(before), f"{corr:.3f}", f"{before.mean():+.2f}", f"{now.mean():+.2f}"])
     print(markdown_table(["judge", "replies", "correlation", "mean PMI before", "mean PMI now"], rows))
