@@ -218,31 +218,28 @@ def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed(tiny_scor
         assert http(server.url, "POST", "/score", unterminated)[0] == 400
 
 
-def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer):
-    """A request that times out (503) stops taking batches: the scorer is free for the others at once."""
-    slow = SlowScorer(tiny_scorer, 0.1)
-    with serving(slow, max_batch_pairs=4, chunk_pairs=4, request_timeout=0.3) as server:
-        status, _ = http(server.url, "POST", "/score", pairs(64))
-        assert status == 503
-        while server.batcher.queued:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the batch that was running, if any
-        calls = slow.calls
-        assert http(server.url, "POST", "/score", pairs(1))[0] == 200
-        assert calls < 16 and slow.calls == calls + 1  # not all 16 batches; nothing of it after the next request
+def _leave_after(server, seconds: float) -> None:
+    """A client that sends a 64-pair request and closes its connection after ``seconds`` (gave up on its own)."""
+    body = json.dumps(pairs(64)).encode()
+    head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(head % len(body) + body)
+        time.sleep(seconds)
 
 
-def test_a_request_whose_client_left_is_not_scored_to_its_end(tiny_scorer):
-    """A client that closes its connection (gave up: its own timeout, and perhaps a resend of the same work) stops
-    its request taking batches, as a request past its time limit does; the server was scoring it for nobody."""
+@pytest.mark.parametrize("how", ["times out", "client leaves"])
+def test_an_abandoned_request_is_not_scored_to_its_end(tiny_scorer, how):
+    """A request that times out (503), or whose client closed its connection (gave up: its own timeout, and perhaps
+    a resend of the same work), stops taking batches: the scorer is free for the others at once, not scoring it
+    for nobody."""
     slow = SlowScorer(tiny_scorer, 0.1)
-    with serving(slow, max_batch_pairs=4, chunk_pairs=4) as server:
-        body = json.dumps(pairs(64)).encode()
-        head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-        host, port = server.url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port))) as client:
-            client.sendall(head % len(body) + body)
-            time.sleep(0.25)  # a batch or two in
+    timeout = 0.3 if how == "times out" else 30.0
+    with serving(slow, max_batch_pairs=4, chunk_pairs=4, request_timeout=timeout) as server:
+        if how == "times out":
+            assert http(server.url, "POST", "/score", pairs(64))[0] == 503
+        else:
+            _leave_after(server, 0.25)  # a batch or two in
         while server.batcher.queued:
             time.sleep(0.05)
         time.sleep(0.3)  # the batch that was running, if any
