@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .models import HUB_IDS, shipped_name
+from .models import HUB_IDS, hub_id_form, shipped_name
 
 __all__ = ["model_card", "BASE_MODELS"]
 
@@ -75,9 +75,7 @@ def _hub_id(model: str) -> str | None:
     shipped = shipped_name(model)
     if shipped is not None:
         return BASE_MODELS.get(shipped)
-    if "/" not in model or model.startswith(("/", "./", "../", "~")) or Path(model).exists():
-        return None
-    return model
+    return model if "/" in model and hub_id_form(model) and not Path(model).exists() else None
 
 
 def _encoder(model: str, metadata: dict, training: dict) -> tuple[str, str | None]:

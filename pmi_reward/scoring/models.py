@@ -187,10 +187,16 @@ def _unzip_parts(spec: ShippedModel, out: Path) -> None:
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
+def hub_id_form(name: str) -> bool:
+    """Whether ``name`` is written as a Hub id can be (``gpt2``, ``org/name``); ``./x``, ``/x``, ``a/b/c`` and ``~/x``
+    can only be local paths."""
+    return bool(_HUB_ID.fullmatch(name))
+
+
 def missing_local(name: str) -> bool:
-    """Whether ``name`` can only mean a local path, and nothing is there: no file or folder of that name, and it
-    cannot be a Hub id (``./x``, ``/x``, ``a/b/c``, ``~/x``): a mistyped path, to be refused before anything loads."""
-    return not Path(name).exists() and not _HUB_ID.fullmatch(name)
+    """Whether ``name`` can only mean a local path, and nothing is there: a mistyped path, to be refused before
+    anything loads."""
+    return not Path(name).exists() and not hub_id_form(name)
 
 
 def resolve_model(name: str) -> str:
