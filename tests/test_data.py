@@ -246,3 +246,29 @@ def test_a_pair_file_may_number_its_dialogues(tmp_path):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     pairs = load_pairs(path)
     assert pairs.group[0] == pairs.group[1] != pairs.group[2]
+
+
+def test_a_pair_file_whose_first_record_has_no_key_is_named_not_read_as_one_dialogue_per_row(tmp_path):
+    """The key was looked for in the first record only: without it there, every row became its own dialogue."""
+    path = tmp_path / "p.jsonl"
+    rows = [{"context": "a", "response": "b"}, {"dialog_key": "k", "context": "b", "response": "c"}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataError, match="row 1, field 'dialog_key': missing value"):
+        load_pairs(path)
+
+
+def test_dialogue_ids_that_repeat_are_named(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"id": "2", "turns": ["a", "b"]}, {"turns": ["c", "d"]}]  # the second takes its row number, 2
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataError, match="1 repeated, e.g. '2'.*row number"):
+        load_dialogues(path)
+
+
+def test_a_saved_dataset_dict_folder_is_named_with_the_split_to_give(tmp_path):
+    import datasets
+
+    split = datasets.Dataset.from_list([{"id": "a", "turns": ["hi", "hello"]}])
+    datasets.DatasetDict({"train": split}).save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(DataError, match=r"a DatasetDict folder \(splits \['train'\]\).*dd/train"):
+        load_dialogues(tmp_path / "dd")

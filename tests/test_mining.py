@@ -155,3 +155,16 @@ def test_a_scorer_trains_and_is_evaluated_with_scrambled_negatives(topic_dialogu
     ptr, pool = test.mined["scrambled"]
     assert len(pool) and set(pool.tolist()) <= set(range(n, len(test.responses)))  # new texts, embedded and scored
     assert neg.shape == (len(test), 1) and np.isfinite(neg).all() and np.isfinite(pos).all()
+
+
+def test_contexts_with_nothing_to_mine_are_named(caplog):
+    """A file whose rows share one dialogue key (the study's human.csv) has no reply of another dialogue: every
+    mined draw is a random reply, which the caller should know."""
+    one = PairSet.from_pairs(["hi", "how are you", "bye"], ["hello", "fine", "see you"], keys=["a", "a", "a"])
+    with caplog.at_level("WARNING", "pmi_reward.data.mining"):
+        mine_lexical(one)
+    assert "3 of 3 contexts have no reply of another dialogue" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", "pmi_reward.data.mining"):
+        mine_lexical(PairSet.from_dialogues(DIALOGUES, max_context_turns=2))
+    assert caplog.text == ""

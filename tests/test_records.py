@@ -125,3 +125,11 @@ def test_reading_names_a_folder_or_a_missing_file(tmp_path):
         read_records(tmp_path)
     with pytest.raises(DataError, match="no such file"):
         read_records(tmp_path / "pairs.csv")
+
+
+def test_lists_and_objects_in_csv_cells_are_json(tmp_path):
+    """The csv module wrote Python's repr ({'a': 1}, single quotes), which no JSON reader reads back."""
+    target = tmp_path / "out.csv"
+    write_records(target, [{"context": "hi", "meta": {"source": "x", "tags": ["a"]}, "ids": (1, 2)}])
+    row = read_records(target)[0]
+    assert json.loads(row["meta"]) == {"source": "x", "tags": ["a"]} and json.loads(row["ids"]) == [1, 2]

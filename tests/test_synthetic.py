@@ -76,3 +76,10 @@ def test_generation_is_seeded():
     a = make_records(make_joint("independent", seed=9), 30, seed=2, paraphrase=light_paraphrase)
     b = make_records(make_joint("independent", seed=9), 30, seed=2, paraphrase=light_paraphrase)
     assert a == b
+
+
+def test_block_texts_are_refused_for_a_joint_that_does_not_match_their_topics():
+    """Block texts come in 4 topics of 5: at size 8 a trip to Rome paired with a sightseeing reply had PMI -inf."""
+    with pytest.raises(ValueError, match="4 topics of 5"):
+        make_records(make_joint("block", size=8), 10)
+    assert len(make_records(make_joint("diagonal", size=8), 10)) == 10  # one reply per context at any size

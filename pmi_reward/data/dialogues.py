@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,13 @@ def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None
     elif isinstance(source, (str, Path)) and Path(source).is_dir():
         import datasets
 
-        dialogues = dialogues_from_records(list(datasets.load_from_disk(str(source))), str(source))
+        saved = datasets.load_from_disk(str(source))
+        if isinstance(saved, datasets.DatasetDict):
+            raise DataError(
+                f"{source}: a DatasetDict folder (splits {sorted(saved)}); give one split's folder, "
+                f"e.g. {Path(source) / next(iter(saved))}"
+            )
+        dialogues = dialogues_from_records(list(saved), str(source))
     elif isinstance(source, (str, Path)):
         dialogues = dialogues_from_records(read_records(source), str(source))
     else:
@@ -138,9 +145,13 @@ def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None
     dialogues = [d for d in dialogues if len(d.turns) >= 2]
     if not dialogues:
         raise DataError(f"{source}: no dialogue has two or more turns")
-    ids = [d.id for d in dialogues]
-    if len(set(ids)) != len(ids):
-        raise DataError(f"{source}: dialogue ids are not unique")
+    ids = Counter(d.id for d in dialogues)
+    if len(ids) != len(dialogues):
+        twice = [i for i, n in ids.items() if n > 1]
+        raise DataError(
+            f"{source}: dialogue ids are not unique ({len(twice)} repeated, e.g. {twice[0]!r}; a record without "
+            "an 'id' or 'dialog_id' takes its row number as id)"
+        )
     return dialogues[:limit] if limit else dialogues
 
 

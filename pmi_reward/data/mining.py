@@ -11,6 +11,7 @@ adds them to the response table, so it runs before that table is embedded; its t
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Callable
 
@@ -22,6 +23,8 @@ from .pairs import PairSet, csr
 __all__ = ["mine_lexical", "mine_nearest", "mine_scrambled", "scramble"]
 
 _CHUNK = 512
+
+logger = logging.getLogger(__name__)
 
 
 def _candidates(pairs: PairSet) -> np.ndarray:
@@ -45,9 +48,11 @@ def _own(pairs: PairSet, replies: np.ndarray) -> sparse.csr_matrix:
     return (ctx_groups @ group_turns[:, replies]).astype(bool).tocsr()
 
 
-def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
+def _top(
+    pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int, kind: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Per context, the ``m`` most similar candidate replies of other dialogues (fewer where there are fewer), as a
-    (ptr, pool) table."""
+    (ptr, pool) table; a warning names how many contexts have none (their ``k_<kind>`` draws are random replies)."""
     replies = _candidates(pairs)
     own = _own(pairs, replies)
     m = min(m, len(replies))
@@ -63,6 +68,16 @@ def _top(pairs: PairSet, similarity: Callable[[np.ndarray], np.ndarray], m: int)
     kept = pool >= 0
     ptr = np.zeros(len(pool) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum(kept.sum(1))
+    empty = int((~kept.any(axis=1)).sum())
+    if empty:
+        logger.warning(
+            "mined %s negatives: %d of %d contexts have no reply of another dialogue to mine (e.g. a file whose rows "
+            "share one dialog_key); their k_%s negatives are random replies",
+            kind,
+            empty,
+            len(pool),
+            kind,
+        )
     return ptr, pool[kept]
 
 
@@ -77,7 +92,7 @@ def mine_lexical(pairs: PairSet, m: int = 32) -> None:
     )
     reply_matrix = vectorizer.transform([pairs.responses[r] for r in replies]).T.tocsr()
     context_matrix = vectorizer.transform(pairs.contexts)
-    pairs.mined["lexical"] = _top(pairs, lambda ctx: (context_matrix[ctx] @ reply_matrix).toarray(), m)
+    pairs.mined["lexical"] = _top(pairs, lambda ctx: (context_matrix[ctx] @ reply_matrix).toarray(), m, "lexical")
 
 
 def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m: int = 32) -> None:
@@ -88,7 +103,7 @@ def mine_nearest(pairs: PairSet, contexts: np.ndarray, responses: np.ndarray, m:
     u = contexts / np.maximum(np.linalg.norm(contexts, axis=1, keepdims=True), 1e-8)
     v = responses[replies]
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-8)
-    pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m)
+    pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m, "nearest")
 
 
 def scramble(text: str, seed: int = 0) -> str | None:

@@ -147,7 +147,7 @@ def require_text(records: Sequence[dict], path: str | Path, field: str, allow_em
     path = Path(path)
     if not records:
         raise DataError(f"{path}: no data rows")
-    if field not in records[0]:
+    if not any(field in r for r in records):
         raise DataError(f"{path}: missing column {field!r} (columns: {sorted(records[0])})")
     values = []
     for n, record in enumerate(records, 1):
@@ -180,8 +180,8 @@ def _dumps(value: Any, **kwargs: Any) -> str:
 
 def write_records(path: str | Path, records: Iterable[dict]) -> None:
     """Write records as .csv/.tsv/.jsonl/.json (by suffix), atomically: a reader, or a run killed mid-write, sees
-    the old file or the complete new one. CSV columns are the union of keys in first-seen order; NaN is written
-    as null (JSON) or an empty cell (CSV)."""
+    the old file or the complete new one. CSV columns are the union of keys in first-seen order, a list or object
+    in a cell is JSON text; NaN is written as null (JSON) or an empty cell (CSV)."""
     path = Path(path)
     records = [json_safe(r) for r in records]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,11 +205,17 @@ def write_records(path: str | Path, records: Iterable[dict]) -> None:
             with open(tmp, "w", encoding="utf-8", newline="") as f:
                 writer = csv.DictWriter(f, columns, delimiter="\t" if suffix == ".tsv" else ",")
                 writer.writeheader()
-                writer.writerows(records)
+                writer.writerows(_flat(r) for r in records)
 
     else:
         raise DataError(f"{path}: unsupported output type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
     atomic_write(path, write)
+
+
+def _flat(record: dict) -> dict:
+    """A record as CSV cells: lists and objects as JSON text (the csv module writes Python's repr, which no JSON
+    reader reads back)."""
+    return {k: _dumps(v) if isinstance(v, (dict, list)) else v for k, v in record.items()}
 
 
 def _writable_folder(path: Path, what: str) -> None:

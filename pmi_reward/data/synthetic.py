@@ -233,6 +233,12 @@ def make_records(
 ) -> list[dict]:
     """``n`` sampled pairs as rows with the shared CSV columns (``x_id, y_id, context, response, p_xy, p_x,
     p_y, context_paraphrased, response_paraphrased``); without a paraphraser the paraphrases are the texts."""
+    topics = len(PROTOTYPES["block"][0])
+    if joint.kind == "block" and joint.p_xy.shape[0] != topics:
+        raise ValueError(
+            f"block texts come in 4 topics of {topics // 4}: a block joint of size {joint.p_xy.shape[0]} would "
+            f"pair them against its structure (use size {topics})"
+        )
     rng = np.random.default_rng(seed)
     xs, ys = sample_pairs(joint, n, rng)
     rows = []
