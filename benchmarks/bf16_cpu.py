@@ -1,9 +1,11 @@
 """The policy's cost in float32 and bfloat16 on this machine: why ``check_bf16`` warns on CPUs without native bf16.
 
-SmolLM2-135M-Instruct (the default policy) in each dtype: one batch of ``--batch`` chat prompts sampled to
-``--new_tokens`` tokens (T 0.8, top-p 0.95, as the recipes sample), then ``--steps`` forward+backward passes of
-8 x 150 random tokens (a full-parameter SFT step's compute). Prints seconds per phase and whether the CPU computes
-bf16 natively (AVX512-BF16 or AMX; ``native_bf16``).
+SmolLM2-135M-Instruct (the default policy) on the CPU, even where there is a GPU, in each dtype: one batch of
+``--batch`` chat prompts sampled to ``--new_tokens`` tokens (T 0.8, top-p 0.95, as the recipes sample), then
+``--steps`` forward+backward passes of 8 x 150 random tokens (a full-parameter SFT step's compute). Prints seconds
+per phase and whether the CPU computes bf16 natively (AVX512-BF16 or AMX; ``native_bf16``). The HF tokenizers run
+on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise;
+the result records the setting.
 
     python benchmarks/bf16_cpu.py
 """
@@ -12,7 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
@@ -21,7 +27,7 @@ from pmi_reward.scoring.models import native_bf16
 
 
 def _time(dtype: str, batch: int, new_tokens: int, steps: int) -> dict[str, float]:
-    model, tokenizer = load_policy(dtype=dtype)
+    model, tokenizer = load_policy(dtype=dtype, device="cpu")  # load_policy's default is the GPU where there is one
     messages = [
         [{"role": "user", "content": f"I went hiking near lake number {i}. What do you do for fun?"}]
         for i in range(batch)
@@ -50,7 +56,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
     torch.manual_seed(0)
-    result = {"native_bf16": native_bf16(torch.device("cpu")), "threads": torch.get_num_threads()}
+    result = {
+        "native_bf16": native_bf16(torch.device("cpu")),
+        "threads": torch.get_num_threads(),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
+    }
     for dtype in ("float32", "bfloat16"):
         result[dtype] = _time(dtype, args.batch, args.new_tokens, args.steps)
         print(json.dumps(result), flush=True)

@@ -17,6 +17,10 @@ variant; pass ``--quantize ''``, ONNX Runtime is refused there), while accuracy 
 as the reference and adds the GPU's float32 scorer as one more variant: the same scorer, another device. Each
 device then caches its embeddings in its own folder under ``--cache_dir``.
 
+The HF tokenizers run on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the
+environment says otherwise, so that ``--threads 1`` means one thread for the scorers too, which tokenize while
+timed (the bare forward is pre-tokenized); the result records the setting.
+
     python benchmarks/fast_path.py --scorer outputs/scorer --backend onnx --quantize int8,int8-block --threads 1
     python benchmarks/fast_path.py --scorer outputs/scorer --device cuda --quantize '' --dtypes bfloat16 \
         --pairs 1000 --encode_batch_size 256
@@ -30,6 +34,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
@@ -158,6 +165,7 @@ def main() -> int:
         "scorer": args.scorer,
         "device": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
         "threads": args.threads,
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
         "cpus": os.cpu_count(),
         "load1_start": round(os.getloadavg()[0], 2),
         "speed": speed(args, reference, timed),

@@ -4,7 +4,9 @@
 of the first ``--dialogues`` dialogues (3-turn contexts, each pair with 4 random replies and the 3 context lines of
 the line features, as ``make scorer`` embeds them), through the same ``TrainableFeatures`` as ``pmi-reward train``,
 with AdamW on the encoder; a stand-in loss on the embeddings (the head's cost is negligible). One setting per
-process, so that each peak RSS (``ru_maxrss``) is its own:
+process, so that each peak RSS (``ru_maxrss``) is its own. The HF tokenizers run on one thread
+(``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise; the result records
+the setting:
 
     python benchmarks/finetune_memory.py --attention_dropout 0.1                          # MiniLM's own dropout
     python benchmarks/finetune_memory.py --attention_dropout 0.1 --activation_checkpointing  # make scorer's setting
@@ -15,8 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
@@ -73,6 +79,8 @@ def main() -> None:
         "attention_dropout": args.attention_dropout,
         "activation_checkpointing": args.activation_checkpointing,
         "bf16": bf16,
+        "threads": args.threads,
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
         "steps": args.steps,
         "batch_size": args.batch_size,
         "seconds": round(time.perf_counter() - start, 1),

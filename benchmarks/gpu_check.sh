@@ -17,7 +17,7 @@
 # seconds since the start, and one failing step does not stop the others; the script exits 1 if any failed.
 set -u
 if [ $# -ne 3 ]; then
-    sed -n '11p' "$0" >&2
+    sed -n 's/^#   \(benchmarks\/gpu_check\.sh .*\)/usage: \1/p' "$0" >&2  # the header's usage line, by its text: a line number drifts
     exit 2
 fi
 scorer=$(realpath "$1") pairs=$(realpath "$2") out=$(realpath -m "$3")

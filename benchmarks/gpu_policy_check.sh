@@ -19,7 +19,7 @@
 # it took; one failing step does not stop the others; the script exits 1 if any failed.
 set -u
 if [ $# -ne 4 ]; then
-    sed -n '10p' "$0" >&2
+    sed -n 's/^#   \(benchmarks\/gpu_policy_check\.sh .*\)/usage: \1/p' "$0" >&2  # the header's usage line, by its text: a line number drifts
     exit 2
 fi
 scorer=$(realpath "$1") judge=$(realpath "$2") dialogues=$3 out=$(realpath -m "$4")

@@ -11,6 +11,9 @@ for a CPU meanwhile. Then each hostile input of ``tests/test_hostile_server.py``
 32000`` query, 160 replies of 100k characters, 16 MiB of ``[0,0,...]``, garbled request lines, smuggling-prone
 headers, a maximal ``/get_reward``, ...) is sent alone on a fresh connection once the scorer is idle, with
 ``/health`` probed meanwhile: its status, its answer time and the slowest probe. ``--output`` writes it all as JSON.
+The server inherits this script's environment, in which the HF tokenizers run on one thread
+(``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise, so that
+``--threads 1`` holds for its tokenizing too; the summary records the setting.
 
     python benchmarks/health_latency.py --scorer outputs/scorer --threads 1 --encode_batch_size 8 --output health.json
 """
@@ -21,6 +24,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import math
 import os
 import signal
 import socket
@@ -33,6 +37,10 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
+
+# before the tokenizers are imported or used (here: by the server this script starts, which inherits it): their
+# thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 from server_throughput import load, start_server
@@ -315,6 +323,15 @@ def configured(settings: list[str]) -> ServerConfig:
     return replace(defaults, **changes)
 
 
+def positive(text: str) -> float:
+    """A command-line interval: a finite number above 0. The maximal request's report needs the 1-pair requests
+    (``probed`` sends none for a ``small_s`` of 0), and an interval of 0 or less would send probes back to back."""
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer", required=True, help="a scorer directory (pmi-reward train) or Hub repo id")
@@ -331,8 +348,8 @@ def _arguments() -> argparse.Namespace:
         help="serve with these ServerConfig values instead of the defaults (e.g. max_batch_pairs=32); the maximal "
         "request is computed from them",
     )
-    parser.add_argument("--probe_ms", type=float, default=50.0, help="milliseconds between /health probes")
-    parser.add_argument("--small_s", type=float, default=1.0, help="seconds between 1-pair /score requests")
+    parser.add_argument("--probe_ms", type=positive, default=50.0, help="milliseconds between /health probes (> 0)")
+    parser.add_argument("--small_s", type=positive, default=1.0, help="seconds between 1-pair /score requests (> 0)")
     parser.add_argument("--no_hostile", action="store_true", help="only the maximal request")
     parser.add_argument("--output", default=None, help="write the summary here as JSON")
     return parser.parse_args()
@@ -352,6 +369,7 @@ def main() -> int:
         "limits": {k: v for k, v in vars(config).items() if k != "api_key"},
         "cpus": os.cpu_count(),
         "threads": args.threads,
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
         "encode_batch_size": args.encode_batch_size,
         "load1_before": load(),
     }

@@ -1,21 +1,30 @@
-"""The host side of a scoring call: ``PMIScorer.score`` with the encoder's model forward replaced by a constant.
+"""The host side of a scoring call: ``PMIScorer.score`` with the encoder's forward replaced by a constant.
 
-What is left is everything the scorer does around the model (cutting texts to their token budget, tokenizing,
-batching and padding, pooling, the head), with the embedding cache off: the part of a call that a GPU does not
-speed up, and on a GPU the larger part (``benchmarks/RESULTS.md``, "On a GPU"). Scores the first ``--pairs``
-pairs of ``--input`` (each context, its reply and, for a scorer with line features, its newest lines) ``--repeats``
-times; prints the texts embedded per call and the seconds of each call.
+The encoder's ``_forward`` (a padded token batch in, its embeddings out) returns one constant unit vector per text,
+so the model's forward, the pooling and the normalisation are all left out of the time. What is timed is everything
+the scorer does around them, with the embedding cache off: cutting texts to their token budget, tokenizing,
+length-sorting, batching and padding (and each batch's copy to the encoder's device), and the head. That is the
+part of a call that a GPU does not speed up, and on a GPU the larger part (``benchmarks/RESULTS.md``, "On a GPU");
+the pooling, which runs on the GPU there, is not in it. Scores the first ``--pairs`` pairs of ``--input`` (each
+context, its reply and, for a scorer with line features, its newest lines) ``--repeats`` times; prints the texts
+embedded per call and the seconds of each call. The HF tokenizers run on one thread
+(``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise, so that
+``--threads 1`` holds for the tokenizing too; the result records the setting.
 
-    python benchmarks/host_side.py --scorer outputs/scorer --pairs 1000 --repeats 7
+    python benchmarks/host_side.py --scorer outputs/scorers/reward-minilm-s0 --pairs 1000 --repeats 7
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
@@ -49,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "scorer": args.scorer,
         "pairs": len(contexts),
+        "threads": args.threads,
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
         "texts_per_call": encoder.stats.texts - texts,
         "seconds": seconds,
         "min_s": min(seconds),

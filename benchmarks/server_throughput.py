@@ -6,11 +6,14 @@ its own process (``pmi-reward serve``, no embedding cache), as it would on a rew
 client threads on keep-alive connections send all requests. The in-process reference scores the same
 pairs with one ``PMIScorer.score`` call (the encoder batches them itself: the best an in-process reward can
 do) and, for context, one call per request. Each repeat measures every mode in turn, so that a ratio
-compares runs under like load; the table gives medians over ``--repeats`` and the machine's load average at
-each run, because on a shared machine load moves the figures (``--threads 1`` avoids the worst of it: two
-torch threads on two busy cores spend their time waiting for each other).
+compares runs under like load; the table gives medians over ``--repeats`` and the machine's 1-minute load average
+as each mode's run of each repeat ended, because on a shared machine load moves the figures (``--threads 1``
+avoids the worst of it: two torch threads on two busy cores spend their time waiting for each other). The HF
+tokenizers, here and in the server (which inherits the environment), run on one thread
+(``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise, so that
+``--threads 1`` holds for the tokenizing too; the summary line records the setting.
 
-    python benchmarks/server_throughput.py --scorer outputs/scorer-minilm
+    python benchmarks/server_throughput.py --scorer outputs/scorer-minilm --threads 1 --encode_batch_size 8
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import IO
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 from loadtest import run_load, score_bodies
@@ -111,7 +119,7 @@ def _arguments() -> argparse.Namespace:
 
 
 def print_table(modes: list[str], runs: dict[str, list[dict]]) -> None:
-    """Medians over the repeats, one line per mode, with the load average of each repeat."""
+    """Medians over the repeats, one line per mode, with the load average as that mode's run of each repeat ended."""
     rows = []
     for mode in modes:
         med = {
@@ -147,23 +155,29 @@ def main() -> int:
             scorer.score(contexts, responses)
         return {"pairs_per_s": len(contexts) / (time.perf_counter() - start)}
 
+    def served(url: str, clients: int) -> dict:
+        result = run_load(url, bodies, clients)
+        if result.errors:
+            raise RuntimeError(f"{len(result.errors)} errors, e.g. {result.errors[0]}")
+        return result.summary()
+
     server, url = start_server(args.scorer, args.max_batch_pairs, args.encode_batch_size, runtime)
-    modes = ["in-process, one call", "in-process, one call per request"] + [
-        f"server, {c} clients" for c in args.concurrency
-    ]
+    # the first mode is the reference of every ratio
+    measures: dict[str, Callable[[], dict]] = {
+        "in-process, one call": partial(in_process, False),
+        "in-process, one call per request": partial(in_process, True),
+        **{f"server, {c} clients": partial(served, url, c) for c in args.concurrency},
+    }
+    modes = list(measures)
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     try:
         run_load(url, bodies[:8], clients=2)  # warm up
         for repeat in range(args.repeats):  # every repeat measures all modes, so each ratio compares like load
-            reference = in_process(False)
-            measured = [reference, in_process(True)]
-            for clients in args.concurrency:
-                result = run_load(url, bodies, clients)
-                if result.errors:
-                    raise RuntimeError(f"{len(result.errors)} errors, e.g. {result.errors[0]}")
-                measured.append(result.summary())
-            for mode, m in zip(modes, measured, strict=True):
-                runs[mode].append({**m, "ratio": m["pairs_per_s"] / reference["pairs_per_s"], "load1": load()})
+            # each mode's load average is read as its own run ends, not once for the whole repeat
+            measured = [(measure(), load()) for measure in measures.values()]
+            reference = measured[0][0]["pairs_per_s"]
+            for mode, (m, load1) in zip(modes, measured, strict=True):
+                runs[mode].append({**m, "ratio": m["pairs_per_s"] / reference, "load1": load1})
                 print(json.dumps({"repeat": repeat, "mode": mode, **runs[mode][-1]}), flush=True)
         batcher = request_json(url + "/health")["batcher"]
     finally:
@@ -173,8 +187,8 @@ def main() -> int:
     threads, spec = args.threads or torch.get_num_threads(), scorer.encoder.spec
     print(
         f"\n{len(contexts)} Chit-Chat pairs, {args.per_request} per request, {os.cpu_count()} CPUs, "
-        f"{threads} torch threads, encoder {spec.model} ({spec.backend}, {spec.quantize}, {spec.dtype}) in batches of "
-        f"{spec.encode_batch_size}, "
+        f"{threads} torch threads, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM')}, "
+        f"encoder {spec.model} ({spec.backend}, {spec.quantize}, {spec.dtype}) in batches of {spec.encode_batch_size}, "
         f"median of {args.repeats}; server batches: {batcher}"
     )
     print_table(modes, runs)

@@ -4,21 +4,28 @@ Both sides embed the same texts at the same batch size and token lengths: the ba
 pre-tokenized (contexts keep their end, responses their start, as the scorer cuts them) and sorted by
 length, and times only ``model(**batch)``; the scorer side times the whole public call (cutting,
 tokenizing, batching, pooling, the head) with the embedding cache off, so nothing is skipped. Runs
-alternate; the fastest run of each is compared (on a shared machine the minimum is the run least
-disturbed by other load), the medians are printed too. Prints pairs/s for both, the ratio, peak memory.
+alternate, after one untimed call of each side (allocator, kernels); the fastest run of each is compared (on
+a shared machine the minimum is the run least disturbed by other load), the medians are printed too. Prints
+pairs/s for both, the ratio, peak memory. The HF tokenizers run on one thread (``TOKENIZERS_PARALLELISM=false``,
+as the Makefile sets it) unless the environment says otherwise, so that ``--threads 1`` means one thread on the
+scorer side too, the only side that tokenizes while timed; the result records the setting.
 
-    python benchmarks/throughput.py --model minilm --input_mode pair --pairs 512
+    python benchmarks/throughput.py --model minilm --input_mode pair --pairs 512 --batch_size 64 --threads 1 --repeats 5
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 from trl import TrlParser
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:  # set-up, two timed loops, one 
     def scored() -> None:
         scorer.score(contexts, responses)
 
-    bare()  # warm-up (allocator, kernels)
+    bare()  # warm-up (allocator, kernels), both sides, so that neither's first timed run pays it
+    scored()
     rss_warm = _peak_rss_mib()
     counted = encoder.stats.tokens
     times: dict[str, list[float]] = {"bare": [], "scorer": []}
@@ -122,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:  # set-up, two timed loops, one 
         "bare_tokens_per_pass": tokens,
         "scorer_tokens_per_pass": (encoder.stats.tokens - counted) // args.repeats,
         "torch_threads": torch.get_num_threads(),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
         "bare_pairs_per_s": round(n / bare_s, 1),
         "scorer_pairs_per_s": round(n / scorer_s, 1),
         "ratio_scorer_over_bare": round(bare_s / scorer_s, 3),
