@@ -217,10 +217,10 @@ def load_pairs(
     contexts = require_text(records, path, context_column, allow_empty=True)
     responses = require_text(records, path, response_column)
     keys = None
-    keyed = bool(key_column) and any(key_column in r for r in records)  # any row: a JSON record may leave it out
-    if require_key and not keyed:
+    keyed = key_column is not None and any(key_column in r for r in records)  # any row: a JSON record may omit it
+    if require_key and key_column and not keyed:
         raise DataError(f"{path}: missing column {key_column!r} (the dialogue key; columns: {sorted(records[0])})")
-    if keyed:  # a dialogue id: text, or a whole number as JSON files write ids; a row without one is named
+    if keyed and key_column:  # a dialogue id: text, or a whole number as JSON files write ids; a row without: named
         ids = [
             {**r, key_column: str(v)} if isinstance(v := r.get(key_column), int) and not isinstance(v, bool) else r
             for r in records
