@@ -415,21 +415,82 @@ def test_each_request_is_logged_once_at_info(reward_server, caplog):
     assert '"POST /score" 200 items=3 ms=' in lines[0] and '"GET /nowhere" 404 items=- ms=' in lines[1]
 
 
-def test_connections_over_the_cap_get_503_at_once_and_no_thread(tiny_scorer):
-    """50 idle sockets against a cap of 8: 8 are held, the others get a 503 at once; threads stay bounded."""
+def test_connections_over_the_cap_wait_for_a_free_one_without_a_thread(tiny_scorer):
+    """50 idle sockets against a cap of 8: 8 are held, the others wait in the listen backlog without a thread; a
+    request behind them was answered 503 at once, and is now answered once the sockets close. With a short
+    queue_timeout it gets the 503, saying why."""
     with serving(tiny_scorer, max_connections=8, idle_timeout=30.0) as server:
         before = threading.active_count()
         host, port = server.httpd.server_address[:2]
         idle = [socket.create_connection((host, port)) for _ in range(50)]
         time.sleep(0.5)
         assert threading.active_count() - before <= 8
+        waiting, out = in_thread(raw_http, server.url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", 60.0)
+        time.sleep(0.5)
+        assert not out  # not answered while every slot is held
+        assert threading.active_count() - before <= 8 + 1  # the client's thread
+        for sock in idle:
+            sock.close()
+        waiting.join(60)
+        assert out[0][0].startswith(b"HTTP/1.1 200")
+        assert not server.responses[503]
+    with serving(tiny_scorer, max_connections=8, idle_timeout=30.0, queue_timeout=0.5) as server:
+        host, port = server.httpd.server_address[:2]
+        idle = [socket.create_connection((host, port)) for _ in range(8)]
         answer = raw_http(server.url, b"GET /health HTTP/1.1\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
-        assert b"too many connections" in answer
+        assert b"too many connections" in answer and b"none closed within 0.5 s" in answer
         for sock in idle:
             sock.close()
         time.sleep(0.5)
         assert http(server.url, "GET", "/health")[0] == 200
+
+
+def test_a_burst_over_the_connection_cap_is_served_not_refused(tiny_scorer):
+    """OpenRLHF >= 0.9.1 opens a connection per sample, a whole rollout's at once; verl's reward loop calls from up
+    to 256 threads. 40 one-pair requests at once against a cap of 4 (each held 0.05 s by the scorer): every one was
+    answered 200 (most got 503 at once before), with never more than 4 connections open."""
+    with serving(SlowScorer(tiny_scorer, 0.05), max_connections=4) as server:
+        peak = []
+        real = server._admit
+
+        def admit(conn):
+            reason = real(conn)
+            peak.append(len(server._connections))
+            return reason
+
+        server._admit = admit
+        barrier = threading.Barrier(40)
+
+        def one(i):
+            barrier.wait()
+            return http(server.url, "POST", "/score", pairs(1), timeout=60)[0]
+
+        clients = [in_thread(one, i) for i in range(40)]
+        for thread, _ in clients:
+            thread.join(60)
+        assert [out[0][0] for _, out in clients] == [200] * 40
+        assert max(peak) <= 4 and server.responses[200] == 40 and not server.responses[503]
+
+
+def test_close_refuses_a_connection_waiting_for_a_slot_at_once(tiny_scorer):
+    """A connection waiting over the cap (queue_timeout 300 s) is answered 503 as soon as the drain starts, and
+    close() returns: the accept loop it held wakes up."""
+    server = RewardServer(tiny_scorer, ServerConfig(**{**LIMITS, "max_connections": 2, "queue_timeout": 300.0}))
+    server.start()
+    host, port = server.httpd.server_address[:2]
+    idle = [socket.create_connection((host, port)) for _ in range(2)]
+    waiting, out = in_thread(raw_http, server.url, b"GET /health HTTP/1.1\r\n\r\n", 60.0)
+    time.sleep(0.5)
+    assert not out
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    waiting.join(30)
+    closer.join(30)
+    assert not closer.is_alive()
+    assert out[0][0].startswith(b"HTTP/1.1 503") and b"shutting down" in out[0][0]
+    for sock in idle:
+        sock.close()
 
 
 def test_idle_and_slow_connections_are_closed_after_idle_timeout(tiny_scorer):

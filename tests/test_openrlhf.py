@@ -179,6 +179,37 @@ def test_current_one_sample_per_request(reward_server, tiny_scorer, smol_tokeniz
     assert reward_server.batcher.stats.requests - before <= 6  # the empty reply is not sent to the scorer
 
 
+def test_current_a_rollout_burst_over_the_connection_cap(tiny_scorer, smol_tokenizer):
+    """Every sample of a rollout that ends on the same decode step (all cut at ``max_tokens``) opens its own
+    connection at once: 48 against a server capped at 4 connections (256 by default), with a single try each (each
+    of upstream's 5 tries found the cap full too, 1 s apart, and the sample's reward was None). Every sample gets its
+    reward: over the cap a connection waits for a free one."""
+    server = RewardServer(tiny_scorer, ServerConfig(port=0, max_connections=4)).start()
+    endpoints = [server.url + "/get_reward"]
+    prompts = [_prompt(smol_tokenizer, conv) for conv in CONVERSATIONS]
+    reply_ids = [_reply_ids(smol_tokenizer, f"Reply number {i}.", finished=False) for i in range(24)]
+
+    async def rollout():
+        return await asyncio.gather(*(_execute(smol_tokenizer, endpoints, p, "", r, try_max_times=1)
+                                      for p in prompts for r in reply_ids))  # fmt: skip
+
+    try:
+        experiences = asyncio.run(rollout())
+    finally:
+        server.close()
+    assert len(experiences) == 48 and all(math.isfinite(e.rewards.item()) for e in experiences)
+    assert server.responses[200] == 48 and not server.responses[503]
+
+
+def test_a_server_that_would_answer_null_rewards_is_refused(tiny_scorer):
+    """With ``empty_score`` None an empty reply's reward was null, and upstream's ``torch.tensor([reward_val])``
+    raised outside its error handling, ending the run. Such a server is refused when it is built."""
+    with pytest.raises(RuntimeError, match="NoneType"):
+        torch.tensor([None])  # what upstream does with a null reward
+    with pytest.raises(ValueError, match="empty_score None: .* OpenRLHF cannot take a null"):
+        RewardServer(tiny_scorer, ServerConfig(port=0), RewardOptions(empty_score=None))
+
+
 def test_current_extra_urls_get_an_empty_request(reward_server, tiny_scorer, smol_tokenizer):
     """With several URLs the one sample goes to the first and every other URL gets ``{"query": [], ...}``; one
     failure would cost the sample its reward, so the empty request must succeed."""

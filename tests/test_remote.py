@@ -5,6 +5,7 @@ import logging
 import math
 import pickle
 import re
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,7 +16,7 @@ from trl.trainer.utils import is_async_callable
 
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.path import GroupError
-from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError
+from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError, request_json
 from pmi_reward.rewards.reward import PMIReward
 
 TEXT = st.one_of(
@@ -71,6 +72,24 @@ def test_requests_over_the_servers_limits_are_split(reward_server, tiny_scorer):
     remote = RemotePMIReward(reward_server.url, batch_size=200, on_failure="raise")
     got = remote.score_sync(prompts, completions)
     assert got == pytest.approx(PMIReward(tiny_scorer)(prompts, completions), abs=1e-5)
+
+
+def test_environment_proxies_are_not_used(reward_server, tiny_scorer, monkeypatch):
+    """urlopen sent every request, the API key with it, to ``$http_proxy``; OpenRLHF's aiohttp client ignores the
+    proxy variables, and so does ours now: with them all pointing at a closed port, requests still reach the server."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, proxy)
+        monkeypatch.setenv(name.upper(), proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert request_json(reward_server.url + "/health", timeout=10)["status"] == "ok"
+    prompts, replies = ["I love jazz."], ["Coltrane!"]
+    got = RemotePMIReward(reward_server.url, on_failure="raise", retries=0).score_sync(prompts, replies)
+    assert got == pytest.approx(PMIReward(tiny_scorer)(prompts, replies), abs=1e-5)
 
 
 def test_trl_contract(reward_server, tiny_scorer):

@@ -27,6 +27,14 @@ def test_serve_refuses_a_bad_scorer_dir(tmp_path, capsys):
     assert "corrupted" in capsys.readouterr().err
 
 
+def test_serve_refuses_empty_score_none_before_loading_the_scorer(tmp_path, capsys):
+    """``--empty_score none`` was accepted, and /get_reward then answered null rewards, which end an OpenRLHF run
+    (``torch.tensor([None])``). Refused with a message saying why, before the scorer (here a missing one) loads."""
+    assert main(["serve", "--scorer", str(tmp_path / "missing"), "--empty_score", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "empty_score None" in err and "OpenRLHF" in err and "not a directory" not in err
+
+
 @pytest.mark.integration
 def test_serve_answers_then_drains_on_sigterm(tmp_path):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder

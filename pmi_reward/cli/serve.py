@@ -11,6 +11,7 @@ from ..rewards.options import RewardOptions
 from ..rewards.remote import api_key_from_env
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
+from ..serving.endpoints import check_options
 from ..serving.server import ServerConfig, serve
 
 
@@ -35,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime), argv, prog="pmi-reward serve"
     )
     config = replace(config, api_key=api_key_from_env(config.api_key))
+    try:
+        check_options(options)  # before the scorer loads: a mistake in the command fails at once
+    except ValueError as err:
+        print(f"pmi-reward serve: {err}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
         scorer = PMIScorer.from_pretrained(

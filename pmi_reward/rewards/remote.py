@@ -6,7 +6,8 @@ here, only the raw PMI of the readable pairs crosses the wire (``POST /score``),
 here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is
 a coroutine: TRL detects it and gathers it with the other async reward functions. Requests retry on connection errors,
 timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
-sample and logs a warning, or raises with ``on_failure="raise"``.
+sample and logs a warning, or raises with ``on_failure="raise"``. Requests go straight to the server, never through
+``$http_proxy`` / ``$https_proxy``, so the API key is not handed to a proxy (OpenRLHF's own client ignores them too).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def api_key_from_env(api_key: str | None = None) -> str | None:
 
 logger = logging.getLogger(__name__)
 
+# no ProxyHandler from the environment: urlopen sends every request, its bearer token included, to $http_proxy
+# (a cluster's egress proxy, typically) when one is set and no_proxy does not name the server
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 class RemoteRewardError(RuntimeError):
     """The reward server refused a request, or could not be reached after the retries."""
@@ -56,8 +61,8 @@ class RemoteRewardError(RuntimeError):
 
 def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, api_key: str | None = None) -> dict:
     """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
-    token; RemoteRewardError on a non-2xx answer (with the server's message) or on a connection failure (status
-    None; also an answer cut short or not HTTP at all)."""
+    token, directly (environment proxies are ignored); RemoteRewardError on a non-2xx answer (with the server's
+    message) or on a connection failure (status None; also an answer cut short or not HTTP at all)."""
     # UTF-8 as is: escaped, a CJK character took 6 bytes of the server's body limit
     data = None if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
     headers = {"Content-Type": "application/json"}
@@ -65,7 +70,7 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
         headers["Authorization"] = f"Bearer {api_key}"
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as err:
         try:

@@ -56,7 +56,20 @@ class ServerConfig:
             "is parsed (parsing holds the interpreter: a 16 MiB body of [0,0,...] froze every request for seconds)"
         },
     )
-    max_connections: int = field(default=256, metadata={"help": "open connections; more get 503 at once"})
+    max_connections: int = field(
+        default=256,
+        metadata={
+            "help": "open connections (a thread each); one more waits in the listen backlog for a free one, up to "
+            "queue_timeout"
+        },
+    )
+    queue_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "seconds a new connection over max_connections waits for one to close (a burst of one-sample "
+            "requests: OpenRLHF, verl); the server full that long, it and those behind it get 503 until one closes"
+        },
+    )
     request_timeout: float = field(
         default=60.0,
         metadata={"help": "seconds from a request's arrival (its body read) to its scores, parsing included; then 503"},
@@ -89,6 +102,6 @@ class ServerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        for name in ("request_timeout", "drain_timeout", "idle_timeout"):
+        for name in ("request_timeout", "drain_timeout", "idle_timeout", "queue_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")

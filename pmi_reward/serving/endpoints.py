@@ -29,7 +29,7 @@ from ..rewards.rerank import ranking
 from .batching import MicroBatcher, ScoreTimeout
 from .config import ServerConfig
 
-__all__ = ["ApiError", "Endpoints", "type_name", "items_of", "text_chars"]
+__all__ = ["ApiError", "Endpoints", "check_options", "type_name", "items_of", "text_chars"]
 
 ITEM_KEYS = ("pairs", "query", "candidates")  # what each route's items are, for the access log
 
@@ -100,10 +100,24 @@ def _number(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def check_options(options: RewardOptions) -> None:
+    """Refuse options under which ``/get_reward`` could answer a null reward: OpenRLHF, its only client, wraps each
+    reward in ``torch.tensor([reward])`` outside any error handling, so a null (``empty_score`` None, for an empty or
+    unreadable reply) ends the run. ``/score`` is unaffected: ``RemotePMIReward`` applies its own ``empty_score``
+    (None included) on the trainer's side, so the server's never reaches it."""
+    if options.empty_score is None:
+        raise ValueError(
+            "empty_score None: /get_reward would answer null rewards for empty or unreadable replies, and OpenRLHF "
+            "cannot take a null (torch.tensor([None]) fails and ends the run); give a number (e.g. --empty_score -5). "
+            "RemotePMIReward (TRL) sets its own empty_score, None included, on the trainer's side"
+        )
+
+
 class Endpoints:
     """The routes' answers for one scorer (scored through ``batcher``) under one set of reward options."""
 
     def __init__(self, batcher: MicroBatcher, config: ServerConfig, options: RewardOptions) -> None:
+        check_options(options)
         self.batcher, self.config = batcher, config
         self.path = RewardPath(options)
         self._warned_group = False

@@ -7,8 +7,9 @@ one well-formed ``Content-Length`` and no ``Transfer-Encoding`` (no request smug
 JSON values are counted before it is parsed (``json_values``: the parser holds the interpreter lock). Every
 answer is JSON with a status line, errors as ``{"error": message, "status": code}``; each request is logged once
 at INFO on ``pmi_reward.serving.access`` (client, method, path, status, items, milliseconds; never a body or key).
-Connections over the server's cap, and every new one while it drains, get a ``503`` from ``Refuser`` without a
-thread of their own.
+A connection over the server's cap waits in the listen backlog for a free slot (the accept loop waits in the app's
+``_admit``), up to its ``queue_timeout``; one still over the cap then, and every new one while the server drains,
+gets a ``503`` from ``Refuser`` without a thread of its own.
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ UNREAD_FACTOR = 4  # a body refused unread is read and dropped after the answer 
 
 
 class Refuser:
-    """Answers connections the server will not serve (over the cap, or while draining) with ``503``, on one thread and
-    without blocking: the answer is sent at once, then the connection lingers half-closed for ``linger`` seconds
-    (what the client sends meanwhile is read and dropped, so that it sees the answer rather than a reset)."""
+    """Answers connections the server will not serve (over the cap for too long, or while draining) with ``503``, on
+    one thread and without blocking: the answer is sent at once, then the connection lingers half-closed for
+    ``linger`` seconds (what the client sends meanwhile is read and dropped, so that it sees the answer rather than a
+    reset)."""
 
     def __init__(self, linger: float = 0.5, backlog: int = 1024) -> None:
         self.linger, self.backlog = linger, backlog
@@ -149,10 +151,13 @@ class Refuser:
 
 
 class HTTPServer(ThreadingHTTPServer):
-    """A thread per admitted connection, up to the app's cap; the others are refused without one."""
+    """A thread per admitted connection, up to the app's cap. Over the cap the accept loop waits in ``_admit`` for a
+    free slot, the connections behind it queued unaccepted in the listen backlog; those refused get no thread."""
 
     daemon_threads = True  # a stuck client must not keep the process alive after the drain
-    request_queue_size = 1024  # the default backlog of 5 resets connections when many clients connect at once
+    # the listen backlog, where connections over the cap wait (the kernel caps it at net.core.somaxconn); the
+    # default of 5 reset connections when many clients connected at once
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], handler: type[Handler], app: App) -> None:
         self.app, self.refuser = app, Refuser()

@@ -5,10 +5,10 @@ Routes: ``POST /get_reward`` (OpenRLHF), ``POST /score``, ``POST /rerank`` (``en
 
 Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, JSON
 values, items and characters per request are bounded (413), malformed input gets a 4xx with a message naming the
-field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (503) and
-closed when idle, and ``close()`` drains in-flight requests, answering new ones 503, before it stops. Built on the
-standard library's threaded HTTP server (``handler``), which checks what its parser lets through;
-``docs/serving.md`` (Security).
+field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (one over the cap
+waits for a free one, up to ``queue_timeout``, then 503) and closed when idle, and ``close()`` drains in-flight
+requests, answering new ones 503, before it stops. Built on the standard library's threaded HTTP server
+(``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..rewards.options import RewardOptions
 from ..scoring.scorer import PMIScorer
 from .batching import MicroBatcher
 from .config import ServerConfig, is_loopback
-from .endpoints import ApiError, Endpoints
+from .endpoints import ApiError, Endpoints, check_options
 from .handler import Handler, HTTPServer
 
 __all__ = ["ServerConfig", "RewardServer", "ApiError", "serve"]
@@ -44,6 +44,7 @@ class RewardServer:
     ) -> None:
         self.scorer, self.config = scorer, config or ServerConfig()
         options = (options or RewardOptions()).resolved(scorer.context_turns)
+        check_options(options)  # before any thread starts
         c = self.config
         self.batcher = MicroBatcher(scorer, c.max_batch_pairs, c.max_wait_ms, c.max_batch_chars, c.chunk_pairs)
         self.api = Endpoints(self.batcher, self.config, options)
@@ -59,6 +60,7 @@ class RewardServer:
         self._lock = threading.Condition()
         self._connections: dict[socket.socket, bool] = {}  # open connection -> busy with a request
         self._deadlines: dict[socket.socket, float] = {}  # connection -> when it must have sent its request
+        self._full_since: float | None = None  # when the cap was reached with a connection waiting, none admitted since
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
@@ -104,6 +106,7 @@ class RewardServer:
             if self.closing:
                 return
             self.closing = True
+            self._lock.notify_all()  # a connection waiting for a free slot (_admit) is refused now, not at its timeout
             running = self._running  # serve_forever() runs, or never will: it checks ``closing`` under this lock
             idle = [conn for conn, busy in self._connections.items() if not busy]
         for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
@@ -133,19 +136,39 @@ class RewardServer:
 
     # bookkeeping used by the HTTP layer
     def _admit(self, conn: socket.socket) -> str | None:
-        """Take a new connection (None), or say why it is refused (over the cap, or draining)."""
+        """Take a new connection (None), or say why it is refused (draining, or the cap full for too long).
+
+        Called by the accept loop. Over the cap it waits for a connection to close: OpenRLHF >= 0.9.1 opens one
+        connection per sample, the whole rollout's at once, and verl's reward loop calls from up to 256 threads, so
+        a 503 at once failed samples that a moment's wait would have served. Meanwhile the connections behind this
+        one wait unaccepted in the kernel's listen backlog, with no thread. The wait is bounded by ``queue_timeout``
+        from when the cap was reached, not from this connection's accept: once the server has been full that long
+        (overloaded, or its clients stuck), each new connection is refused at once until one closes, rather than
+        every queued one waiting ``queue_timeout`` in turn. ``close()`` wakes the wait, to refuse it at once."""
+        cap = self.config.max_connections
         with self._lock:
+            if not self.closing and len(self._connections) >= cap:
+                if self._full_since is None:
+                    self._full_since = time.monotonic()
+                left = self._full_since + self.config.queue_timeout - time.monotonic()
+                self._lock.wait_for(lambda: self.closing or len(self._connections) < cap, timeout=max(0.0, left))
             if self.closing:
                 return "the server is shutting down; retry on another"
-            if len(self._connections) >= self.config.max_connections:
-                return f"too many connections (the limit is {self.config.max_connections}); retry"
+            if len(self._connections) >= cap:
+                return (
+                    f"too many connections (the limit is {cap}, none closed within {self.config.queue_timeout:g} s); "
+                    "retry"
+                )
+            self._full_since = None
             self._connections[conn] = False
             return None
 
     def _disconnect(self, conn: socket.socket) -> None:
+        """A connection closed: its slot is free for one waiting in ``_admit``."""
         with self._lock:
             self._connections.pop(conn, None)
             self._deadlines.pop(conn, None)
+            self._lock.notify_all()
 
     def _waiting(self, conn: socket.socket, waiting: bool) -> None:
         """A connection starts (True) or ends (False) waiting for its next request, which it must have sent
