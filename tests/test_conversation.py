@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmi_reward.data.conversation import clean_reply, parse_chat, prompt_to_context, split_query
+from pmi_reward.data.conversation import (
+    clean_reply,
+    opens_think,
+    parse_chat,
+    prompt_to_context,
+    split_query,
+    strip_think,
+)
 
 CONVERSATION = [
     {"role": "system", "content": "Be nice."},
@@ -13,6 +20,8 @@ CONVERSATION = [
     {"role": "user", "content": "Who is your favourite?"},
 ]
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
+DS_BOS, DS_EOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
+DS_USER, DS_ASSISTANT = "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"
 
 PROMPTS = {
     "chatml": (
@@ -45,6 +54,40 @@ PROMPTS = {
         " </s>",
     ),
     "roles": ("System: Be nice.\nUser: I love jazz.\nAssistant: Me too!\nUser: Who is your favourite?\nAssistant:", ""),
+    # the templates below as their tokenizer_config.json's chat_template renders the conversation; DeepSeek's tokens are
+    # written with fullwidth bars (U+FF5C) and U+2581, its system prompt bare after the BOS token
+    # (deepseek-ai/DeepSeek-V3, and the R1 distills but for their generation prompt: test_deepseek_r1_distill_think)
+    "deepseek": (
+        f"{DS_BOS}Be nice.{DS_USER}I love jazz.{DS_ASSISTANT}Me too!{DS_EOS}{DS_USER}Who is your favourite?"
+        f"{DS_ASSISTANT}",
+        DS_EOS,
+    ),
+    "phi4": (  # microsoft/phi-4: <|im_sep|> where ChatML has a newline, no newline between turns
+        "<|im_start|>system<|im_sep|>Be nice.<|im_end|><|im_start|>user<|im_sep|>I love jazz.<|im_end|>"
+        "<|im_start|>assistant<|im_sep|>Me too!<|im_end|><|im_start|>user<|im_sep|>Who is your favourite?<|im_end|>"
+        "<|im_start|>assistant<|im_sep|>",
+        "<|im_end|>",
+    ),
+    "llama4": (  # meta-llama/Llama-4-Scout-17B-16E-Instruct
+        "<|begin_of_text|><|header_start|>system<|header_end|>\n\nBe nice.<|eot|>"
+        "<|header_start|>user<|header_end|>\n\nI love jazz.<|eot|><|header_start|>assistant<|header_end|>\n\nMe too!"
+        "<|eot|><|header_start|>user<|header_end|>\n\nWho is your favourite?<|eot|>"
+        "<|header_start|>assistant<|header_end|>\n\n",
+        "<|eot|>",
+    ),
+    "glm4": (  # THUDM/glm-4-9b-chat: no end-of-turn marker; a reply stops at a stop token, here <|user|>
+        "[gMASK]<sop><|system|>\nBe nice.<|user|>\nI love jazz.<|assistant|>\nMe too!<|user|>\nWho is your favourite?"
+        "<|assistant|>",
+        "<|user|>",
+    ),
+    "granite": (  # ibm-granite/granite-3.0-2b-instruct
+        "<|start_of_role|>system<|end_of_role|>Be nice.<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>I love jazz.<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>Me too!<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>Who is your favourite?<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>",
+        "<|end_of_text|>",
+    ),
 }
 
 
@@ -55,7 +98,10 @@ def test_every_template_gives_the_same_context_and_reply(name):
     for messages, reply in (split_query(query, prompt), split_query(query)):
         assert reply == "Coltrane, for sure."
         assert prompt_to_context(messages) == CONTEXT
-        assert prompt_to_context(messages, include_system=True).endswith(CONTEXT)
+        # the system prompt is a system message: a turn only with include_system (Gemma's template has none)
+        assert prompt_to_context(messages, include_system=True) == (
+            CONTEXT if name == "gemma" else "Be nice.\n" + CONTEXT
+        )
 
 
 def test_plain_text_is_one_turn_per_line():
@@ -137,3 +183,45 @@ def test_a_closed_think_block_over_several_lines_goes_whole():
 
     text = "what is 2+2?\n<think>\nThe user asks a sum.\n2+2 is 4.\n</think>\nIt is 4.\nthanks!"
     assert drop_think_blocks(text) == "what is 2+2?\nIt is 4.\nthanks!"
+
+
+def test_deepseek_r1_distill_think():
+    """The R1 distills' generation prompt opens the reasoning (deepseek-ai/DeepSeek-R1-Distill-Llama-8B's
+    chat_template: ``{{'<｜Assistant｜><think>\\n'}}``): the reply gets the tag back, the context reads as any other."""
+    prompt = PROMPTS["deepseek"][0] + "<think>\n"
+    query = prompt + "They like jazz.\n</think>\n\nColtrane, for sure." + DS_EOS
+    messages, reply = split_query(query, prompt)
+    assert prompt_to_context(messages) == CONTEXT and prompt_to_context(messages, include_system=True) == (
+        "Be nice.\n" + CONTEXT
+    )
+    assert strip_think(reply, opened=True).strip() == "Coltrane, for sure."
+    messages, reply = split_query(query)  # without the prompt: the last assistant turn, reasoning and all
+    assert prompt_to_context(messages) == CONTEXT and strip_think(reply).strip() == "Coltrane, for sure."
+
+
+def test_glm4_observation_turns_are_not_dialogue():
+    """GLM-4's tool output (``<|observation|>``) is no turn of the conversation, and it is one of the stop tokens."""
+    prompt = (
+        '[gMASK]<sop><|user|>\nI love jazz.<|assistant|>\nMe too!<|observation|>\n{"tool": 1}<|user|>\n'
+        "Who is your favourite?<|assistant|>"
+    )
+    for messages, reply in (
+        split_query(prompt + "\nColtrane.<|observation|>", prompt),
+        split_query(prompt + "\nColtrane."),
+    ):
+        assert prompt_to_context(messages) == CONTEXT and reply == "Coltrane."
+
+
+def test_a_users_literal_think_tag_is_not_the_generation_prompts():
+    """Only a ``<think>`` that ends the prompt is the open block of the generation prompt: a user's literal tag cut the
+    context at it and made every reply unfinished reasoning (empty_score for all)."""
+    prompt = "<|im_start|>user\nWhat is the <think> tag in Qwen3 for?<|im_end|>\n<|im_start|>assistant\n"
+    messages, reply = split_query(prompt + "It marks the model's private reasoning.<|im_end|>", prompt)
+    assert not opens_think(prompt)
+    assert prompt_to_context(messages) == "What is the <think> tag in Qwen3 for?"
+    assert reply == strip_think(reply) == "It marks the model's private reasoning."
+    opened = prompt + "<think>\n"  # the generation prompt's tag after it still counts
+    messages, reply = split_query(opened + "Easy.</think>\n\nIt marks reasoning.<|im_end|>", opened)
+    assert opens_think(opened) and opens_think(prompt + "<think>") and opens_think(opened + " \n")
+    assert prompt_to_context(messages) == "What is the <think> tag in Qwen3 for?"
+    assert reply == "<think>Easy.</think>\n\nIt marks reasoning."

@@ -26,6 +26,7 @@ import pytest
 import torch
 
 import pmi_reward.rewards.verl as verl_adapter
+from pmi_reward.data.conversation import clean_reply
 from pmi_reward.rewards.path import GroupError
 from pmi_reward.rewards.reward import PMIReward
 
@@ -69,10 +70,14 @@ def _row(extra_info) -> dict:
 
 
 async def run_single(compute_score, row: dict, response_str: str, loop) -> dict:
-    """``NaiveRewardManager.run_single`` (reward loop, lines 34-99) after decoding, without a reward model."""
+    """``NaiveRewardManager.run_single`` (reward loop, lines 34-99) after decoding, without a reward model. The agent
+    loop's ``extra_fields`` (``raw_prompt`` among them, agent_loop.py line 523) come as ``tool_extra_fields``."""
     data_source = row["data_source"]
     ground_truth = row["reward_model"]["ground_truth"]
     extra_info = row.get("extra_info", {})
+    tool_extra_fields = row.get("tool_extra_fields")
+    if tool_extra_fields is not None:
+        extra_info.update(tool_extra_fields.items())
     extra_info["num_turns"] = None
     extra_info["rollout_reward_scores"] = {}
     result = await loop.run_in_executor(
@@ -179,6 +184,50 @@ def test_reward_loop(reward_server, tiny_scorer, path, caplog):
     assert all(set(r["reward_extra_info"]) == {"score", "pmi_no_context"} for r in results)
     assert [r["reward_extra_info"]["pmi_no_context"] for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert "without a conversation in extra_info" in caplog.text and "'index', 'num_turns'" in caplog.text
+
+
+def _agent_row(raw_prompt, extra_info: dict | None = None) -> dict:
+    """A row of verl's standard data layout (the conversation in the ``prompt`` column, ``extra_info`` holding only
+    what verl's data recipes put there) as the reward loop gets it: the agent loop keeps the row's ``raw_prompt``
+    (``RLHFDataset.__getitem__``: the ``prompt`` column's messages) in its output's ``extra_fields``
+    (``_agent_loop_postprocess``, agent_loop.py line 523) and hands them on as ``tool_extra_fields`` (line 721)."""
+    return {**_row(extra_info or {"split": "train", "index": 0}), "tool_extra_fields": {"raw_prompt": raw_prompt}}
+
+
+def test_reward_loop_reads_the_prompt_verl_passes(reward_server, tiny_scorer):
+    """verl >= 0.7's reward loop passes the row's prompt messages as ``extra_info["raw_prompt"]``; with only that, every
+    row got empty_score (a constant reward). A conversation the row itself carries in ``extra_info`` comes first."""
+    system = {"role": "system", "content": "Be nice."}
+    parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in MESSAGES]  # a multimodal dataset
+    rows = [
+        _agent_row([system, *MESSAGES]),
+        _agent_row(np.array([system, *MESSAGES], dtype=object)),  # non_tensor_batch values may be numpy arrays
+        _agent_row([system, *parts]),
+        _agent_row([system, {"role": "user", "content": "Hello?"}], {"context": CONTEXT}),  # the row's own first
+        _agent_row([]),  # no conversation anywhere: empty_score, flagged
+    ]
+    fn = get_custom_reward_fn(PATHS[1], "compute_score", {"url": reward_server.url, "empty_score": -1.0})
+    responses = ["Coltrane, for sure.", "Miles Davis.<|im_end|>", "ok", "Coltrane.", "Coltrane."]
+    got = reward_loop(fn, rows, responses)
+    expected = PMIReward(tiny_scorer, empty_score=-1.0)([CONTEXT] * 4 + [None], [clean_reply(r) for r in responses])
+    assert [r["reward_score"] for r in got] == pytest.approx(expected, abs=1e-6)
+    assert [r["reward_extra_info"]["pmi_no_context"] for r in got] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert verl_adapter.context_of(rows[3]["extra_info"]) == CONTEXT
+
+
+def test_raw_prompt_reads_as_any_prompt(tiny_scorer):
+    """``raw_prompt`` goes to the reward path as messages: its system message is a turn only with ``include_system``,
+    and a chat-templated string is parsed rather than read one line per turn."""
+    raw = np.array([{"role": "system", "content": "Be nice."}, *MESSAGES], dtype=object)
+    context = verl_adapter.context_of({"split": "train", "index": 0, "raw_prompt": raw})
+    for include_system, expected in ((False, CONTEXT), (True, "Be nice.\n" + CONTEXT)):
+        texts = PMIReward(tiny_scorer, include_system=include_system, max_context_turns=4).texts([context], ["Hi."])
+        assert texts.contexts == [expected]
+    templated = "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nI love jazz.<|im_end|>\n"
+    assert PMIReward(tiny_scorer).texts([verl_adapter.context_of({"raw_prompt": templated})], ["Hi."]).contexts == [
+        "I love jazz."
+    ]
+    assert verl_adapter.context_of({"raw_prompt": np.array([], dtype=object), "prompt": ""}) is None
 
 
 def test_reward_loop_refuses_group_centring(reward_server):

@@ -8,15 +8,16 @@ the other way, for a chat policy.
 
 Engines such as OpenRLHF and verl hand a reward model text with the chat template applied, e.g. ChatML
 ``<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>``. ``parse_chat`` recognises the
-common templates (ChatML, Llama 3, Gemma, Phi-3, Mistral/Llama 2 ``[INST]``, and ``User:``/``Assistant:`` role
-prefixes) and returns their messages; anything else is plain text, one turn per line. ``split_query`` splits a
-full text (prompt + reply) into the prompt's messages and the reply; ``clean_reply`` cuts what the template or
-padding appended to a reply.
+common templates (ChatML and Phi-4's variant of it, Llama 3 and 4, Gemma, Granite, DeepSeek-V3 and the R1 distills,
+Phi-3, GLM-4, Mistral/Llama 2 ``[INST]``, and ``User:``/``Assistant:`` role prefixes) and returns their messages;
+anything else is plain text, one turn per line. ``split_query`` splits a full text (prompt + reply) into the
+prompt's messages and the reply; ``clean_reply`` cuts what the template or padding appended to a reply.
 
 Reasoning models write ``<think>...</think>`` before their answer; ``strip_think`` keeps the answer (the text
 after the last ``</think>``, as Qwen3's and DeepSeek-R1's chat templates keep it in the history), and an
 unterminated block leaves nothing. Templates that open the block in the generation prompt (Qwen3.5,
-DeepSeek-R1 distills) are recognised by ``split_query``, which hands the opening tag back to the reply.
+DeepSeek-R1 distills: the prompt ends with ``<think>``) are recognised by ``split_query``, which hands the opening
+tag back to the reply; a ``<think>`` earlier in the prompt is a user's words.
 """
 
 from __future__ import annotations
@@ -112,21 +113,46 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
 Messages = list[dict[str, str]]
 
 # Marked templates, each as (turn header with the role as group 1, the header's bare marker, the end-of-turn marker,
-# role renames). A turn's content runs from its header to the end marker, the next marker or the end of the text.
-_MARKED: list[tuple[re.Pattern, str | None, str, dict[str, str]]] = [
-    (re.compile(r"<\|im_start\|>(\w+)\n?"), "<|im_start|>", "<|im_end|>", {}),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"), "<|start_header_id|>", "<|eot_id|>", {}),
-    (re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", "<end_of_turn>", {"model": "assistant"}),
-    (re.compile(r"<\|(system|user|assistant)\|>\n?"), None, "<|end|>", {}),
+# role renames, the role of text before the first header or None to drop it). A turn's content runs from its header to
+# the end marker, the next marker or the end of the text. The strings are those of the models' own chat templates
+# (``chat_template`` in their tokenizer_config.json):
+# - ChatML (Qwen, SmolLM2): ``<|im_start|>user\n...<|im_end|>``; Phi-4 puts ``<|im_sep|>`` where ChatML has the
+#   newline (microsoft/phi-4: ``'<|im_start|>user<|im_sep|>' + message['content'] + '<|im_end|>'``);
+# - Llama 3 ``<|start_header_id|>user<|end_header_id|>\n\n...<|eot_id|>``; Llama 4 (meta-llama/Llama-4-Scout-17B-16E-
+#   Instruct) ``<|header_start|>user<|header_end|>\n\n...<|eot|>``; Gemma ``<start_of_turn>user\n...<end_of_turn>``;
+#   Granite 3 ``<|start_of_role|>user<|end_of_role|>...<|end_of_text|>``;
+# - DeepSeek-V3 and the DeepSeek-R1 distills (deepseek-ai/DeepSeek-R1-Distill-Llama-8B: ``{{bos_token}}{{ns.system_
+#   prompt}}``, ``'<｜User｜>' + message['content']``, ``'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'``, the
+#   generation prompt ``'<｜Assistant｜><think>\n'``): the system prompt bare between the BOS token and the first turn;
+# - Phi-3 ``<|user|>\n...<|end|>``, and GLM-4 (THUDM/glm-4-9b-chat: ``[gMASK]<sop>``, then
+#   ``<|{{ item['role'] }}|>{{ item['metadata'] }}\n{{ item['content'] }}`` with no end marker; a reply stops at its
+#   stop tokens ``<|user|>``, ``<|observation|>`` or ``<|endoftext|>``; ``observation`` turns are tool output).
+# DeepSeek's tokens are written with fullwidth vertical bars (U+FF5C) and lower one-eighth blocks (U+2581), not ASCII
+_DS_BOS, _DS_EOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
+_DS_USER = "<\uff5cUser\uff5c>"
+_MARKED: list[tuple[re.Pattern, str | None, str, dict[str, str], str | None]] = [
+    (re.compile(r"<\|im_start\|>(\w+)(?:<\|im_sep\|>|\n)?"), "<|im_start|>", "<|im_end|>", {}, None),
+    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"), "<|start_header_id|>", "<|eot_id|>", {}, None),
+    (re.compile(r"<\|header_start\|>(\w+)<\|header_end\|>\n*"), "<|header_start|>", "<|eot|>", {}, None),
+    (re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", "<end_of_turn>", {"model": "assistant"}, None),
+    (re.compile(r"<\|start_of_role\|>(\w+)<\|end_of_role\|>"), "<|start_of_role|>", "<|end_of_text|>", {}, None),
+    (re.compile("<\uff5c(User|Assistant)\uff5c>"), None, _DS_EOS, {}, "system"),
+    (re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, "<|end|>", {}, None),
 ]
 _ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
-# tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply
+# tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply (turn headers
+# included: a reply ends where the next turn starts, and GLM-4's stop tokens are its user and observation headers)
 _END = re.compile(
-    r"<\|im_end\|>|<\|eot_id\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
-    r"|<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|\[INST\]|<pad>|<\|pad\|>|\[PAD\]"
+    r"<\|im_end\|>|<\|eot_id\|>|<\|eot\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
+    f"|{re.escape(_DS_EOS)}|{re.escape(_DS_USER)}"
+    r"|<\|im_start\|>|<\|start_header_id\|>|<\|header_start\|>|<start_of_turn>|<\|start_of_role\|>|\[INST\]"
+    r"|<\|user\|>|<\|observation\|>|<pad>|<\|pad\|>|\[PAD\]"
 )
-_SPECIAL = re.compile(r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]")
+_SPECIAL = re.compile(
+    r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]|\[gMASK\]|<sop>"
+    f"|{re.escape(_DS_BOS)}"
+)
 
 
 def clean_reply(text: str) -> str:
@@ -175,8 +201,11 @@ def drop_assistant_think(prompt: Any) -> Any:
 
 
 def opens_think(prompt: str) -> bool:
-    """Whether a templated prompt ends inside an open think block (its generation prompt opened one)."""
-    return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+    """Whether a templated prompt's generation prompt opened a think block: the prompt ends with ``<think>`` (then
+    only whitespace), as the templates that open one append it after the assistant's header. A ``<think>`` anywhere
+    else is a user's words ("What is the <think> tag for?"): taking it for the open block cut the context there and
+    emptied every reply."""
+    return prompt.rstrip().endswith(THINK_OPEN)
 
 
 def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
@@ -192,17 +221,25 @@ def parse_chat(text: str, partial: bool = False) -> Messages | None:
 
     Linear in the length of ``text``: markers are found with ``str.find`` and regexes that cannot backtrack
     across turns (a backtracking pattern took minutes on ``"[INST]" * 32000``)."""
-    for header, bare, end, renames in _MARKED:
-        turns = _marked_turns(text, header, bare, end, renames, partial)
+    for header, bare, end, renames, lead in _MARKED:
+        turns = _marked_turns(text, header, bare, end, renames, partial, lead)
         if turns:
             return turns
     return _inst_turns(text, partial) or _parse_role_lines(text, partial)
 
 
 def _marked_turns(
-    text: str, header: re.Pattern, bare: str | None, end: str, renames: dict[str, str], partial: bool = False
+    text: str,
+    header: re.Pattern,
+    bare: str | None,
+    end: str,
+    renames: dict[str, str],
+    partial: bool = False,
+    lead_role: str | None = None,
 ) -> Messages:
-    """The turns of one marked template: each header's content, up to the end marker or the next marker."""
+    """The turns of one marked template: each header's content, up to the end marker or the next marker. Text before
+    the first header is the end of a cut-off turn with ``partial``; else a ``lead_role`` message (DeepSeek's bare
+    system prompt) or nothing."""
     heads = list(header.finditer(text))
     out = []
     if partial and heads and text[: heads[0].start()].strip():
@@ -210,6 +247,8 @@ def _marked_turns(
         if (at := lead.find(end)) >= 0:
             lead = lead[:at]
         out.append(_message("user", lead, renames))
+    elif lead_role and heads and (first := _message(lead_role, text[: heads[0].start()], renames))["content"]:
+        out.append(first)
     for i, head in enumerate(heads):
         stop = heads[i + 1].start() if i + 1 < len(heads) else len(text)
         if bare is not None and (at := text.find(bare, head.end(), stop)) >= 0:
@@ -290,8 +329,8 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             reply = clean_reply(reply if window is None else reply[:window])
             head, partial = (prompt, False) if window is None or len(prompt) <= window else (prompt[-window:], True)
             if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
-                opened = head.rfind(THINK_OPEN)
-                return _as_messages(head[:opened] if opened >= 0 else head, partial=partial), THINK_OPEN + reply
+                head = head.rstrip().removesuffix(THINK_OPEN)
+                return _as_messages(head, partial=partial), THINK_OPEN + reply
             return _as_messages(head, partial=partial), reply
     if window is not None and len(query) > 2 * window:
         cut = query.find("\n", len(query) - 2 * window)
@@ -300,7 +339,8 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
         query = query[cut + 1 :]
     messages = parse_chat(query, partial=window is not None and len(query) < full)
     if messages is not None:
-        while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+        # empty turns at the end: a generation prompt, or a stop token that is a turn header (GLM-4's <|user|>)
+        while messages and not messages[-1]["content"]:
             messages.pop()
         if not messages or messages[-1]["role"] != "assistant":
             return None

@@ -3,13 +3,18 @@
 ``compute_score`` is what verl >= 0.7's reward loop (the default, ``reward_model.use_reward_loop: true``) and the
 legacy ``naive`` manager call, one response per call (the reward loop from a thread pool, so it is thread-safe);
 ``compute_score_batch`` is for the legacy ``batch`` manager (``use_reward_loop: false``), which passes numpy
-object arrays. verl hands a reward function the decoded response (``solution_str``) and the dataset row's
-``extra_info``; a PMI reward needs the conversation the response answers, so each row must carry it in
-``extra_info`` under ``context`` (a string, one turn per line), ``messages`` or ``prompt`` (chat messages or a
-string) or ``history`` (a list of turn strings); a row without one gets ``empty_score``, a warning in the log
-and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that flag), which
-every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes
-from is set through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
+object arrays. verl hands a reward function the decoded response (``solution_str``) and ``extra_info``; a PMI
+reward needs the conversation the response answers, read from ``extra_info``: ``context`` (a string, one turn per
+line), ``messages`` or ``prompt`` (chat messages or a string) or ``history`` (a list of turn strings) when the
+dataset row puts one there, else ``raw_prompt``, which verl >= 0.7's reward loop adds by itself when the agent loop
+scores each sample (no colocated reward model): the agent loop keeps the row's prompt messages (the dataset's
+``prompt`` column) as ``extra_fields["raw_prompt"]`` (``verl/experimental/agent_loop/agent_loop.py``) and the reward
+loop's ``naive``, ``rate_limited`` and ``remote`` managers merge those fields into ``extra_info``
+(``verl/experimental/reward_loop/reward_manager/naive.py``), so verl's standard data layout needs no copy. Elsewhere
+(``dapo``, the legacy managers) the row must carry its conversation. A row without any gets ``empty_score``, a
+warning in the log and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that
+flag), which every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes from is set
+through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
@@ -29,7 +34,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from pmi_reward.data.conversation import clean_reply
+from pmi_reward.data.conversation import clean_reply, parse_chat
 from pmi_reward.data.pairs import join_turns
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.path import plain
@@ -45,21 +50,40 @@ Result = dict[str, float]
 logger = logging.getLogger("pmi_reward.rewards.verl")  # by name: verl may load this file as another module
 
 CONTEXT_KEYS = ("context", "messages", "prompt", "history")
+# verl >= 0.7's reward loop puts the row's prompt messages in extra_info under this key (agent_loop.py
+# ``_agent_loop_postprocess``: ``output.extra_fields["raw_prompt"] = kwargs["raw_prompt"]``; reward_loop/
+# reward_manager/naive.py ``run_single``: ``extra_info.update(tool_extra_fields.items())``); read after CONTEXT_KEYS
+RAW_PROMPT_KEY = "raw_prompt"
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
 
 
+def _conversation(value: Any) -> Any:
+    """A conversation field as the reward reads it (a list of turn strings joined one per line), or None when it
+    is empty and holds none."""
+    value = plain(value)
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        return join_turns(value)
+    if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+        return None
+    return value
+
+
 def context_of(extra_info: Any) -> Any:
-    """The conversation a response answers, from a row's ``extra_info`` (None when it holds none)."""
+    """The conversation a response answers, from ``extra_info`` (None when it holds none): the first non-empty of
+    ``CONTEXT_KEYS`` (what the dataset row carries), else verl >= 0.7's ``raw_prompt``. ``raw_prompt`` is the row's
+    chat messages (verl's ``RLHFDataset._build_messages``, a list or numpy array of ``{role, content}`` dicts, content
+    a string or text/image parts), returned as messages: the reward path reads them as any prompt (system messages
+    only with ``include_system``). A string there is parsed as a chat-templated prompt when it is one."""
     if not isinstance(extra_info, Mapping):
         return None
     for key in CONTEXT_KEYS:
-        value = plain(extra_info.get(key))
-        if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-            return join_turns(value)
-        if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
-            continue  # an empty field holds no conversation: the next key may
-        return value
-    return None
+        value = _conversation(extra_info.get(key))
+        if value is not None:  # an empty field holds no conversation: the next key may
+            return value
+    raw = plain(extra_info.get(RAW_PROMPT_KEY))
+    if isinstance(raw, str) and raw.strip():
+        return parse_chat(raw) or raw
+    return _conversation(raw)
 
 
 _LOADING = threading.Lock()
@@ -150,10 +174,11 @@ def _warn_missing(info: Any, n: int, total: int) -> None:
     logger.log(
         logging.DEBUG if _warned else logging.WARNING,
         "pmi_reward verl: %d of %d responses come without a conversation in extra_info (one of %s; this row has %s); "
-        "they get empty_score. Put the prompt's conversation in each row's extra_info.",
+        "they get empty_score. Put the prompt's conversation in each row's extra_info (verl >= 0.7's reward loop "
+        "adds raw_prompt by itself; the legacy managers and the reward loop's dapo manager do not).",
         n,
         total,
-        "/".join(CONTEXT_KEYS),
+        "/".join((*CONTEXT_KEYS, RAW_PROMPT_KEY)),
         keys,
     )
     _warned.append(True)
