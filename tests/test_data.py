@@ -272,3 +272,6 @@ def test_a_saved_dataset_dict_folder_is_named_with_the_split_to_give(tmp_path):
     datasets.DatasetDict({"train": split}).save_to_disk(str(tmp_path / "dd"))
     with pytest.raises(DataError, match=r"a DatasetDict folder \(splits \['train'\]\).*dd/train"):
         load_dialogues(tmp_path / "dd")
+    datasets.DatasetDict({}).save_to_disk(str(tmp_path / "empty"))
+    with pytest.raises(DataError, match="no splits"):
+        load_dialogues(tmp_path / "empty")

@@ -604,3 +604,12 @@ def test_a_scorer_answer_of_the_wrong_length_fails_no_merged_request():
         assert np.isnan(bad.result(5)).all()
     finally:
         batcher.close(5)
+
+
+@pytest.mark.parametrize("name", ["queue_timeout", "request_timeout", "drain_timeout", "idle_timeout"])
+@pytest.mark.parametrize("value", [0.0, float("inf"), float("nan"), threading.TIMEOUT_MAX * 2])
+def test_timeouts_a_wait_cannot_take_are_refused(name, value):
+    """A condition's wait takes at most threading.TIMEOUT_MAX: --queue_timeout inf raised in the accept loop, and
+    every connection over the cap was closed unanswered instead of getting its 503."""
+    with pytest.raises(ValueError, match=f"{name} must be > 0 and at most"):
+        ServerConfig(**{name: value})

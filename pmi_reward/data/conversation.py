@@ -151,7 +151,7 @@ _END = re.compile(
 )
 _SPECIAL = re.compile(
     r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]|\[gMASK\]|<sop>"
-    f"|{re.escape(_DS_BOS)}"
+    f"|{re.escape(_DS_BOS)}|{re.escape(_DS_EOS)}"  # DeepSeek pads with its end token: left padding before the turns
 )
 
 
@@ -201,11 +201,12 @@ def drop_assistant_think(prompt: Any) -> Any:
 
 
 def opens_think(prompt: str) -> bool:
-    """Whether a templated prompt's generation prompt opened a think block: the prompt ends with ``<think>`` (then
-    only whitespace), as the templates that open one append it after the assistant's header. A ``<think>`` anywhere
-    else is a user's words ("What is the <think> tag for?"): taking it for the open block cut the context there and
-    emptied every reply."""
-    return prompt.rstrip().endswith(THINK_OPEN)
+    """Whether a templated prompt's generation prompt opened a think block: its last ``<think>`` is not closed and no
+    end-of-turn or turn marker follows it (the templates that open one append it after the assistant's header, maybe
+    with reasoning prefilled after it). A ``<think>`` in an earlier turn is a user's words ("What is the <think> tag
+    for?"): taking it for the open block cut the context there and emptied every reply."""
+    opened = prompt.rfind(THINK_OPEN)
+    return opened > prompt.rfind(THINK_CLOSE) and _END.search(prompt, opened) is None
 
 
 def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
@@ -329,8 +330,8 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             reply = clean_reply(reply if window is None else reply[:window])
             head, partial = (prompt, False) if window is None or len(prompt) <= window else (prompt[-window:], True)
             if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
-                head = head.rstrip().removesuffix(THINK_OPEN)
-                return _as_messages(head, partial=partial), THINK_OPEN + reply
+                opened = head.rfind(THINK_OPEN)
+                return _as_messages(head[:opened] if opened >= 0 else head, partial=partial), THINK_OPEN + reply
             return _as_messages(head, partial=partial), reply
     if window is not None and len(query) > 2 * window:
         cut = query.find("\n", len(query) - 2 * window)
@@ -339,8 +340,11 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
         query = query[cut + 1 :]
     messages = parse_chat(query, partial=window is not None and len(query) < full)
     if messages is not None:
-        # empty turns at the end: a generation prompt, or a stop token that is a turn header (GLM-4's <|user|>)
-        while messages and not messages[-1]["content"]:
+        # empty turns at the end: a stop token that is a turn header (GLM-4's <|user|>) after the reply, then a
+        # generation prompt (an empty reply: never the assistant turn before it)
+        while messages and not messages[-1]["content"] and messages[-1]["role"] != "assistant":
+            messages.pop()
+        while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
             messages.pop()
         if not messages or messages[-1]["role"] != "assistant":
             return None

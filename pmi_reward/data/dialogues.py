@@ -132,6 +132,8 @@ def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None
         import datasets
 
         saved = datasets.load_from_disk(str(source))
+        if isinstance(saved, datasets.DatasetDict) and not saved:
+            raise DataError(f"{source}: a DatasetDict folder with no splits: no dialogues")
         if isinstance(saved, datasets.DatasetDict):
             raise DataError(
                 f"{source}: a DatasetDict folder (splits {sorted(saved)}); give one split's folder, "

@@ -7,7 +7,8 @@ here with the same options. So for the same scorer and options both return the s
 a coroutine: TRL detects it and gathers it with the other async reward functions. Requests retry on connection errors,
 timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
 sample and logs a warning, or raises with ``on_failure="raise"``. Requests go straight to the server, never through
-``$http_proxy`` / ``$https_proxy``, so the API key is not handed to a proxy (OpenRLHF's own client ignores them too).
+``$http_proxy`` / ``$https_proxy``, so the API key is not handed to a proxy (OpenRLHF >= 0.9.1's aiohttp client
+ignores them too; 0.9.0's ``requests`` used them).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import threading
 from dataclasses import dataclass, field
 
 __all__ = ["ServerConfig", "is_loopback"]
@@ -103,5 +104,6 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         for name in ("request_timeout", "drain_timeout", "idle_timeout", "queue_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
+            # a condition's wait takes at most threading.TIMEOUT_MAX: inf raised in the accept loop, unanswered
+            if not 0 < getattr(self, name) <= threading.TIMEOUT_MAX:
+                raise ValueError(f"{name} must be > 0 and at most {threading.TIMEOUT_MAX:g} s")

@@ -7,7 +7,7 @@ one well-formed ``Content-Length`` and no ``Transfer-Encoding`` (no request smug
 JSON values are counted before it is parsed (``json_values``: the parser holds the interpreter lock). Every
 answer is JSON with a status line, errors as ``{"error": message, "status": code}``; each request is logged once
 at INFO on ``pmi_reward.serving.access`` (client, method, path, status, items, milliseconds; never a body or key).
-A connection over the server's cap waits in the listen backlog for a free slot (the accept loop waits in the app's
+A connection over the server's cap is held by the accept loop until a slot frees (it waits in the app's
 ``_admit``), up to its ``queue_timeout``; one still over the cap then, and every new one while the server drains,
 gets a ``503`` from ``Refuser`` without a thread of its own.
 """

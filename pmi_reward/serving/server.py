@@ -60,7 +60,7 @@ class RewardServer:
         self._lock = threading.Condition()
         self._connections: dict[socket.socket, bool] = {}  # open connection -> busy with a request
         self._deadlines: dict[socket.socket, float] = {}  # connection -> when it must have sent its request
-        self._full_since: float | None = None  # when the cap was reached with a connection waiting, none admitted since
+        self._full_since: float | None = None  # when a connection first found the cap full, none admitted since
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
@@ -142,9 +142,10 @@ class RewardServer:
         connection per sample, the whole rollout's at once, and verl's reward loop calls from up to 256 threads, so
         a 503 at once failed samples that a moment's wait would have served. Meanwhile the connections behind this
         one wait unaccepted in the kernel's listen backlog, with no thread. The wait is bounded by ``queue_timeout``
-        from when the cap was reached, not from this connection's accept: once the server has been full that long
-        (overloaded, or its clients stuck), each new connection is refused at once until one closes, rather than
-        every queued one waiting ``queue_timeout`` in turn. ``close()`` wakes the wait, to refuse it at once."""
+        from when a connection first found the server full, not from each one's accept: once the server has been
+        full that long (overloaded, or its clients stuck), each new connection is refused at once until one closes,
+        rather than every queued one waiting ``queue_timeout`` in turn. ``close()`` wakes the wait, to refuse it at
+        once."""
         cap = self.config.max_connections
         with self._lock:
             if not self.closing and len(self._connections) >= cap:
