@@ -192,3 +192,19 @@ def test_a_local_model_folder_is_cached_by_its_files_not_its_name(tmp_path, monk
     os.utime(weights, ns=(1, 1))
     assert EncoderSpec(model="./enc").fingerprint("mean") != keys[1]
     assert '"model": "minilm"' in EncoderSpec(model="minilm").fingerprint("mean")
+
+
+def test_a_folder_named_like_a_shipped_model_does_not_take_its_cache_key(tmp_path, monkeypatch, tokenizer):
+    """Beside a ``./minilm`` folder, ``"minilm"`` (which loads the shipped MiniLM, as ``resolve_model`` and
+    ``model_identity`` read it) was stamped as that folder, so the two shared cache keys and read each other's
+    embeddings. A shipped name keeps the key it has elsewhere; the path is the folder's."""
+    from pmi_reward.scoring.encoder import EncoderSpec
+
+    elsewhere = EncoderSpec(model="minilm").fingerprint("mean")
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "minilm" / "model.safetensors").write_bytes(b"my own MiniLM")
+    monkeypatch.chdir(tmp_path)
+    shipped, folder = EncoderSpec(model="minilm").fingerprint("mean"), EncoderSpec(model="./minilm").fingerprint("mean")
+    assert shipped == elsewhere and shipped != folder and str(tmp_path.resolve() / "minilm") in folder
+    (tmp_path / "all-MiniLM-L6-v2").mkdir()  # an alias of a shipped model, too
+    assert str(tmp_path.resolve()) not in EncoderSpec(model="all-MiniLM-L6-v2").fingerprint("mean")

@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .cache import EmbeddingCache, cache_key
-from .models import default_pooling, load_backbone, load_tokenizer, native_bf16, pad_token_ids
+from .models import default_pooling, load_backbone, load_tokenizer, native_bf16, pad_token_ids, shipped_name
 from .templates import fill
 
 if TYPE_CHECKING:
@@ -121,10 +121,11 @@ class EncoderSpec:
 
         return plain(self) == plain(other)
 
-    def fingerprint(self, pooling: str) -> str:
+    def fingerprint(self, pooling: str, commit: str | None = None) -> str:
         """What identifies the embeddings in the cache: every setting but the batch size, and the backend and
         quantization where they are not the defaults (so that caches written since v1 stay valid, and the fast
-        path's embeddings never mix with float32 torch ones)."""
+        path's embeddings never mix with float32 torch ones). ``commit``: the Hub commit the pretrained weights were
+        read from (a Hub id names a branch, whose next commit's embeddings must not be served this one's)."""
         settings = {k: v for k, v in self.to_dict().items() if k != "encode_batch_size"}
         if settings["revision"] is None:  # pretrained weights: the keys of caches written before revisions existed
             del settings["revision"]
@@ -132,7 +133,7 @@ class EncoderSpec:
             if settings[key] == EncoderSpec.__dataclass_fields__[key].default:
                 del settings[key]
         if "revision" not in settings:  # pretrained weights: a local folder's are told apart by its files
-            settings["model"] = _model_stamp(self.model)
+            settings["model"] = f"{self.model}@{commit}" if commit else _model_stamp(self.model)
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
 
 
@@ -142,9 +143,11 @@ LOCAL_ENCODER = "./encoder"  # the encoder's model name when its (fine-tuned) we
 def _model_stamp(model: str) -> str:
     """A model folder by its absolute path and its files' names, sizes and times (two projects' ``./model`` and a
     checkpoint retrained in place got the same cache keys, so stale or foreign embeddings); any other name (a shipped
-    model, a Hub id, a fine-tuned encoder named by its revision) as it is."""
+    model, a Hub id, a fine-tuned encoder named by its revision) as it is. A shipped name is a shipped model even
+    beside a folder of that name, as ``resolve_model`` loads it (a ``./minilm`` folder gave ``minilm`` its key, and
+    the two read each other's embeddings)."""
     path = Path(model)
-    if model == LOCAL_ENCODER or not path.is_dir():
+    if model == LOCAL_ENCODER or shipped_name(model) is not None or not path.is_dir():
         return model
     files = sorted(p for p in path.rglob("*") if p.is_file())
     stamp = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
@@ -221,7 +224,11 @@ def _tokenizing(method: Callable) -> Callable:
 
 
 class TextEncoder:
-    """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out."""
+    """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out.
+
+    ``model`` and ``tokenizer`` are instances already loaded (else loaded by ``spec.model``'s name); the default
+    pooling is then read from ``model``'s config. ``commit``: the Hub commit they were read from, for a ``spec.model``
+    that is a Hub id (``PMIScorer.from_pretrained`` resolves its snapshot): it joins the embeddings' cache key."""
 
     def __init__(
         self,
@@ -230,10 +237,12 @@ class TextEncoder:
         device: str | None = None,
         model=None,
         tokenizer=None,
+        commit: str | None = None,
     ) -> None:
         self.device = default_device(device)
         self.spec = spec = spec.on(self.device)
-        self.pooling = spec.pooling or default_pooling(spec.model)
+        self.pooling = spec.pooling or default_pooling(spec.model, getattr(model, "config", None))
+        self.commit = commit
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
         self.tokenizer.padding_side = "right"
         self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
@@ -250,7 +259,7 @@ class TextEncoder:
             )
         self.cache = cache
         self.stats = _Stats()
-        self._fingerprint = spec.fingerprint(self.pooling)
+        self._fingerprint = spec.fingerprint(self.pooling, commit)
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
 
     def __getstate__(self) -> dict:
@@ -258,7 +267,7 @@ class TextEncoder:
         return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_onnx")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"commit": None, **state})  # a copy made before commits were kept: none
         self._tokenizer_lock, self._onnx = threading.RLock(), None
 
     @property
@@ -276,9 +285,12 @@ class TextEncoder:
 
     def adopt(self, spec: EncoderSpec) -> None:
         """Describe the (e.g. fine-tuned) weights this encoder now holds by ``spec``; cache keys follow it, and an ONNX
-        session exported from the weights it held before (e.g. for a warm-up round) is rebuilt on next use."""
+        session exported from the weights it held before (e.g. for a warm-up round) is rebuilt on next use. The Hub
+        commit stays only while ``spec`` names the same model."""
+        if spec.model != self.spec.model:
+            self.commit = None
         self.spec = spec
-        self._fingerprint = spec.fingerprint(self.pooling)
+        self._fingerprint = spec.fingerprint(self.pooling, self.commit)
         self._onnx = None
 
     def set_batch_size(self, encode_batch_size: int | None) -> None:
