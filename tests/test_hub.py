@@ -5,7 +5,6 @@ remote, and the model card."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import socket
 from pathlib import Path
@@ -221,9 +220,6 @@ def test_a_scorer_with_its_own_encoder_goes_through_the_hub(tmp_path, tiny_encod
     np.testing.assert_allclose(loaded.score(CONTEXTS, REPLIES), scorer.score(CONTEXTS, REPLIES), atol=1e-5)
 
 
-# -- a scorer whose encoder is named by a Hub id ------------------------------------------------------------------
-
-
 @pytest.fixture
 def no_network(monkeypatch):
     """Every name look-up and connection attempt recorded and refused (the Hub's endpoint a local port): "offline"
@@ -242,161 +238,6 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
     return attempts
-
-
-def _hub_encoder(tiny_model_factory, seed: int):
-    """Tiny BERT weights of their own (``seed``), as one commit of an encoder repo holds them."""
-    model = tiny_model_factory("bert")
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=generator))
-    return model
-
-
-def _publish_encoder(cache: Path, tmp_path: Path, commit: str, model, tokenizer, repo_id: str = "org/enc") -> None:
-    """``model`` and ``tokenizer`` as commit ``commit`` of ``repo_id``'s main branch in the Hub cache ``cache``."""
-    source = tmp_path / f"{repo_id.replace('/', '-')}-{commit[:4]}"
-    model.save_pretrained(source)
-    tokenizer.save_pretrained(source)
-    _commit(cache, repo_id, commit, source)
-
-
-def _scorer_on_hub_encoder(tmp_path: Path, model, tokenizer, repo_id: str = "org/enc") -> tuple[PMIScorer, Path]:
-    """A scorer whose encoder is ``repo_id`` (holding ``model``), saved to a directory with its pooling left to the
-    encoder's config (``pooling: null``, as a Hub-id scorer may be saved); the scorer and the directory."""
-    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
-
-    encoder = TextEncoder(EncoderSpec(model=repo_id, max_length=64), device="cpu", model=model, tokenizer=tokenizer)
-    scorer = _scorer(encoder, 0)
-    directory = scorer.save_pretrained(tmp_path / "scorer")
-    config = json.loads((directory / "config.json").read_text())
-    assert config["encoder"]["model"] == repo_id and config["encoder"]["pooling"] is None
-    return scorer, directory
-
-
-def test_a_hub_encoder_is_read_with_the_scorers_hub_options(tmp_path, tiny_model_factory, tokenizer, monkeypatch):
-    """The encoder named by a Hub id was loaded by transformers with none of from_pretrained's Hub options: a custom
-    ``hub_cache_dir`` holding scorer and encoder failed offline, and ``token`` never reached it. Now its snapshot is
-    resolved with the scorer's token and cache, at the encoder repo's own main branch (``revision`` is the scorer
-    repo's); the spec keeps the Hub id, so that a re-save writes it."""
-    cache = tmp_path / "hub"
-    model = _hub_encoder(tiny_model_factory, 1)
-    _publish_encoder(cache, tmp_path, COMMIT_A, model, tokenizer)
-    scorer, directory = _scorer_on_hub_encoder(tmp_path, model, tokenizer)
-    _commit(cache, "org/scorer", COMMIT_B, directory, ref="v1")  # the scorer's revision: a tag the encoder lacks
-    real, calls = huggingface_hub.snapshot_download, []
-
-    def spy(repo_id, **kwargs):
-        calls.append((repo_id, kwargs))
-        return real(repo_id, **kwargs)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", spy)
-    loaded = PMIScorer.from_pretrained(
-        "org/scorer", device="cpu", revision="v1", token="hf_secret", hub_cache_dir=cache
-    )
-    np.testing.assert_allclose(loaded.score(CONTEXTS, REPLIES), scorer.score(CONTEXTS, REPLIES), atol=1e-5)
-    assert loaded.encoder.pooling == "mean"  # by the snapshot's config, not a look-up of the id
-    encoder_calls = [kwargs for repo_id, kwargs in calls if repo_id == "org/enc"]
-    assert encoder_calls and all(
-        kw["token"] == "hf_secret" and Path(kw["cache_dir"]) == cache and kw["revision"] is None for kw in encoder_calls
-    )
-    assert loaded.encoder.spec.model == "org/enc"
-    resaved = json.loads((loaded.save_pretrained(tmp_path / "resaved") / "config.json").read_text())
-    assert resaved["encoder"]["model"] == "org/enc"
-    # missing from that cache: a ScorerLoadError naming the encoder, not transformers' OSError
-    config = json.loads((directory / "config.json").read_text())
-    config["encoder"]["model"] = "org/absent"
-    (directory / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ScorerLoadError, match=r"its encoder org/absent: revision main .* is not in the Hugging Face"):
-        PMIScorer.from_pretrained(directory, device="cpu", hub_cache_dir=cache)
-
-
-def test_local_files_only_loads_a_hub_encoder_without_a_request(
-    tmp_path, tiny_model_factory, tokenizer, monkeypatch, no_network
-):
-    """``local_files_only=True`` (HF_HUB_OFFLINE unset) kept the scorer offline, but transformers still sent the
-    encoder's id to the Hub (four requests to a stand-in server). Now nothing connects, and a missing encoder says
-    so."""
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    cache = tmp_path / "hub"
-    model = _hub_encoder(tiny_model_factory, 1)
-    _publish_encoder(cache, tmp_path, COMMIT_A, model, tokenizer)
-    scorer, directory = _scorer_on_hub_encoder(tmp_path, model, tokenizer)
-    loaded = PMIScorer.from_pretrained(directory, device="cpu", hub_cache_dir=cache, local_files_only=True)
-    np.testing.assert_allclose(loaded.score(CONTEXTS, REPLIES), scorer.score(CONTEXTS, REPLIES), atol=1e-5)
-    with pytest.raises(ScorerLoadError, match="with local_files_only=True nothing is downloaded"):
-        PMIScorer.from_pretrained(directory, device="cpu", hub_cache_dir=tmp_path / "empty", local_files_only=True)
-    assert no_network == []
-
-
-def test_a_hub_encoder_fetches_only_what_transformers_reads(tmp_path, tiny_model_factory, tokenizer, monkeypatch):
-    """Online, the encoder's snapshot holds its config, tokenizer and safetensors weights, not the repo's other
-    copies of the weights (a sentence-transformers repo: ONNX, OpenVINO, TensorFlow, PyTorch; 10x the size); a repo
-    with PyTorch weights alone gets those, at the same commit. The Hub is a fake ``snapshot_download``."""
-    from huggingface_hub.utils import filter_repo_objects
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    cache, remote = tmp_path / "hub", tmp_path / "remote"
-    model = _hub_encoder(tiny_model_factory, 1)
-    for name in ("org/enc", "org/old-enc"):
-        (remote / name).mkdir(parents=True)
-        model.config.save_pretrained(remote / name)
-        tokenizer.save_pretrained(remote / name)
-        (remote / name / "onnx").mkdir()
-        (remote / name / "onnx" / "model.onnx").write_bytes(b"onnx")
-        (remote / name / "tf_model.h5").write_bytes(b"tf")
-    model.save_pretrained(remote / "org/enc")
-    (remote / "org/enc" / "pytorch_model.bin").write_bytes(b"a second copy")
-    torch.save(model.state_dict(), remote / "org/old-enc" / "pytorch_model.bin")
-    calls = []
-
-    def fake_snapshot_download(repo_id, *, revision=None, cache_dir=None, allow_patterns=None, **kwargs):
-        calls.append((repo_id, revision, kwargs["local_files_only"]))
-        assert revision in (None, COMMIT_A)
-        snapshot = Path(cache_dir) / ("models--" + repo_id.replace("/", "--")) / "snapshots" / COMMIT_A
-        files = [p.relative_to(remote / repo_id).as_posix() for p in (remote / repo_id).rglob("*") if p.is_file()]
-        for name in filter_repo_objects(files, allow_patterns=allow_patterns):
-            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(remote / repo_id / name, snapshot / name)
-        return str(snapshot)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    scorer, directory = _scorer_on_hub_encoder(tmp_path, model, tokenizer)
-    expected = scorer.score(CONTEXTS, REPLIES)
-    for name in ("org/enc", "org/old-enc"):
-        config = json.loads((directory / "config.json").read_text())
-        config["encoder"]["model"] = name
-        (directory / "config.json").write_text(json.dumps(config))
-        loaded = PMIScorer.from_pretrained(directory, device="cpu", hub_cache_dir=cache)
-        np.testing.assert_allclose(loaded.score(CONTEXTS, REPLIES), expected, atol=1e-5)
-        snapshot = cache / ("models--" + name.replace("/", "--")) / "snapshots" / COMMIT_A
-        fetched = sorted(p.name for p in snapshot.rglob("*") if p.is_file())
-        assert "config.json" in fetched and "tokenizer.json" in fetched
-        assert not {"model.onnx", "tf_model.h5"} & set(fetched)
-        weights = "model.safetensors" if name == "org/enc" else "pytorch_model.bin"
-        assert [f for f in fetched if f.endswith((".safetensors", ".bin"))] == [weights]
-    assert calls == [("org/enc", None, False), ("org/old-enc", None, False), ("org/old-enc", COMMIT_A, False)]
-
-
-def test_a_hub_encoders_embeddings_are_cached_by_its_commit(tmp_path, tiny_model_factory, tokenizer, monkeypatch):
-    """The cache key of a Hub-id encoder was the id alone: after a new commit to the encoder repo, the embedding
-    cache served the old commit's embeddings, scored with the new weights. Its commit is in the key now."""
-    cache, embeddings = tmp_path / "hub", tmp_path / "embeddings"
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))  # the default cache, as most use it
-    _publish_encoder(cache, tmp_path, COMMIT_A, _hub_encoder(tiny_model_factory, 1), tokenizer)
-    _, directory = _scorer_on_hub_encoder(tmp_path, _hub_encoder(tiny_model_factory, 1), tokenizer)
-    before = PMIScorer.from_pretrained(directory, device="cpu", cache_dir=embeddings)
-    at_a = before.score(CONTEXTS, REPLIES)
-    _publish_encoder(cache, tmp_path, COMMIT_B, _hub_encoder(tiny_model_factory, 2), tokenizer)  # a new commit
-    fresh = PMIScorer.from_pretrained(directory, device="cpu").score(CONTEXTS, REPLIES)
-    assert not np.allclose(fresh, at_a, atol=1e-4)
-    after = PMIScorer.from_pretrained(directory, device="cpu", cache_dir=embeddings)
-    np.testing.assert_allclose(after.score(CONTEXTS, REPLIES), fresh, atol=1e-5)
-    assert after.encoder.stats.cache_hits == 0 and after.encoder._fingerprint != before.encoder._fingerprint
-    again = PMIScorer.from_pretrained(directory, device="cpu", cache_dir=embeddings)
-    again.score(CONTEXTS, REPLIES)
-    assert again.encoder.stats.cache_hits > 0  # the same commit still reads its own cached embeddings
 
 
 def test_an_unreachable_hub_is_not_blamed_on_local_files_only(tmp_path, monkeypatch, no_network):

@@ -121,11 +121,10 @@ class EncoderSpec:
 
         return plain(self) == plain(other)
 
-    def fingerprint(self, pooling: str, commit: str | None = None) -> str:
+    def fingerprint(self, pooling: str) -> str:
         """What identifies the embeddings in the cache: every setting but the batch size, and the backend and
         quantization where they are not the defaults (so that caches written since v1 stay valid, and the fast
-        path's embeddings never mix with float32 torch ones). ``commit``: the Hub commit the pretrained weights were
-        read from (a Hub id names a branch, whose next commit's embeddings must not be served this one's)."""
+        path's embeddings never mix with float32 torch ones)."""
         settings = {k: v for k, v in self.to_dict().items() if k != "encode_batch_size"}
         if settings["revision"] is None:  # pretrained weights: the keys of caches written before revisions existed
             del settings["revision"]
@@ -133,7 +132,7 @@ class EncoderSpec:
             if settings[key] == EncoderSpec.__dataclass_fields__[key].default:
                 del settings[key]
         if "revision" not in settings:  # pretrained weights: a local folder's are told apart by its files
-            settings["model"] = f"{self.model}@{commit}" if commit else _model_stamp(self.model)
+            settings["model"] = _model_stamp(self.model)
         return json.dumps({**settings, "pooling": pooling, "batch_size": None}, sort_keys=True)
 
 
@@ -224,11 +223,7 @@ def _tokenizing(method: Callable) -> Callable:
 
 
 class TextEncoder:
-    """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out.
-
-    ``model`` and ``tokenizer`` are instances already loaded (else loaded by ``spec.model``'s name); the default
-    pooling is then read from ``model``'s config. ``commit``: the Hub commit they were read from, for a ``spec.model``
-    that is a Hub id (``PMIScorer.from_pretrained`` resolves its snapshot): it joins the embeddings' cache key."""
+    """Embeds texts or (context, response) prompts with a frozen model; float32 numpy out."""
 
     def __init__(
         self,
@@ -237,12 +232,10 @@ class TextEncoder:
         device: str | None = None,
         model=None,
         tokenizer=None,
-        commit: str | None = None,
     ) -> None:
         self.device = default_device(device)
         self.spec = spec = spec.on(self.device)
-        self.pooling = spec.pooling or default_pooling(spec.model, getattr(model, "config", None))
-        self.commit = commit
+        self.pooling = spec.pooling or default_pooling(spec.model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
         self.tokenizer.padding_side = "right"
         self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
@@ -259,7 +252,7 @@ class TextEncoder:
             )
         self.cache = cache
         self.stats = _Stats()
-        self._fingerprint = spec.fingerprint(self.pooling, commit)
+        self._fingerprint = spec.fingerprint(self.pooling)
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
 
     def __getstate__(self) -> dict:
@@ -267,7 +260,7 @@ class TextEncoder:
         return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_onnx")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update({"commit": None, **state})  # a copy made before commits were kept: none
+        self.__dict__.update(state)
         self._tokenizer_lock, self._onnx = threading.RLock(), None
 
     @property
@@ -285,12 +278,9 @@ class TextEncoder:
 
     def adopt(self, spec: EncoderSpec) -> None:
         """Describe the (e.g. fine-tuned) weights this encoder now holds by ``spec``; cache keys follow it, and an ONNX
-        session exported from the weights it held before (e.g. for a warm-up round) is rebuilt on next use. The Hub
-        commit stays only while ``spec`` names the same model."""
-        if spec.model != self.spec.model:
-            self.commit = None
+        session exported from the weights it held before (e.g. for a warm-up round) is rebuilt on next use."""
         self.spec = spec
-        self._fingerprint = spec.fingerprint(self.pooling, self.commit)
+        self._fingerprint = spec.fingerprint(self.pooling)
         self._onnx = None
 
     def set_batch_size(self, encode_batch_size: int | None) -> None:

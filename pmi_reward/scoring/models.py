@@ -224,22 +224,19 @@ def resolve_model(name: str) -> str:
     return str(target)
 
 
-def default_pooling(name: str, config: Any = None) -> str:
-    """``mean`` for bidirectional encoders, ``last`` for decoder LMs; by ``config`` (the config of the weights
-    already loaded, e.g. from a Hub snapshot) where given, so that ``name`` is not looked up again."""
+def default_pooling(name: str) -> str:
+    """``mean`` for bidirectional encoders, ``last`` for decoder LMs."""
     key = shipped_name(name)
     if key is not None:
         return SHIPPED[key].pooling
-    return "last" if is_decoder(name, config) else "mean"
+    return "last" if is_decoder(name) else "mean"
 
 
-def is_decoder(name: str, config: Any = None) -> bool:
-    """Whether the model is a causal LM (by its config: ``config``, or ``name``'s), so that last-token pooling is the
-    right choice."""
-    if config is None:
-        from transformers import AutoConfig
+def is_decoder(name: str) -> bool:
+    """Whether the model is a causal LM (by its config), so that last-token pooling is the right choice."""
+    from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(resolve_model(name))
+    config = AutoConfig.from_pretrained(resolve_model(name))
     archs = getattr(config, "architectures", None) or []
     return bool(getattr(config, "is_decoder", False)) or any("CausalLM" in a for a in archs)
 

@@ -29,7 +29,7 @@ from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
-from .models import hub_id_form, shipped_name
+from .models import shipped_name
 from .templates import PromptTemplate
 
 __all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER"]
@@ -247,11 +247,9 @@ class PMIScorer:
     ) -> PMIScorer:
         """Load a saved scorer from a directory or a Hugging Face Hub repo id (``org/name``; ``revision``, ``token``,
         ``hub_cache_dir`` and ``local_files_only`` as in ``huggingface_hub``, which also honours
-        ``HF_HUB_OFFLINE=1``). An encoder the scorer names by a Hub id is read from the Hub cache with the same
-        ``token``, ``hub_cache_dir`` and offline mode, at its own repo's main branch (``revision`` is the scorer
-        repo's). ``cache_dir`` is the embedding cache. ``runtime`` chooses how this machine runs the encoder
-        (``backend``, ``quantize``, ``dtype``, ``encode_batch_size``: ``EncoderSpec``); ``encoder`` shares one
-        already loaded (same model and settings)."""
+        ``HF_HUB_OFFLINE=1``). ``cache_dir`` is the embedding cache. ``runtime`` chooses how this machine runs the
+        encoder (``backend``, ``quantize``, ``dtype``, ``encode_batch_size``: ``EncoderSpec``); ``encoder`` shares
+        one already loaded (same model and settings)."""
         bad = sorted(set(runtime) - set(RUNTIME_FIELDS))
         if bad:
             raise TypeError(f"unexpected arguments {bad}; the encoder's runtime options are {list(RUNTIME_FIELDS)}")
@@ -289,9 +287,6 @@ class PMIScorer:
             source=str(directory),
             metadata=cls.read_metadata(directory),
             directory=directory,
-            token=token,
-            hub_cache_dir=hub_cache_dir,
-            local_files_only=local_files_only,
         )
         scorer.saved_dtype = saved_dtype
         return scorer
@@ -307,14 +302,9 @@ class PMIScorer:
         source: str = "<config>",
         metadata: dict | None = None,
         directory: str | Path | None = None,
-        *,
-        token: str | bool | None = None,
-        hub_cache_dir: str | Path | None = None,
-        local_files_only: bool = False,
     ) -> PMIScorer:
         """Build a scorer from a config dict (as in config.json) and the head's tensors; ``directory`` is where a
-        fine-tuned encoder's weights live (the scorer's own directory); ``token``, ``hub_cache_dir`` and
-        ``local_files_only`` read an encoder named by a Hub id (``from_pretrained``)."""
+        fine-tuned encoder's weights live (the scorer's own directory)."""
         try:
             spec = EncoderSpec.from_dict(config["encoder"])
             template = PromptTemplate.from_dict(config["template"])
@@ -331,8 +321,7 @@ class PMIScorer:
         spec = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
         if encoder is None:
             cache = EmbeddingCache(cache_dir) if cache_dir else None
-            weights = _encoder_weights(spec, directory, source, token, hub_cache_dir, local_files_only)
-            encoder = TextEncoder(spec, cache=cache, device=device, **weights)
+            encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(spec, directory, source))
         elif not encoder.spec.embeds_like(spec):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         if metadata is None:
@@ -345,43 +334,16 @@ class PMIScorer:
         return scorer
 
 
-def _encoder_weights(
-    spec: EncoderSpec,
-    directory: str | Path | None,
-    source: str,
-    token: str | bool | None = None,
-    hub_cache_dir: str | Path | None = None,
-    local_files_only: bool = False,
-) -> dict:
-    """``TextEncoder``'s model and tokenizer where its name alone would not find them as the scorer was loaded: a
-    fine-tuned encoder saved inside the scorer directory (``./encoder``); an encoder named by a Hub id, read from its
-    snapshot in the Hub cache with the scorer's ``token``, ``hub_cache_dir`` and offline mode (transformers, handed
-    the id, ignored them: requests despite ``local_files_only``, no token, the default cache), with the snapshot's
-    commit for the cache key. None for a shipped model or a local folder, which load by name as before."""
+def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str) -> dict:
+    """The model and tokenizer of a fine-tuned encoder saved inside the scorer directory (none for a named one)."""
+    if spec.model != LOCAL_ENCODER:
+        return {}
+    path = Path(directory or "") / LOCAL_ENCODER
+    if directory is None or not (path / "config.json").is_file():
+        raise ScorerLoadError(f"{source}: its fine-tuned encoder should be in {path}, which is missing")
     from .models import load_backbone, load_tokenizer
 
-    if spec.model == LOCAL_ENCODER:
-        path = Path(directory or "") / LOCAL_ENCODER
-        if directory is None or not (path / "config.json").is_file():
-            raise ScorerLoadError(f"{source}: its fine-tuned encoder should be in {path}, which is missing")
-        return {"model": load_backbone(str(path), spec.dtype), "tokenizer": load_tokenizer(str(path))}
-    if not _hub_encoder(spec.model):
-        return {}
-    try:
-        snapshot = hub.encoder_snapshot(spec.model, token, hub_cache_dir, local_files_only)
-    except hub.HubError as err:
-        raise ScorerLoadError(f"{source}: its encoder {err}") from None
-    try:
-        model, tokenizer = load_backbone(str(snapshot), spec.dtype), load_tokenizer(str(snapshot))
-    except (OSError, ValueError) as err:  # transformers' errors for missing or unreadable files
-        raise ScorerLoadError(f"{source}: its encoder {spec.model} does not load from {snapshot} ({err})") from None
-    return {"model": model, "tokenizer": tokenizer, "commit": snapshot.name}
-
-
-def _hub_encoder(model: str) -> bool:
-    """Whether an encoder's name is a Hub id: not a shipped model's name (any alias), not a path that exists here,
-    and written as a Hub id can be (``resolve_model`` refuses other missing paths by name)."""
-    return shipped_name(model) is None and hub_id_form(model) and not Path(model).exists()
+    return {"model": load_backbone(str(path), spec.dtype), "tokenizer": load_tokenizer(str(path))}
 
 
 def _context_turns(config: dict) -> int | None:
