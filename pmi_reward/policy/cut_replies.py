@@ -43,6 +43,17 @@ def _sft_row(row: dict, column: str, max_length: int | None, mode: str) -> dict:
     return row
 
 
+def check_sft_settings(packing: bool, completion_only_loss: bool | None) -> None:
+    """Refuse SFT settings under which a cut reply cannot train as sampled: packing joins rows, and without the loss
+    on completions alone TRL's own labels, end of turn included, would be trained."""
+    if packing or completion_only_loss is False:
+        raise ValueError(
+            "drop_truncated false keeps cut replies, which train as sampled (no end of turn) only with the loss on "
+            "completions and no packing: completion_only_loss true (the default) and packing false, or keep them out "
+            "with drop_truncated true"
+        )
+
+
 def _dpo_row(row: dict) -> dict:
     """A tokenized preference row whose chosen or rejected reply was cut: the sampled ids in place of TRL's."""
     for key in ("chosen", "rejected"):
@@ -59,11 +70,8 @@ class CutRepliesSFTTrainer(SFTTrainer):
         column = "completion" + CUT
         if column not in dataset.column_names:
             return dataset
-        if any(dataset[column]) and (packing or not getattr(self, "completion_only_loss", True)):
-            raise ValueError(
-                "cut replies train as sampled only with the loss on completions and no packing (completion_only_loss "
-                "true, packing false): keep them out with drop_truncated true"
-            )
+        if any(dataset[column]):
+            check_sft_settings(packing, getattr(self, "completion_only_loss", True))
         settings = {"column": column, "max_length": args.max_length, "mode": args.truncation_mode}
         return dataset.map(_sft_row, fn_kwargs=settings).remove_columns(column)
 

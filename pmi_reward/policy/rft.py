@@ -39,7 +39,7 @@ from ..configs import parse_args
 from ..rewards.combined import CombinedReward
 from ..rewards.fluency import FluencyPenalty
 from ..rewards.options import RewardOptions
-from .cut_replies import CUT, CutRepliesDPOTrainer, CutRepliesSFTTrainer, cut_ids
+from .cut_replies import CUT, CutRepliesDPOTrainer, CutRepliesSFTTrainer, check_sft_settings, cut_ids
 from .prompts import build_prompts
 from .sampling import Replies, SamplingSettings, generate_replies
 from .trainers import (
@@ -274,12 +274,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
             f"rollout_temperature above 0 (got {cfg.samples_per_prompt} and {cfg.rollout_temperature}); else every "
             "round keeps no pair and the base is saved as the tuned policy"
         )
-    sft = train_args if isinstance(train_args, SFTConfig) else None
-    if sft is not None and not cfg.drop_truncated and (sft.packing or sft.completion_only_loss is False):
-        raise ValueError(
-            "drop_truncated false keeps cut replies, which train as sampled (no end of turn) only with the loss on "
-            "completions and no packing: completion_only_loss true (the default) and packing false"
-        )
+    if isinstance(train_args, SFTConfig) and not cfg.drop_truncated:  # before anything loads, not after a round
+        check_sft_settings(train_args.packing, train_args.completion_only_loss)
     select, fit = (select_pairs, _dpo) if preference else (select_best, _sft)
     if rewards is None:
         check_reward_weights(script_args, cfg.reward_weights)

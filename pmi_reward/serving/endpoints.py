@@ -117,7 +117,6 @@ class Endpoints:
     """The routes' answers for one scorer (scored through ``batcher``) under one set of reward options."""
 
     def __init__(self, batcher: MicroBatcher, config: ServerConfig, options: RewardOptions) -> None:
-        check_options(options)
         self.batcher, self.config = batcher, config
         self.path = RewardPath(options)
         self._warned_group = False
