@@ -106,3 +106,17 @@ def test_an_lm_it_loads_goes_to_the_default_device(tiny_policy, smol_tokenizer, 
     monkeypatch.setattr(lm_pmi, "default_device", lambda device=None: torch.device("meta"))
     scorer = LMPMIScorer(LMPMIConfig(model=str(tmp_path)), tokenizer=smol_tokenizer)
     assert {p.device.type for p in scorer.model.parameters()} == {"meta"}
+
+
+@pytest.mark.parametrize("system_prompt", ["", None])
+def test_no_system_prompt_scores_the_marginal_after_the_assistant_header(tiny_policy, smol_tokenizer, system_prompt):
+    """With no system prompt, p(r) is read after the assistant's header alone (templates refuse an empty chat),
+    and the score is still conditional minus marginal."""
+    scorer = LMPMIScorer(LMPMIConfig(system_prompt=system_prompt), model=tiny_policy(0), tokenizer=smol_tokenizer)
+    assert smol_tokenizer.decode(scorer.prefix(None)) == "<|im_start|>assistant\n"
+    got = scorer.score([CONTEXT], [REPLIES[0]])
+    reply = scorer.reply_ids(REPLIES[0])
+    want = reference_log_likelihood(scorer.model, scorer.prefix(CONTEXT), reply) - reference_log_likelihood(
+        scorer.model, scorer.prefix(None), reply
+    )
+    np.testing.assert_allclose(got, [want], rtol=1e-4, atol=1e-3)

@@ -164,3 +164,25 @@ def test_the_empirical_and_synthetic_reports_refuse_to_merge_one_model_twice(tmp
     argv += ["--output_dir", str(tmp_path / "synth"), "--merge", str(tmp_path / "synth-other"), "--n_boot", "20"]
     with pytest.raises(ValueError, match="synth/block and .*/synth-other/block both hold runs of encoder 'minilm'"):
         synthetic.main(argv)
+
+
+@pytest.mark.parametrize("ratings", ["annot_relevant_mean,annot_engaging_mean", "annot_overall_mean"])
+def test_the_empirical_report_leaves_out_blank_ratings_and_plots_any_rating_column(tmp_path, ratings):
+    """A blank human rating is a row left out of that column's correlations (not a crash), and a human file whose
+    only rating is one the paper has no column for (``annot_overall_mean``) still gets its report and plots."""
+    data = tmp_path / "data"
+    human = data / "datasets" / "empirical" / "en" / "human.csv"
+    human.parent.mkdir(parents=True)
+    width = len(ratings.split(","))
+    rating = ["" if i == 3 else str(i % 5) for i in range(12)]  # row 4's rating blank
+    rows = [",".join([f"context {i}", f"reply {i}", f"k{i}"] + [rating[i]] * width) for i in range(12)]
+    human.write_text(f"context,response,dialog_key,{ratings}\n" + "\n".join(rows) + "\n")
+    (tmp_path / "out").mkdir()
+    save_scores(tmp_path / "out" / "scores.npz", _rounds("minilm", "nwj", 3, {"test": 20, "human": 12}))
+    empirical = load_recipe("recipes/empirical/run.py")
+    argv = ["--data_dir", str(data), "--test_k_random", "5", "--test_k_in_dialogue", "1", "--report_only", "true"]
+    assert empirical.main([*argv, "--output_dir", str(tmp_path / "out"), "--n_boot", "20"]) in (0, None)
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "nan" not in table.lower()
+    first = ratings.split(",")[0].removeprefix("annot_").removesuffix("_mean")
+    assert (tmp_path / "out" / f"spearman_{first}.png").exists()

@@ -44,7 +44,9 @@ class EmpiricalData:
     max_val_pairs: int | None = None
     max_test_pairs: int | None = None
     meep_test_pairs: int = field(default=100, metadata={"help": "test positives MEEP scores (with their negatives)"})
-    meep_human_rows: int | None = field(default=None, metadata={"help": "human rows MEEP scores (default all)"})
+    meep_human_rows: int | None = field(
+        default=None, metadata={"help": "human rows MEEP scores (default all; 0: none)"}
+    )
     report_only: bool = field(default=False, metadata={"help": "rebuild the report from saved scores"})
     merge: list[str] = field(default_factory=list, metadata={"help": "other output dirs whose scores join the report"})
 
@@ -78,11 +80,16 @@ def metrics(runs, data: EmpiricalData, human: PairSet, targets: list[str], n_boo
                 lambda p, n: roc_auc(p, n[:, k:]), [(g.pos["test"], g.neg["test"]) for g in group], n_boot
             )
         for t in targets:
-            y = np.asarray(human.extras[t], dtype=np.float64)
+            y = _ratings(human, t)
             for name, fn in (("spearman", spearman), ("pearson", pearson)):
                 row[f"{name}_{TARGETS[t]}"] = cell(fn, [(g.pos["human"], y) for g in group], n_boot)
         out.append(row)
     return out
+
+
+def _ratings(human: PairSet, column: str) -> np.ndarray:
+    """A human rating column as floats; a blank or non-numeric cell is NaN (``cell`` leaves those rows out)."""
+    return np.array([v if isinstance(v, int | float) else np.nan for v in human.extras[column]], dtype=np.float64)
 
 
 def _paper_cell(text: str | None) -> str:
@@ -114,19 +121,20 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
     }
     for p in paper:
         table.append([f"paper: {p['Model']}", p["Method"]] + [_paper_cell(p.get(paper_cols.get(c, ""))) for c in cols])
-    main_rows = [r for r in rows if not r["averaged"] and f"spearman_{TARGETS[targets[0]]}" in r]
-    key = f"spearman_{TARGETS[targets[0]]}"
+    plots = [("auc_random", f"{data.lang} test AUC")]
+    if targets:  # a human file with no rating column gets the AUC plot alone
+        key = f"spearman_{TARGETS[targets[0]]}"
+        plots.insert(0, (key, f"{data.lang} human Spearman ({TARGETS[targets[0]]})"))
+    main_rows = [r for r in rows if not r["averaged"] and all(metric in r for metric, _ in plots)]
     labels = [f"{r['encoder']} {paper_method(r['method'], r['input_mode'])}" for r in main_rows]
-    for metric, title in (
-        (key, f"{data.lang} human Spearman ({TARGETS[targets[0]]})"),
-        ("auc_random", f"{data.lang} test AUC"),
-    ):
+    for metric, title in plots:
         values = [np.mean(r[metric]["rounds"]) for r in main_rows]
         errors = [np.std(r[metric]["rounds"], ddof=1) if len(r[metric]["rounds"]) > 1 else 0 for r in main_rows]
+        column = paper_cols.get(metric)  # the paper reports no "overall" rating
         ref = {
-            f"paper {p['Model']} {p['Method']}": float(p[paper_cols[metric]].split()[0])
+            f"paper {p['Model']} {p['Method']}": float(p[column].split()[0])
             for p in paper
-            if p["Method"] == "PMI_Prompt" and p[paper_cols[metric]] not in ("-", "")
+            if column and p["Method"] == "PMI_Prompt" and p[column] not in ("-", "")
         }
         bar_plot(out / f"{metric}.png", labels, values, errors, title, metric, ref)
     return "\n\n".join(
@@ -137,7 +145,10 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
             f"positives vs {data.test_k_random} random negatives each (the paper's protocol); AUC in dialogue: vs "
             f"{data.test_k_in_dialogue} other turn(s) of the same dialogue. Human correlations on all {n_human} "
             "rows of the human set; the paper's rows used a per-round subset (~92 of 375 en rows) and its _Pair is "
-            "[u, v] without u*v. MEEP (Direct_MEEP) is scored once, on the first `meep_test_pairs` test positives.",
+            "[u, v] without u*v. MEEP (Direct_MEEP) is scored once, on the first `meep_test_pairs` test positives "
+            '(and `meep_human_rows` human rows). "(avg of rounds)": one metric of the rounds\' mean scores (an '
+            "ensemble of their heads), not comparable with the paper's mean over rounds; compare its rows with ours "
+            "without it.",
             markdown_table(heads, table),
         ]
     )
@@ -158,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         test_spec = NegativeSpec(data.test_k_random, data.test_k_in_dialogue, 0)
         test_rng = np.random.default_rng(10_000 + setup.training.seed)
         evals = [EvalSet("test", test, sample_negatives(test, test_spec, test_rng)), EvalSet("human", human)]
-        limit = {"test": data.meep_test_pairs, "human": data.meep_human_rows or len(human)}
+        human_rows = len(human) if data.meep_human_rows is None else data.meep_human_rows  # 0: none
+        limit = {"test": data.meep_test_pairs, "human": human_rows}
         runs = run_study(study, setup, TEMPLATES[data.lang], train, val, evals, limit)
         save_scores(out / "scores.npz", runs)
         (out / "args.json").write_text(

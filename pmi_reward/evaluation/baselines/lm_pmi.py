@@ -43,7 +43,7 @@ class LMPMIConfig:
 
     model: str = "smollm2-135m-instruct"
     dtype: str = "float32"
-    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the policy's; '' or None for none
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the policy's; '' or None for none (see _opening)
     per_token: bool = False  # mean log-ratio per reply token instead of the sum (the PMI in nats)
     batch_size: int = 32  # replies scored together from one context's cache
     max_batch_tokens: int = 4096  # replies x padded length per pass: bounds the logits' memory (x 49k vocabulary)
@@ -79,8 +79,27 @@ class LMPMIScorer:
         """Token ids of the chat up to the assistant's reply: the conversation's turns, or none (the marginal)."""
         text = context[-self.config.max_context_chars :] if context else ""
         messages = turns_to_messages(text, self.config.system_prompt or None)
+        if not messages:  # no system prompt and no conversation: templates refuse to render an empty chat
+            return self._opening()
         chat = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
+
+    def _opening(self) -> list[int]:
+        """The assistant's header after an empty conversation (the start-of-text token where the template writes
+        one): what the template adds for a generation prompt, read off a one-message chat. A template that writes
+        its own default system prompt when given none (SmolLM2's) writes it into p(r | c) only; set
+        ``system_prompt`` to keep both terms alike."""
+        probe = [{"role": "user", "content": "x"}]
+        bare = self.tokenizer.apply_chat_template(probe, tokenize=False)
+        full = self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        if not full.startswith(bare) or full == bare:
+            raise ValueError(
+                f"{self.config.model}: its chat template has no separate generation prompt, so p(r) with no system "
+                "prompt and no conversation is undefined; set LMPMIConfig.system_prompt"
+            )
+        header, bos = full[len(bare) :], self.tokenizer.bos_token
+        start = bos if bos and bare.startswith(bos) and not header.startswith(bos) else ""  # SmolLM2's bos opens turns
+        return self.tokenizer(start + header, add_special_tokens=False)["input_ids"]
 
     def reply_ids(self, response: str) -> list[int]:
         """The reply's token ids with the end-of-turn token that closes it; a reply longer than
