@@ -40,6 +40,25 @@ def test_the_penalty_falls_on_replies_above_the_threshold_and_keeps_the_trl_cont
         penalty(prompts=[PROMPT], completions=_completions("a", "b"))
 
 
+def test_the_penalty_abstains_on_unreadable_text_and_takes_numpy_arrays(tiny_policy, smol_tokenizer):
+    """Inside a TRL call a lone surrogate (in the reply or the prompt) made the tokenizer raise, and numpy arrays
+    of prompts and completions (a dataset's columns) raised on ``prompts or []``: None for the unreadable sample,
+    and arrays read as lists."""
+    lm = LMPMIScorer(LMPMIConfig(model="tiny"), model=tiny_policy(), tokenizer=smol_tokenizer)
+    penalty = FluencyPenalty(lm, max_nll=5.0)
+    odd = [{"role": "user", "content": "I love jazz \udcff"}]
+    out = penalty(
+        prompts=[PROMPT, PROMPT, odd],
+        completions=_completions("jazz \udcff", "I went hiking.", "Me too."),
+        completion_ids=[[1]] * 3,
+        trainer_state=None,
+    )
+    assert out[0] is None and out[1] in (0.0, -10.0) and out[2] is None
+    arrays = penalty(prompts=np.array(["I love jazz.", "Hi"]), completions=np.array(["Me too!", "Hello"]))
+    assert arrays == penalty(prompts=["I love jazz.", "Hi"], completions=["Me too!", "Hello"])
+    assert len(arrays) == 2 and all(v in (0.0, -10.0) for v in arrays)
+
+
 def test_build_rewards_adds_the_penalty_on_a_frozen_copy_of_the_starting_model(
     monkeypatch, tiny_policy, smol_tokenizer
 ):

@@ -162,3 +162,33 @@ def test_combined_reward_sums_like_trl():
     for wrong in (long, lambda prompts, completions, **kw: [1.0]):
         with pytest.raises(ValueError, match="returned (4|1) values for 3 completions"):
             CombinedReward([a, wrong])(["p"] * 3, ["x"] * 3)
+
+
+def test_combined_reward_counts_a_non_finite_part_as_none():
+    """TRL treats NaN like None (it nansums); summed here, an extra's NaN made the whole reward NaN, and PPO fed it
+    into its rewards. A non-finite value counts as None, from an extra (0) and from the first part (unscorable)."""
+
+    def pmi(prompts, completions, **kw):
+        return [1.0, 1.0, float("nan"), float("inf"), 1.0]
+
+    def extra(prompts, completions, **kw):
+        return [float("nan"), float("-inf"), 2.0, 2.0, np.float32(2.0)]
+
+    out = CombinedReward([pmi, extra])(["p"] * 5, ["x"] * 5)
+    assert out == [1.0, 1.0, None, None, 3.0]
+
+
+def test_reward_functions_with_one_name_are_refused():
+    """TRL keys its metrics and completions table by a reward function's name: two PMIRewards with the default name
+    merged their metrics and crashed the table (log_completions). Refused, saying how to rename one."""
+
+    def a(prompts, completions, **kw):
+        return [1.0] * len(completions)
+
+    first, second = PMIReward(LengthScorer()), PMIReward(LengthScorer(), scale=2.0)
+    with pytest.raises(ValueError, match=r"distinct names.*\['pmi_reward'\].*name="):
+        CombinedReward([first, second])
+    with pytest.raises(ValueError, match="distinct names"):
+        CombinedReward([a, a])
+    renamed = CombinedReward([first, PMIReward(LengthScorer(), scale=2.0, name="pmi_x2")])
+    assert renamed.__name__ == "pmi_reward+pmi_x2"

@@ -191,3 +191,44 @@ def test_a_scorer_copies_and_a_pickled_reward_keeps_its_load_time_dtype(tiny_sco
     np.testing.assert_array_equal(twin.score(CTX, RESP), scorer.score(CTX, RESP))
     clone = pickle.loads(pickle.dumps(PMIReward(scorer)))
     assert clone.scorer.encoder.spec.dtype == "bfloat16"
+
+
+def test_a_pickled_reward_keeps_its_runtime_cache_device_and_saved_dtype(tiny_scorer_dir, tmp_path, monkeypatch):
+    """A pickled PMIReward was rebuilt from config.json alone: an onnx/int8 scorer came back torch float32, on the
+    default device (a GPU where there is one, not the CPU chosen), without its embedding cache and with no saved
+    dtype. The clone scores identically, where the original ran."""
+    import pickle
+
+    monkeypatch.setenv("PMI_REWARD_CACHE", str(tmp_path / "onnx"))  # where the ONNX export is kept
+    scorer = PMIScorer.from_pretrained(
+        tiny_scorer_dir, device="cpu", cache_dir=tmp_path / "emb", backend="onnx", quantize="int8"
+    )
+    reward = PMIReward(scorer)
+    expected = reward(CTX[:2], RESP[:2])
+    data = pickle.dumps(reward)
+    with monkeypatch.context() as gpu:  # unpickled on a machine with a GPU
+        gpu.setattr(torch.cuda, "is_available", lambda: True)
+        clone = pickle.loads(data)
+    encoder = clone.scorer.encoder
+    assert encoder.spec == scorer.encoder.spec and (encoder.spec.backend, encoder.spec.quantize) == ("onnx", "int8")
+    assert encoder.device == torch.device("cpu")
+    assert encoder.cache is not None and encoder.cache.path == scorer.encoder.cache.path
+    assert clone.scorer.saved_dtype == scorer.saved_dtype == "float32"
+    assert clone(CTX[:2], RESP[:2]) == expected
+    assert encoder.stats.cache_hits > 0  # read from the original's cache, under the same (onnx, int8) keys
+    assert all(isinstance(v, np.ndarray) for v in reward.__getstate__()["head"].values())  # no torch tensors
+
+
+def test_a_reward_pickled_on_a_gpu_scores_in_a_cpu_only_worker(tiny_scorer_dir):
+    """A reward that ran on ``cuda`` and is unpickled where there is no GPU (a CPU-only reward worker) takes the
+    default device instead of failing."""
+    import pickle
+
+    reward = PMIReward(PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu", cache_dir=None))
+    state = reward.__getstate__()
+    assert state["device"] == "cpu"
+    state["device"] = "cuda:0"
+    clone = PMIReward.__new__(PMIReward)
+    clone.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert clone.scorer.encoder.device == torch.device("cpu")
+    assert clone(CTX[:2], RESP[:2]) == reward(CTX[:2], RESP[:2])

@@ -174,6 +174,26 @@ def test_an_extra_reward_that_names_no_function_is_a_user_error(spec, message, m
         build_rewards(ScriptArguments(extra_reward_funcs=[spec]))
 
 
+def test_reward_functions_sharing_a_name_are_refused_before_training(monkeypatch, tiny_reward):
+    """TRL logs each reward function under its name: two with one name merged their metrics and crashed its
+    completions table. build_rewards and train_with_trl (a caller's own list) refuse them before anything loads."""
+    from pmi_reward.policy.trainers import PMIReward, build_rewards
+    from pmi_reward.rewards.options import RewardOptions
+
+    monkeypatch.setattr(PMIReward, "from_pretrained", lambda *a, **k: PMIReward(tiny_reward.scorer, k["options"]))
+    args = ScriptArguments(extra_reward_funcs=["pmi_reward.rewards.diversity:diversity_reward"])
+    with pytest.raises(ValueError, match=r"distinct names.*\['diversity_reward'\].*RewardOptions\(name=\.\.\.\)"):
+        build_rewards(args, RewardOptions(name="diversity_reward"))
+    assert len(build_rewards(args, RewardOptions())) == 2
+
+    class NoTraining:
+        reward_weights, seed = None, 0
+
+    twin = PMIReward(tiny_reward.scorer, scale=2.0)  # the default name, as tiny_reward's
+    with pytest.raises(ValueError, match="distinct names"):
+        train_with_trl(object, ScriptArguments(), NoTraining(), None, rewards=[tiny_reward, twin])
+
+
 def test_run_summaries_hold_no_nan(tmp_path, capsys):
     """A step whose replies were all unscorable logs a NaN reward: the summary averages the steps that have one
     and writes null, never a NaN that is not JSON."""
@@ -283,6 +303,12 @@ def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, 
     with pytest.raises(ValueError, match="empty_score None"):
         train_with_trl(object, args, NoTraining(), None, reward_options=unscorable)
     assert len(build_rewards(args, unscorable)) == 2
-    pmi, extra = (lambda prompts, completions, **k: [None, 1.0]), (lambda prompts, completions, **k: [0.5, 0.5])
+
+    def pmi(prompts, completions, **k):
+        return [None, 1.0]
+
+    def extra(prompts, completions, **k):
+        return [0.5, 0.5]
+
     combined = CombinedReward([pmi, extra])
     assert combined(["a", "b"], ["x", "y"]) == [None, 1.5]

@@ -30,6 +30,7 @@ from trl import ModelConfig, get_peft_config
 from ..configs import parse_args
 from ..data.records import json_safe
 from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+from ..rewards.combined import check_reward_names
 from ..rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, FluencyPenalty
 from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
@@ -216,6 +217,7 @@ def build_rewards(
         frozen = copy.deepcopy(model).to(getattr(torch, args.fluency_dtype)).eval().requires_grad_(False)
         lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer)
         rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
+    check_reward_names(rewards)  # TRL keys metrics and its completions table by name
     return rewards
 
 
@@ -368,6 +370,8 @@ def train_with_trl(
     if rewards is None:
         check_reward_weights(script_args, getattr(training_args, "reward_weights", None), penalty_default=True)
         check_trl_empty_score(script_args, reward_options)
+    else:  # a caller's own list (e.g. two PMIRewards, both named pmi_reward by default), before anything loads
+        check_reward_names(rewards)
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))

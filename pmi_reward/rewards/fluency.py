@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..data.conversation import completion_to_text, prompt_to_context
+from .path import RewardPath, readable
 
 if TYPE_CHECKING:  # the scorer is built by the caller (evaluation, a later stage): its type only
     from ..evaluation.baselines.lm_pmi import LMPMIScorer
@@ -45,7 +46,8 @@ def reply_nll(lm: LMPMIScorer, contexts: Sequence[str], replies: Sequence[str]) 
 class FluencyPenalty:
     """``reward(prompts, completions, **kwargs) -> list[float | None]``: ``penalty`` for a reply whose NLL per token
     under ``lm`` (the starting model, frozen) is above ``max_nll``, 0 otherwise, None for a prompt with no turns or a
-    completion with no text. ``penalised`` is the share penalised in the last call (round logs report it)."""
+    completion with no text, and for text no tokenizer reads (a lone surrogate). Prompts and completions may be numpy
+    arrays (a dataset's columns). ``penalised`` is the share penalised in the last call (round logs report it)."""
 
     def __init__(
         self, lm: LMPMIScorer, max_nll: float = BASE_NLL_P95, penalty: float = -10.0, name: str = "fluency_penalty"
@@ -63,12 +65,14 @@ class FluencyPenalty:
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        prompts, completions = list(prompts or []), list(completions or [])
-        if len(prompts) != len(completions):
-            raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
+        prompts, completions = RewardPath.samples(prompts, completions)  # plain lists (arrays: ``plain``), same length
         contexts = [prompt_to_context(p) for p in prompts]
         texts = [completion_to_text(c) for c in completions]
-        pairs = [(i, c, t) for i, (c, t) in enumerate(zip(contexts, texts, strict=True)) if c and t is not None]
+        pairs = [
+            (i, c, t)
+            for i, (c, t) in enumerate(zip(contexts, texts, strict=True))
+            if c and t is not None and readable(c) and readable(t)
+        ]
         out: list[float | None] = [None] * len(completions)
         if pairs:
             rows = [i for i, _, _ in pairs]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .options import RewardOptions
@@ -83,6 +84,10 @@ class PMIReward(RewardPath):
 
     # -- pickling (TRL may copy reward functions across processes) -------------------------------
     def __getstate__(self) -> dict:
+        """The scorer as its config and numpy head weights, with what was chosen when it was loaded: the encoder's
+        full runtime spec (backend, quantize, dtype, batch; config.json leaves the machine's choices out), its
+        device, its embedding cache's directory and the dtype it was saved in."""
+        encoder = self.scorer.encoder
         head = {k: v.detach().cpu().numpy() for k, v in self.scorer.head.state_dict().items()}
         return {
             "options": asdict(self.options),
@@ -90,12 +95,35 @@ class PMIReward(RewardPath):
             "head": head,
             "metadata": self.scorer.metadata,
             "directory": str(self.scorer.directory) if self.scorer.directory is not None else None,
+            "encoder_spec": encoder.spec.to_dict(),
+            "device": str(encoder.device),
+            "cache_dir": str(encoder.cache.path.parent) if encoder.cache is not None else None,
+            "saved_dtype": self.scorer.saved_dtype,
         }
 
     def __setstate__(self, state: dict) -> None:
+        config = state["scorer_config"]
+        if state.get("encoder_spec") is not None:  # the spec it ran with, not only the saved one
+            config = {**config, "encoder": state["encoder_spec"]}
         self.scorer = PMIScorer.from_config(
-            state["scorer_config"], state["head"], metadata=state.get("metadata"), directory=state.get("directory")
+            config,
+            state["head"],
+            _device_here(state.get("device")),
+            state.get("cache_dir"),
+            metadata=state.get("metadata"),
+            directory=state.get("directory"),
         )
+        self.scorer.saved_dtype = state.get("saved_dtype")
         RewardPath.__init__(self, RewardOptions(**state["options"]))
         self.seconds = 0.0
         self._lock = threading.Lock()
+
+
+def _device_here(device: str | None) -> str | None:
+    """The device a pickled reward ran on, where this process has one of its kind; else None (the default device):
+    a CPU-only worker (e.g. a Ray reward worker) of a run on a GPU machine still scores."""
+    if device is None or device.startswith("cpu"):
+        return device
+    kind = device.split(":")[0]
+    here = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}.get(kind, False)
+    return device if here else None
