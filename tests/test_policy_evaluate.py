@@ -462,3 +462,155 @@ def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
     (tmp_path / "results.json").write_text("[]")  # JSON, but not an object
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
     assert "WARNING" in capsys.readouterr().out
+
+
+class _FlakyJudge:
+    """A judge that scores every reply but the tuned policy's (NaN for those, or an exception: a bf16 overflow, an
+    out-of-memory error)."""
+
+    context_turns = 3
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def score(self, contexts, replies):
+        if self.mode == "raise" and any(r.startswith("tuned") for r in replies):
+            raise RuntimeError("CUDA out of memory")
+        return np.array([np.nan if r.startswith("tuned") else -1.5 + 0.1 * (len(r) % 3) for r in replies])
+
+
+def _flaky_judge(mode: str) -> Judge:
+    reward = {"encoder": "tiny", "training": {"seed": 0}, "data": {"dialogues": "chitchat", "n_dialogues": [8]}}
+    judge = Judge("indep", "y", _FlakyJudge(mode), {"encoder": "other", "data": {"train_file": "en.csv"}})
+    judge.shares = relation(judge.meta, reward)
+    return judge
+
+
+@pytest.mark.parametrize("mode", ["nan", "raise"])
+def test_a_reply_a_judge_could_not_score_is_unscored_not_a_pmi_of_zero(mode, tmp_path):
+    """A judge that raised or returned NaN gave the reply PMI 0.0, which entered the gain, its CI and a verdict of
+    "gain counts" (the tuned policy's 0.0 beat the base's -1.5); the reward scorer's mean likewise. Now the reply is
+    unscored: no PMI, gain or win-rate over it, its share shown, and the verdict not established."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments
+    from pmi_reward.policy.report import write_report
+    from pmi_reward.policy.sampling import Replies
+
+    n = 6
+    rows = {
+        "base": [[f"base reply {i}", "ok then"] for i in range(n)],
+        "tuned": [[f"tuned {i}", "tuned"] for i in range(n)],
+    }
+    replies = {k: Replies(t, [[[1]] * 2] * n, [[False] * 2] * n, [[1] * 2] * n) for k, t in rows.items()}
+    judge, args, settings = _flaky_judge(mode), EvalArguments(samples=2), SamplingSettings()
+    prompts = [f"context {i}" for i in range(n)]
+    out = evaluate_policies({}, prompts, [judge], _FlakyJudge(mode), args, settings, None, replies)
+    base, tuned = out["rows"]
+    g = tuned["judges"]["indep"]
+    assert g["unscored"] == 1.0 and base["judges"]["indep"]["unscored"] == 0.0
+    for key in ("pmi_mean", "gain", "gain_lo", "gain_hi", "len_adj_gain", "binned_gain", "win_rate"):
+        assert math.isnan(g[key]), key
+    assert all(math.isnan(b["gain"]) for b in g["bins"])
+    assert tuned["verdict"].startswith("not established") and "indep left 100.0% of its replies" in tuned["verdict"]
+    assert math.isnan(tuned["reward_pmi"]) and tuned["reward_unscored"] == 1.0
+    assert base["reward_unscored"] == 0.0 and base["reward_pmi"] == pytest.approx(base["judges"]["indep"]["pmi_mean"])
+    assert np.isnan(out["scores"]["indep"]["tuned"]).all()
+    text = write_report(tmp_path, out, [judge], None, EvalPromptArguments(), args, settings)
+    assert "| unscored |" in text and "100.0%" in text and "(100.0% unscored)" in text and "nan" not in text.lower()
+    records = sample_records(out, None)
+    assert records[0]["tuned"][0]["pmi"] == {"indep": None}  # null in samples.jsonl: JSON has no NaN
+    assert "| tuned | tuned 0 | – |" in samples_markdown(records, 1)
+
+
+def test_only_a_reply_that_shows_nothing_scores_zero_and_counts_as_empty(tiny_scorer):
+    """An empty reply scores 0.0 as before; one of invisible characters only scored 0.0 too but was no "empty" reply
+    in the report, and a reply that ends inside a <think> block (unfinished reasoning) scored 0.0 unseen. Now both
+    empty kinds score 0.0 and count as empty (the reward's own visibility test), and an unfinished reply is
+    unscored."""
+    from pmi_reward.policy.evaluate import text_metrics
+    from pmi_reward.policy.sampling import Replies
+
+    texts = [["", "  \n", "\u200b\ufeff", "<think>hmm</think>\u200b"], ["Jazz!", "<think>so", "Who?", "Rome."]]
+    replies = {"base": Replies(texts, [[[1]] * 4] * 2, [[False] * 4] * 2, [[1] * 4] * 2)}
+    judge = _judges(tiny_scorer)[1]
+    out = evaluate_policies(
+        {}, ["I love jazz.", "I flew to Rome."], [judge], None, EvalArguments(), None, None, replies
+    )
+    scores = np.asarray(out["scores"]["other-enc"]["base"])
+    assert (scores[0] == 0.0).all() and math.isnan(scores[1, 1]) and np.isfinite(scores[1]).sum() == 3
+    assert (
+        out["rows"][0]["empty"] == pytest.approx(4 / 8) and out["rows"][0]["judges"]["other-enc"]["unscored"] == 1 / 8
+    )
+    assert text_metrics(texts, ["a", "b"])["empty"] == pytest.approx(4 / 8)
+    # a run without failures scores every reply exactly as the 0.0-for-every-unscored reward did
+    from pmi_reward.policy.evaluate import judge_grid
+
+    normal = [["", "Jazz!", "Who is that?"], ["Rome.", " ", "Pasta?"]]
+    old = score_grid(PMIReward(tiny_scorer, empty_score=0.0), ["I love jazz.", "I flew to Rome."], normal)
+    np.testing.assert_array_equal(judge_grid(tiny_scorer, ["I love jazz.", "I flew to Rome."], normal), old)
+
+
+def test_rows_with_fewer_replies_per_context_show_their_count(tiny_scorer, tmp_path):
+    """Distinct-n and the top-20 openings share fall as more replies are counted, and best-of-n rows and the human
+    reply hold fewer per context than the base and tuned rows, yet the header said "N samples per policy" for every
+    row: the diagnostics table now gives each row's replies/context (the base's cut to the tuned count) and the
+    header and legend say which rows compare; the figures themselves are as before."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments, text_metrics
+    from pmi_reward.policy.report import write_report
+    from pmi_reward.policy.sampling import Replies
+
+    def rep(texts):
+        return Replies(texts, [[[1]] * len(texts[0])] * 2, [[False] * len(texts[0])] * 2, [[1] * len(texts[0])] * 2)
+
+    base = [["Ok.", "Sure.", "Who?", "Jazz!"], ["Nice.", "Where to?", "Fun!", "Rome?"]]
+    replies = {
+        "base": rep(base),
+        "tuned": rep([["Hi.", "Who?"], ["Oh.", "Nice!"]]),
+        "best-of-4": rep([["Ok."], ["Fun!"]]),
+    }
+    args, settings = EvalArguments(samples=2, base_samples=4), SamplingSettings()
+    judges = _judges(tiny_scorer)
+    prompts = ["I love jazz.", "I flew to Rome."]
+    out = evaluate_policies({}, prompts, judges, None, args, settings, ["Coltrane.", "Pasta."], replies)
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert rows["best-of-4"]["distinct_2"] == text_metrics([["Ok."], ["Fun!"]], prompts)["distinct_2"]
+    text = write_report(tmp_path, out, judges, None, EvalPromptArguments(), args, settings)
+    assert "x 2 samples per policy, 4 for the base, 1 for best-of-4 and human reference (T=" in text
+    table = text[text.index("### Reward-hacking diagnostics") :]
+    assert "| policy | replies/context |" in table
+    assert "| base | 2 |" in table and "| tuned | 2 |" in table
+    assert "| best-of-4 | 1 |" in table and "| human reference | 1 |" in table
+    assert "compare them only between rows with the same replies/context" in table
+
+
+def test_a_tuned_policy_given_as_dot_is_named_by_its_folder(tmp_path, monkeypatch, no_loading):
+    """--tuned . (or ./) named its row "" and / too: now "." is the folder it is, and a path with no folder name
+    or one that resolves to another row's name is refused."""
+    from pmi_reward.policy import evaluate
+    from pmi_reward.policy.evaluate import _check_options, _load_policies
+
+    run = tmp_path / "grpo-s0"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    settings = SamplingSettings()
+    for given in (".", "./", "../grpo-s0/"):
+        _check_options(EvalArguments(tuned=[given], judges=[f"j={tmp_path}"], kl=False), settings)
+    monkeypatch.setattr(evaluate, "load_policy", lambda path: (None, None))
+    assert list(_load_policies(EvalArguments(tuned=["./"]))[0]) == ["base", "grpo-s0"]
+    with pytest.raises(ValueError, match="no folder name"):
+        _check_options(EvalArguments(tuned=["/"], judges=[f"j={tmp_path}"], kl=False), settings)
+    with pytest.raises(ValueError, match="named 'grpo-s0' like another row"):
+        _check_options(EvalArguments(tuned=[".", "../grpo-s0"], judges=[f"j={tmp_path}"], kl=False), settings)
+
+
+def test_the_trials_log_names_the_contexts_as_the_report_does(tmp_path):
+    """The trials log called every run's contexts "chitchat 3700+", a prompt file's and a range's alike."""
+    from pmi_reward.policy.evaluate import EvalPromptArguments, _log_trials
+
+    log = tmp_path / "trials.jsonl"
+    for prompt_args in (
+        EvalPromptArguments(prompt_file="my_prompts.jsonl"),
+        EvalPromptArguments(first_dialogue=3400, max_dialogues=300),
+    ):
+        _log_trials(log, {"rows": [{"policy": "base"}]}, EvalArguments(), prompt_args, {})
+    lines = [json.loads(line)["contexts"] for line in log.read_text().splitlines()]
+    assert lines == ["from my_prompts.jsonl", "chitchat dialogues 3400-3699"]

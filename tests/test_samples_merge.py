@@ -55,3 +55,18 @@ def test_merge_recipe_writes_one_side_by_side_file(tmp_path, capsys):
     assert len(rows) == 1 and list(json.loads(rows[0]))[2:] == ["base", "grpo-s0", "dpo-s0", HUMAN]
     assert "| dpo-s0 | Good. |" in (tmp_path / "out" / "samples.md").read_text()
     assert "policies ['base', 'grpo-s0', 'dpo-s0', 'human reference']" in capsys.readouterr().out
+
+
+def test_merging_refuses_a_judge_of_one_name_that_scores_the_shared_base_replies_otherwise():
+    """A judge was kept by its name alone: two evaluations whose judge "b" gave the very same base reply 0.1 and 2.4
+    nats (another scorer under that name) were merged into one column. Now that is refused, naming the judge and
+    both files; PMI equal up to the 3 decimals written (or both unscored: null) merge."""
+    a, b = [_record("Hi", "Fine.", grpo="Great.")], [_record("Hi", "Fine.", dpo="Good.")]
+    b[0]["base"][0]["pmi"]["b"] = 2.4
+    with pytest.raises(ValueError, match="judge 'b' gives the same base reply"):
+        merge_records(a, b)
+    with pytest.raises(ValueError, match=r"judge 'b' .* 0\.1 in a/samples\.jsonl but 2\.4 in b/samples\.jsonl"):
+        merge_records(a, b, names=("a/samples.jsonl", "b/samples.jsonl"))
+    b[0]["base"][0]["pmi"].update(b=0.1004, e=None)
+    a[0]["base"][0]["pmi"]["e"] = None
+    assert merge_records(a, b)[0]["dpo"][0]["pmi"] == {"b": 1.0, "e": 2.0}

@@ -21,6 +21,7 @@ beside it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -29,10 +30,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..data.conversation import prompt_to_context
+from ..data.conversation import prompt_to_context, strip_think, think_unfinished
 from ..data.records import json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
+from ..rewards.path import visible
 from ..rewards.reward import PMIReward
 from ..scoring.models import missing_local, model_identity
 from .best_of_n import best_of_n_kl_bound, best_of_n_replies
@@ -44,7 +46,17 @@ from .prompts import PromptArguments, build_prompts
 from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
 
-__all__ = ["EvalPromptArguments", "EvalArguments", "ARGUMENTS", "text_metrics", "score_grid", "evaluate_policies"]
+__all__ = [
+    "EvalPromptArguments",
+    "EvalArguments",
+    "ARGUMENTS",
+    "is_empty",
+    "text_metrics",
+    "score_grid",
+    "judge_grid",
+    "row_name",
+    "evaluate_policies",
+]
 
 
 @dataclass
@@ -120,6 +132,20 @@ class EvalArguments:
 ARGUMENTS = (EvalPromptArguments, EvalArguments, SamplingSettings)
 
 
+def row_name(path: str) -> str:
+    """A tuned policy's row in the report: the name of its folder, ``.`` and ``..`` resolved against the working
+    directory (``--tuned .`` is named like the folder it is, not ""); "" for the root, which ``_check_options``
+    refuses."""
+    return Path(os.path.abspath(path)).name
+
+
+def is_empty(reply: str) -> bool:
+    """Whether a reply shows nothing: no visible character (``rewards.path.visible``, the reward's own test) in
+    the answer a judge reads (after a closed ``<think>`` block). A reply that ends inside a think block is
+    unfinished reasoning, not an empty reply: the judges leave it unscored."""
+    return not think_unfinished(reply) and not visible(strip_think(reply))
+
+
 def text_metrics(replies: list[list[str]], contexts: list[str]) -> dict[str, float]:
     """Length, diversity and the shares of generic, context-copying and empty replies (rows: contexts)."""
     flat = [r for row in replies for r in row]
@@ -130,7 +156,7 @@ def text_metrics(replies: list[list[str]], contexts: list[str]) -> dict[str, flo
         **text_diagnostics(replies),
         "generic": float(np.mean([is_generic(r) for r in flat])),
         "copy": float(np.mean([copies_context(r, c) for c, row in zip(contexts, replies, strict=True) for r in row])),
-        "empty": float(np.mean([not r.strip() for r in flat])),
+        "empty": float(np.mean([is_empty(r) for r in flat])),
     }
 
 
@@ -140,6 +166,22 @@ def score_grid(reward: PMIReward, prompts: list, replies: list[list[str]]) -> np
     flat_r = [r for row in replies for r in row]
     out = [np.nan if s is None else s for s in reward(flat_p, flat_r)]
     return np.asarray(out, dtype=np.float64).reshape(len(replies), -1)
+
+
+def judge_grid(scorer: Any, prompts: list, replies: list[list[str]]) -> np.ndarray:
+    """(contexts, samples) PMI of each reply by a judge (or the reward scorer): 0.0 for an empty reply
+    (``is_empty``: it says nothing about its context; the report's "empty" share), NaN for a reply left unscored
+    (the scorer raised or gave no finite PMI, unfinished reasoning, unreadable text, no readable context), so that a
+    failure is never read as a PMI of 0."""
+    grid = score_grid(PMIReward(scorer, empty_score=None), prompts, replies)
+    empty = np.array([is_empty(r) for row in replies for r in row], dtype=bool).reshape(grid.shape)
+    grid[empty] = 0.0
+    return grid
+
+
+def unscored_share(scores: np.ndarray) -> float:
+    """Share of the replies a judge left unscored (NaN in its grid)."""
+    return float(np.isnan(scores).mean()) if np.size(scores) else 0.0
 
 
 def _sample(policies: dict, prompts: list, args: EvalArguments, settings: SamplingSettings) -> dict[str, Replies]:
@@ -195,17 +237,36 @@ def _judge_all(judges: list[Judge], prompts: list, replies: dict[str, Replies]) 
     rows = [[t for rep in replies.values() for t in rep.texts[i]] for i in range(len(prompts))]
     scores: dict[str, dict[str, np.ndarray]] = {}
     for j in tqdm(judges, desc="judging", unit="judge"):
-        grid = score_grid(PMIReward(j.scorer, empty_score=0.0), prompts, rows)
+        grid = judge_grid(j.scorer, prompts, rows)
         edges = np.cumsum([0, *widths.values()])
         scores[j.name] = {name: grid[:, a:b] for name, a, b in zip(widths, edges[:-1], edges[1:], strict=True)}
     return scores
 
 
 def _judge_row(scores: np.ndarray, base: np.ndarray, lengths: np.ndarray, base_len: np.ndarray, edges) -> dict:
+    """One judge's view of a policy: its mean PMI, the gain over base and the rest, each with its CI. Where the
+    judge left a reply of the policy unscored its PMI is not computed (NaN), and where it left one of the policy or
+    of the base unscored no gain, length-adjusted or binned gain or win-rate is (a mean over the scored replies
+    would compare other contexts, or other replies, than the base's); ``unscored`` gives the policy's share."""
     pmi = mean_ci(scores)
-    row: dict[str, Any] = {"pmi_mean": pmi.value, "pmi_lo": pmi.low, "pmi_hi": pmi.high}
+    row: dict[str, Any] = {
+        "pmi_mean": pmi.value,
+        "pmi_lo": pmi.low,
+        "pmi_hi": pmi.high,
+        "unscored": unscored_share(scores),
+    }
     if scores is base:
         return row
+    if np.isnan(scores).any() or np.isnan(base).any():
+        nan = float("nan")
+        bins = binned_gain(np.zeros_like(scores), np.zeros_like(base), lengths, base_len, edges)["bins"]
+        return {
+            **row,
+            **dict.fromkeys(("gain", "gain_lo", "gain_hi", "len_adj_gain", "len_adj_lo", "len_adj_hi"), nan),
+            "binned_gain": nan,
+            "bins": [{**b, "gain": nan} for b in bins],
+            "win_rate": nan,
+        }
     gain = mean_ci(row_means(scores) - row_means(base))  # paired: contexts resampled together
     adjusted = length_adjusted_gain(scores, base, lengths, base_len)
     binned = binned_gain(scores, base, lengths, base_len, edges)
@@ -248,8 +309,9 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
     Given ``replies`` (read back from a samples file, the base first), nothing is sampled and ``policies`` may be
     empty."""
     settings = settings or SamplingSettings()
-    # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty")
-    reward = PMIReward(reward_scorer, empty_score=0.0) if reward_scorer is not None else None
+    # an empty reply says nothing about its context: PMI 0 (its share is reported as "empty"); one left unscored is
+    # NaN (judge_grid). best-of-n ranks with empty and unscored replies as NaN: they never win
+    reward = PMIReward(reward_scorer, empty_score=None) if reward_scorer is not None else None
     contexts = [prompt_to_context(p) or "" for p in prompts]
     if replies is None:
         replies = _sample(policies, prompts, args, settings)
@@ -262,7 +324,7 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
     scores = _judge_all(judges, prompts, replies)
     lengths = {n: reply_lengths(r.texts) for n, r in replies.items()}
     edges = length_edges(lengths[base])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, rep in replies.items():
         shown = _comparable(replies, base) if name == base else rep
         row: dict[str, Any] = {"policy": name, **text_metrics(shown.texts, contexts)}
@@ -271,14 +333,15 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
         row["cut"] = rep.truncated_share() if name != HUMAN else None
         row.update(_kl(name, policies, base, rep, prompts, settings, args))
         if reward is not None:
-            row["reward_pmi"] = float(np.nanmean(score_grid(reward, prompts, rep.texts)))
+            grid = judge_grid(reward.scorer, prompts, rep.texts)
+            row["reward_pmi"] = float(np.mean(grid))  # NaN (blank) where any reply was left unscored
+            row["reward_unscored"] = unscored_share(grid)
         row["judges"] = {
             j.name: _judge_row(scores[j.name][name], scores[j.name][base], lengths[name], lengths[base], edges)
             for j in judges
         }
         if name != base:
-            gains = {k: (v["gain"], v["gain_lo"], v["gain_hi"]) for k, v in row["judges"].items()}
-            row["verdict"] = verdict(gains, judges)
+            row["verdict"] = _verdict(row["judges"], rows[0]["judges"], judges)
         rows.append(row)
     return {
         "rows": rows,
@@ -287,6 +350,20 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
         "scores": {j: {n: s.tolist() for n, s in by.items()} for j, by in scores.items()},
         "length_edges": edges,
     }
+
+
+def _verdict(policy: dict[str, dict], base: dict[str, dict], judges: list[Judge]) -> str:
+    """The panel's verdict (``panel.verdict``); "not established" when a judge it reads (an independent one) left
+    any reply of the policy or of the base unscored: such a judge has no gain to give."""
+    unscored = [
+        f"judge {j.name} left {policy[j.name]['unscored']:.1%} of its replies and {base[j.name]['unscored']:.1%} "
+        "of the base's unscored"
+        for j in judges
+        if j.independent and (policy[j.name]["unscored"] > 0 or base[j.name]["unscored"] > 0)
+    ]
+    if unscored:
+        return f"not established: {'; '.join(unscored)} (no gain is computed over partly unscored replies)"
+    return verdict({k: (v["gain"], v["gain_lo"], v["gain_hi"]) for k, v in policy.items()}, judges)
 
 
 def judge_info(judges: list[Judge]) -> list[dict]:
@@ -358,7 +435,8 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     text = write_report(out, result, judges, reward_meta, prompt_args, args, settings)
     write_samples(out, result, references, args.sample_contexts)
     main_judge = next((j.name for j in judges if j.independent), judges[0].name)
-    plot_distributions(result["scores"][main_judge], out / "pmi_hist.png")
+    scored = {n: [v for v in np.ravel(s) if np.isfinite(v)] for n, s in result["scores"][main_judge].items()}
+    plot_distributions({n: v for n, v in scored.items() if v}, out / "pmi_hist.png")  # unscored replies left out
     if args.log_file:
         _log_trials(Path(args.log_file), result, args, prompt_args, summaries)
     print("\n" + text)
@@ -379,7 +457,9 @@ def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str,
     # the base, the human row and best-of-n rows; "context" and "reference" are keys of a samples.jsonl record
     taken = {"base", HUMAN, "context", "reference", *(f"best-of-{n}" for n in args.best_of_n)}
     for path in args.tuned:
-        name = Path(path.rstrip("/")).name
+        name = row_name(path)
+        if not name:
+            raise ValueError(f"tuned policy {path!r} has no folder name to name its row of the report by")
         if name in taken or name.startswith("best-of-"):  # best-of-N names get the analytic KL bound
             raise ValueError(
                 f"tuned policy {path!r} is named {name!r} like another row of the report: give its directory "
@@ -400,7 +480,7 @@ def _load_policies(args: EvalArguments) -> tuple[dict, dict[str, dict]]:
     summary (empty when it has none)."""
     policies, summaries = {"base": load_policy(args.base_model)}, {}
     for path in args.tuned:
-        name = Path(path.rstrip("/")).name
+        name = row_name(path)
         policies[name] = load_policy(path)
         summary = Path(path) / "run_summary.json"
         summaries[name] = json.loads(summary.read_text()) if summary.is_file() else {}
@@ -444,15 +524,18 @@ def samples_band(path: str, given: EvalPromptArguments) -> EvalPromptArguments:
 
 
 def _log_trials(path: Path, result: dict, args: EvalArguments, prompt_args, summaries: dict) -> None:
-    """One line per policy: when, where, its training run's summary, and its row (the trials log)."""
+    """One line per policy: when, where (the contexts named as the report's header names them), its training run's
+    summary, and its row (the trials log)."""
+    from .report import context_source
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    paths = dict(zip([Path(p.rstrip("/")).name for p in args.tuned], args.tuned, strict=True))
+    paths = dict(zip([row_name(p) for p in args.tuned], args.tuned, strict=True))
     with path.open("a") as f:
         for row in result["rows"]:
             line = {
                 "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "eval_dir": args.output_dir,
-                "contexts": f"{prompt_args.dialogues} {prompt_args.first_dialogue}+",
+                "contexts": context_source(prompt_args, args),
                 "policy": row["policy"],
                 "path": paths.get(row["policy"]),
                 "run": summaries.get(row["policy"], {}),

@@ -15,9 +15,17 @@ from typing import Any
 from ..data.records import json_safe
 from ..evaluation.report import markdown_table
 from .panel import Judge, describe
-from .samples import policy_width
+from .samples import HUMAN, policy_width
 
-__all__ = ["judges_table", "panel_table", "diagnostics_table", "bins_table", "report_text", "write_report"]
+__all__ = [
+    "judges_table",
+    "panel_table",
+    "diagnostics_table",
+    "bins_table",
+    "report_text",
+    "context_source",
+    "write_report",
+]
 
 
 def _ci(row: dict, key: str, lo: str, hi: str) -> str:
@@ -31,7 +39,22 @@ def _ci(row: dict, key: str, lo: str, hi: str) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:.1%}"
+    return "" if value is None or value != value else f"{value:.1%}"
+
+
+def _reward_cell(row: dict) -> str:
+    """The reward scorer's mean PMI; where it left replies unscored, their share (and no mean)."""
+    unscored = row.get("reward_unscored") or 0.0
+    return f"– ({unscored:.1%} unscored)" if unscored > 0 else _num(row.get("reward_pmi"), "+.2f")
+
+
+def _text_replies(row: dict, rows: list[dict]) -> int | None:
+    """Replies per context the text diagnostics of ``row`` read: the base's are cut to the tuned policies' count
+    (``evaluate._comparable``); every other row's are all of its replies."""
+    if row.get("replies") is None:
+        return None
+    widths = [r["replies"] for r in rows[1:] if r["policy"] != HUMAN and not r["policy"].startswith("best-of-")]
+    return min(row["replies"], widths[0]) if row is rows[0] and widths else row["replies"]
 
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
@@ -84,6 +107,7 @@ def panel_table(rows: list[dict], judges: list[Judge]) -> str:
                     _ci(g, "gain", "gain_lo", "gain_hi"),
                     _ci(g, "len_adj_gain", "len_adj_lo", "len_adj_hi"),
                     _pct(g.get("win_rate")),
+                    _pct(g.get("unscored")),
                 ]
             )
     head = [
@@ -94,20 +118,24 @@ def panel_table(rows: list[dict], judges: list[Judge]) -> str:
         "gain vs base [95% CI]",
         "length-adjusted gain [95% CI]",
         "win-rate",
+        "unscored",
     ]
     return markdown_table(head, lines)
 
 
 def diagnostics_table(rows: list[dict]) -> str:
-    """One line per policy: the reward's view, length, truncation, diversity, templates, questions, KL."""
+    """One line per policy: the replies per context its text figures read, the reward's view, length, truncation,
+    diversity, templates, questions, KL."""
     lines = []
     for r in rows:
         kl = r.get("kl_reply")
         kl_text = f"<= {kl:.2f}" if kl is not None and r.get("kl_is_bound") else _num(kl, ".2f")
+        count = _text_replies(r, rows)
         lines.append(
             [
                 r["policy"],
-                _num(r.get("reward_pmi"), "+.2f"),
+                "" if count is None else str(count),
+                _reward_cell(r),
                 f"{r['words']:.1f}",
                 _num(r.get("tokens"), ".1f"),
                 _pct(r.get("cut")),
@@ -125,6 +153,7 @@ def diagnostics_table(rows: list[dict]) -> str:
         )
     head = [
         "policy",
+        "replies/context",
         "PMI (reward scorer)",
         "words",
         "tokens",
@@ -175,13 +204,49 @@ def report_text(result: dict, judges: list[Judge], reward_meta: dict | None, hea
         "A gain counts when every judge that shares nothing with the reward (another encoder and no training "
         "data in common; a shared seed number is then moot) has a 95% CI above 0.\n\n"
         f"### Engagement gain by judge\n\n{panel_table(rows, judges)}\n\n{verdicts}\n\n"
+        "An empty reply (nothing visible) scores 0.0 (its share: *empty* below). unscored: share of the policy's "
+        "replies the judge gave no PMI (it failed or returned a non-finite score, unfinished reasoning, unreadable "
+        "text). Where a judge left any reply of a policy unscored, its PMI is not computed, and where it left any of "
+        "the policy's or the base's, neither are its gains nor win-rate (blank: no mean over the scored replies "
+        "alone); the verdict is then not established.\n\n"
         f"### Reward-hacking diagnostics\n\n{diagnostics_table(rows)}\n\n"
-        "cut at limit: generation did not end with EOS. Distinct-2 within: over the samples of one context, "
+        "replies/context: the replies per context these text figures read (the base's cut to the tuned policies' "
+        "count). Distinct-2, distinct-2 within and the top-20 openings share fall as more replies are counted: "
+        "compare them only between rows with the same replies/context (best-of-n rows and the human reply have "
+        "fewer). cut at limit: generation did not end with EOS. Distinct-2 within: over the samples of one context, "
         "averaged; across: one reply per context. top-20 openings: share of replies opening (first 3 words) with "
         "one of the 20 most frequent openings. KL: mean over the policy's replies of log pi/pi_base (nats; "
         "best-of-n: the analytic bound).\n\n"
         f"### Gain inside reply-length bins (policy/base replies per bin)\n\n{bins_table(rows, judges)}\n"
     )
+
+
+def context_source(prompt_args, args) -> str:
+    """Where an evaluation's contexts came from, as the report's header names them: an earlier run's samples file,
+    a prompt file, or a dialogue range."""
+    if args.from_samples:
+        return f"from {args.from_samples}"
+    if prompt_args.prompt_file:
+        return f"from {prompt_args.prompt_file}"
+    first, count = prompt_args.first_dialogue, prompt_args.max_dialogues
+    where = f"{first}-{first + count - 1}" if count else f"{first}+"
+    return f"{prompt_args.dialogues} dialogues {where}"
+
+
+def _samples_text(rows: list[dict], n_base: int, width: int | None) -> str:
+    """How many replies per context each row holds: the tuned policies', the base's where it differs, and those of
+    the rows with their own count (best-of-n rows, the human reply)."""
+    per_policy = width if width is not None else n_base
+    text = f"{per_policy} sample{'s' * (per_policy != 1)} per policy"
+    if width is not None and width != n_base:  # the base drawn more often (--base_samples)
+        text += f", {n_base} for the base"
+    others: dict[int, list[str]] = {}
+    for r in rows[1:]:
+        if r.get("replies") is not None and r["replies"] != per_policy:
+            others.setdefault(r["replies"], []).append(r["policy"])
+    for count, names in others.items():
+        text += f", {count} for {' and '.join(names)}"
+    return text
 
 
 def write_report(
@@ -190,23 +255,15 @@ def write_report(
     """Write ``results.md`` and ``results.json``; return the markdown. The header names where the contexts and
     replies came from: a dialogue range, a prompt file, or an earlier run's samples file (its own reply count)."""
     n_contexts = len(result["contexts"])
-    first, count = prompt_args.first_dialogue, prompt_args.max_dialogues
-    where = f"{first}-{first + count - 1}" if count else f"{first}+"
     replies = result.get("replies") or {}
     base = next(iter(replies), None)
     n_base = len(replies[base].texts[0]) if base is not None and replies[base].texts else args.samples
     width = policy_width(replies, base) if base is not None else None
-    samples = f"{n_base} sample{'s' * (n_base != 1)} per policy"
-    if width is not None and width != n_base:  # the base drawn more often (--base_samples)
-        samples = f"{width} sample{'s' * (width != 1)} per policy, {n_base} for the base"
+    samples = _samples_text(result["rows"], n_base, width)
+    source = context_source(prompt_args, args)
     if args.from_samples:
-        source, sampling = f"from {args.from_samples}", "replies read back, sampled by that run"
+        sampling = "replies read back, sampled by that run"
     else:
-        source = (
-            f"from {prompt_args.prompt_file}"
-            if prompt_args.prompt_file
-            else f"{prompt_args.dialogues} dialogues {where}"
-        )
         sampling = (
             f"T={settings.temperature}, top_p={settings.top_p}, max_new_tokens={settings.max_new_tokens}, "
             f"seed={settings.seed}"

@@ -1,10 +1,11 @@
 """The generations behind an evaluation, to read: ``samples.jsonl`` (every reply of every policy with each judge's
-PMI, its length in tokens and whether it was cut) and ``samples.md`` (the first contexts, each with the base's,
-every policy's first reply and the human reply side by side)."""
+PMI, null where the judge left it unscored, its length in tokens and whether it was cut) and ``samples.md`` (the
+first contexts, each with the base's, every policy's first reply and the human reply side by side)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +34,15 @@ def policy_width(replies: dict[str, Replies], base: str) -> int | None:
 
 
 def judge_scores(records: list[dict], policy: str, judge: str) -> np.ndarray:
-    """(contexts, replies) PMI of ``policy``'s replies by ``judge``, from ``samples.jsonl`` records."""
+    """(contexts, replies) PMI of ``policy``'s replies by ``judge``, from ``samples.jsonl`` records (NaN where the
+    judge left a reply unscored: null)."""
     return np.array([[s["pmi"][judge] for s in record[policy]] for record in records], dtype=np.float64)
+
+
+def _pmi(value: float) -> float | None:
+    """A judge's PMI as written to ``samples.jsonl``: 3 decimals; null where it left the reply unscored (JSON has
+    no NaN)."""
+    return round(float(value), 3) if math.isfinite(value) else None
 
 
 def sample_records(result: dict, references: list[str] | None) -> list[dict]:
@@ -50,7 +58,7 @@ def sample_records(result: dict, references: list[str] | None) -> list[dict]:
             record[name] = [
                 {
                     "reply": text,
-                    "pmi": {j: round(float(by[name][i][k]), 3) for j, by in scores.items()},
+                    "pmi": {j: _pmi(by[name][i][k]) for j, by in scores.items()},
                     "tokens": counts[name][i][k],
                     "cut": bool(rep.truncated[i][k]),
                 }
@@ -80,17 +88,31 @@ def samples_markdown(records: list[dict], n_contexts: int = 30) -> str:
         lines = [f"## {i + 1}\n\n{context}\n", f"| policy | reply | PMI ({' / '.join(judges)}) |", "|---|---|---|"]
         for name in policies:
             first = record[name][0]
-            pmi = " / ".join(f"{first['pmi'][j]:+.2f}" for j in judges)
+            pmi = " / ".join("–" if first["pmi"][j] is None else f"{first['pmi'][j]:+.2f}" for j in judges)
             cut = " *(cut)*" if first["cut"] else ""
             lines.append(f"| {name} | {_cell(first['reply'])}{cut} | {pmi} |")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
 
-def merge_records(first: list[dict], second: list[dict], base: str = "base") -> list[dict]:
+def _same_pmi(a: float | None, b: float | None, tolerance: float = 1e-3) -> bool:
+    """Whether two PMI of one reply agree (both unscored, or within ``tolerance``: they are written rounded)."""
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return (a is None or not math.isfinite(a)) and (b is None or not math.isfinite(b))
+    return abs(a - b) <= tolerance
+
+
+def merge_records(
+    first: list[dict],
+    second: list[dict],
+    base: str = "base",
+    names: tuple[str, str] = ("the first evaluation", "the second evaluation"),
+) -> list[dict]:
     """Two evaluations' records as one, ``second``'s policies added to ``first``'s, the human reply last. Only for
     evaluations of the same contexts whose base replies are the same (the same config and seeds), so that every row
-    compares like for like; a judge's PMI is kept only where both evaluations ran that judge."""
+    compares like for like; a judge's PMI is kept only where both evaluations ran that judge, and only when it is
+    the same judge: one that gives the shared base replies another PMI in each (another scorer under the same name)
+    is refused with a ValueError naming it and both evaluations (``names``: their files)."""
     if len(first) != len(second):
         raise ValueError(f"merge_records: {len(first)} contexts against {len(second)}")
     merged = []
@@ -108,6 +130,15 @@ def merge_records(first: list[dict], second: list[dict], base: str = "base") -> 
             record[HUMAN] = a[HUMAN]
         merged.append(record)
     judges = set(first[0][base][0]["pmi"]) & set(second[0][base][0]["pmi"]) if merged else set()
+    for judge in sorted(judges):
+        for i, (a, b) in enumerate(zip(first, second, strict=True), 1):
+            for k, (x, y) in enumerate(zip(a[base], b[base], strict=True), 1):
+                if not _same_pmi(x["pmi"].get(judge), y["pmi"].get(judge)):
+                    raise ValueError(
+                        f"merge_records: judge {judge!r} gives the same base reply (context {i}, reply {k}) PMI "
+                        f"{x['pmi'].get(judge)} in {names[0]} but {y['pmi'].get(judge)} in {names[1]}: another "
+                        "judge under the same name (rename one, or judge both again with one panel)"
+                    )
     for record in merged:
         for name in [k for k in record if k not in ("context", "reference")]:
             record[name] = [r | {"pmi": {j: v for j, v in r["pmi"].items() if j in judges}} for r in record[name]]

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", type=Path, required=True, help="where samples.jsonl and samples.md go")
     parser.add_argument("--contexts", type=int, default=30, help="contexts shown in samples.md")
     args = parser.parse_args(argv)
-    merged = merge_records(read_records(args.first), read_records(args.second))
+    merged = merge_records(
+        read_records(args.first), read_records(args.second), names=(str(args.first), str(args.second))
+    )
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_records(args.output_dir, merged, args.contexts)
     names = [k for k in merged[0] if k not in ("context", "reference")]
