@@ -279,3 +279,42 @@ def test_evaluate_makes_its_output_folder_and_train_refuses_a_dim_it_would_ignor
     with pytest.raises(ValueError, match="dim must be >= 1"):
         HeadConfig(dim=-5)
     assert main(["train", "--dim", "0"]) == 2
+
+
+def test_debug_keeps_exit_code_2_and_false_turns_it_off(tmp_path, capsys, monkeypatch):
+    """Under --debug a command's own ``SystemExit("message")`` printed the message alone and exited 1;
+    ``PMI_REWARD_DEBUG=false`` (or no, off) turned debugging on."""
+    assert main(["prepare-models", "minilmm", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "pmi-reward prepare-models: minilmm: not a shipped model" in err
+    missing, output = str(tmp_path / "nowhere.csv"), str(tmp_path / "o.csv")
+    argv = ["score", "--scorer", str(tmp_path), "--input", missing, "--output", output]
+    for off in ("false", "No", "OFF", "0", ""):
+        monkeypatch.setenv("PMI_REWARD_DEBUG", off)
+        assert main(argv) == 2, off
+        assert "nowhere.csv: no such file (--debug shows the traceback)" in capsys.readouterr().err
+    monkeypatch.setenv("PMI_REWARD_DEBUG", "1")
+    with pytest.raises(ValueError, match="nowhere.csv: no such file"):
+        main(argv)
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", "--device gpu: not a device; expected cpu, cuda, cuda:N or mps"),
+        ("cuda", "--device cuda: this machine has no CUDA device"),
+        ("cuda:1", "--device cuda:1: this machine has no CUDA device"),
+        ("mps", "--device mps: MPS is not available on this machine"),
+        ("meta", "--device meta: not available on this machine"),
+    ],
+)
+def test_serve_refuses_a_bad_device_before_loading(tmp_path, capsys, monkeypatch, no_scoring, device, message):
+    """``serve --device gpu``, or ``--device cuda`` on a machine without CUDA, was a traceback and exit code 1 after
+    the scorer loaded: now one line naming --device and exit code 2, before it loads."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert main(["serve", "--scorer", str(tmp_path), "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"pmi-reward serve: {message}" in err, err

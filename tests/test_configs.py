@@ -4,6 +4,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import math
 import pkgutil
 from pathlib import Path
 
@@ -243,3 +244,77 @@ def test_the_study_scripts_print_their_help():
     from pmi_reward.evaluation.study import ARGUMENTS
 
     assert "95% intervals" in HfArgumentParser(ARGUMENTS).format_help()
+
+
+@dataclasses.dataclass
+class _Typed:
+    samples: int = 2
+    hidden: int | None = None
+    lr: float = 0.1
+    kl: bool = True
+    name: str = "run"
+    best_of_n: list[int] = dataclasses.field(default_factory=list)
+    scales: list[float] | None = None
+
+
+def test_yaml_numbers_are_converted_and_checked_as_their_flags_are(tmp_path, capsys):
+    """argparse converts a string default only: ``k_random: 1.5`` in YAML reached the code as a float (a TypeError
+    after the scorer loaded) where ``--k_random 1.5`` was refused at once. A YAML value now goes through the option's
+    type as its flag does, and a wrong one is refused by the option's name."""
+    config = tmp_path / "c.yaml"
+    config.write_text("samples: 3\nhidden: 256\nlr: 1\nkl: 0\nname: 2024\nbest_of_n: [4, '8']\nscales: 2\n")
+    (opts,) = parse_args([_Typed], ["--config", str(config)])
+    assert opts == _Typed(samples=3, hidden=256, lr=1.0, kl=False, name="2024", best_of_n=[4, 8], scales=[2.0])
+    assert type(opts.lr) is float and type(opts.scales[0]) is float
+    config.write_text("lr: .inf\nhidden: null\nkl: true\n")
+    (opts,) = parse_args([_Typed], ["--config", str(config)])
+    assert (opts.lr, opts.hidden, opts.kl) == (math.inf, None, True)
+    for yaml_text, flag in (
+        ("samples: 1.5", "--samples"),
+        ("hidden: 2.0", "--hidden"),
+        ("samples: true", "--samples"),
+        ("lr: [1, 2]", "--lr"),
+        ("kl: 2", "--kl"),
+    ):
+        config.write_text(yaml_text + "\n")
+        with pytest.raises(SystemExit) as exit_:
+            parse_args([_Typed], ["--config", str(config)])
+        assert exit_.value.code == 2 and f"argument {flag}" in capsys.readouterr().err, yaml_text
+    config.write_text("best_of_n: [4, 1.5]\n")
+    with pytest.raises(ValueError, match=r"--config: best_of_n: invalid int value: 1.5"):
+        parse_args([_Typed], ["--config", str(config)])
+    # the command: one line and exit code 2 before the scorer loads
+    config.write_text("k_random: 1.5\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", "--config", str(config), "--scorer", str(tmp_path / "none"), "--input", "i.csv"])
+    assert exit_.value.code == 2
+    assert "argument --k_random/--k-random: invalid int value: '1.5'" in capsys.readouterr().err
+
+
+def test_config_files_are_checked_by_name(tmp_path, capsys, monkeypatch):
+    """An empty config alone was refused (by TRL, without saying how to fix it) and accepted in a merge of several;
+    a misspelt key was refused by TRL's message, which named neither the file nor the option meant."""
+    empty, other, typo, listed = (tmp_path / n for n in ("empty.yaml", "k2.yaml", "typo.yaml", "list.yaml"))
+    empty.write_text("# nothing set\n")
+    other.write_text("k_random: 2\n")
+    typo.write_text("k_random: 2\nk_randm: 3\nkconext: 1\n")
+    listed.write_text("- k_random: 2\n")
+    run = ["evaluate", "--scorer", str(tmp_path / "none"), "--input", "i.csv"]
+    for configs, message in (
+        ([empty], f"--config {empty}: the file is empty; expected a mapping"),
+        ([empty, other], f"--config {empty}: the file is empty; expected a mapping"),
+        ([other, empty], f"--config {empty}: the file is empty; expected a mapping"),
+        ([listed], f"--config {listed}: the file holds a list; expected a mapping"),
+        (
+            [other, typo],
+            f"--config {typo}: no option of this command is named 'k_randm' (did you mean 'k_random'?), 'kconext' "
+            "(did you mean 'k_context'?)",
+        ),
+    ):
+        argv = [*run, *(arg for c in configs for arg in ("--config", str(c)))]
+        assert main(argv) == 2, configs
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    monkeypatch.setenv("PMI_REWARD_TEST_VAR", "0")  # (restored after the test)
+    typo.write_text("env: {PMI_REWARD_TEST_VAR: '1'}\nk_random: 2\n")  # TRL's own key: environment variables
+    assert parse_args((NegativeSpec,), ["--config", str(typo)]) == (NegativeSpec(k_random=2),)

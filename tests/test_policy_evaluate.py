@@ -14,7 +14,7 @@ from pmi_reward.evaluation.metrics import copies_context, distinct_n, is_generic
 from pmi_reward.evaluation.report import plot_distributions
 from pmi_reward.policy.evaluate import EvalArguments, evaluate_policies, score_grid
 from pmi_reward.policy.loading import load_policy
-from pmi_reward.policy.panel import Judge, load_judges, parse_val_aucs, relation
+from pmi_reward.policy.panel import Judge, check_panel, load_judges, parse_val_aucs, relation
 from pmi_reward.policy.report import report_text
 from pmi_reward.policy.samples import read_samples, sample_records, samples_markdown, write_samples
 from pmi_reward.policy.sampling import SamplingSettings
@@ -212,8 +212,26 @@ def test_an_untrained_chat_lm_judges_and_shares_nothing_with_the_reward(tiny_pol
     np.testing.assert_allclose(scores[0], direct, rtol=1e-5)
     with pytest.raises(ValueError, match="name=AUC"):
         parse_val_aucs(["lm-pmi=high"])
-    with pytest.raises(ValueError, match="names no lm: judge"):
-        load_judges([f"lm-pmi=lm:{tmp_path / 'lm'}"], None, {"other": 0.9})
+    with pytest.warns(UserWarning, match=r"not in the panel, ignored: \['other'\]"):
+        check_panel([f"lm-pmi=lm:{tmp_path / 'lm'}"], {"other": 0.9})
+
+
+def test_a_judges_flag_replaces_the_panel_of_a_config_with_val_aucs(tmp_path):
+    """demo/evaluate (and recipes/smollm2-135m/final/evaluate.yaml) give ``judge_val_auc: [lm-pmi=0.886]`` for their
+    panel; ``--judges other=DIR`` was refused for it (a judge_val_auc naming no judge of the panel), and a list flag
+    cannot empty it. An entry for a judge not in the panel is ignored with a warning; one for a judge whose folder
+    holds its own AUC, or out of [0, 1], is still refused."""
+    from pmi_reward.configs import parse_args
+    from pmi_reward.policy.evaluate import ARGUMENTS, _check_options
+
+    _, args, settings = parse_args(ARGUMENTS, ["--config", "demo/evaluate", "--judges", f"mine={tmp_path}"])
+    assert args.judge_val_auc == ["lm-pmi=0.886"]
+    with pytest.warns(UserWarning, match=r"judge_val_auc names judges not in the panel, ignored: \['lm-pmi'\]"):
+        assert _check_options(args, settings) == {"lm-pmi": pytest.approx(0.886)}
+    with pytest.raises(ValueError, match=r"names no lm: judge of the panel: \['mine'\]"):
+        check_panel([f"mine={tmp_path}"], {"mine": 0.8})
+    with pytest.raises(ValueError, match="AUC in \\[0, 1\\]"):
+        parse_val_aucs(["lm-pmi=1.5"])
 
 
 def test_load_policy_dir_merges_lora_adapters(tiny_policy, smol_tokenizer, tmp_path):
@@ -348,7 +366,7 @@ def no_loading(monkeypatch):
         (["--judges", "a=lm:"], "name the chat LM"),
         (["--judges", "a=d1", "a=d2"], "judge names must differ"),
         (["--judge_val_auc", "minilm=high"], "expected name=AUC"),
-        (["--judge_val_auc", "minilm=0.8"], "judge_val_auc names no lm: judge"),
+        (["--judge_val_auc", "j=0.8"], "judge_val_auc names no lm: judge"),  # j's folder holds its own AUC
         (["--judges", "j=outputs/no/judge"], "j=outputs/no/judge: no such scorer folder"),
         (["--tuned", "runs/base"], "is named 'base' like another row"),
         (["--tuned", "a/grpo", "b/grpo"], "is named 'grpo' like another row"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
 import yaml
 
@@ -49,9 +50,14 @@ def _one_line(error: object) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _debug_from_env() -> bool:
+    """``PMI_REWARD_DEBUG``: on unless unset, empty or one of 0, false, no, off (``=false`` turned it on)."""
+    return os.environ.get("PMI_REWARD_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("PMI_REWARD_DEBUG", "") not in ("", "0")
+    debug = "--debug" in argv or _debug_from_env()
     argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(_usage())
@@ -61,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(COMMANDS[command][0])
         return module.main(argv[1:]) or 0
     except SystemExit as stop:
-        if isinstance(stop.code, str) and not debug:  # our own `raise SystemExit("message")`
+        if isinstance(stop.code, str):  # our own `raise SystemExit("message")`: exit code 2, --debug or not
+            if debug:  # (uncaught, Python printed the message alone, no traceback, and exited 1)
+                traceback.print_exc()
             print(f"pmi-reward {command}: {_one_line(stop.code)}", file=sys.stderr)
             return USAGE
         raise

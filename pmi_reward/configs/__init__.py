@@ -18,9 +18,10 @@ import typing
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
-__all__ = ["CONFIG_DIR", "config_path", "shipped_configs", "merged_config", "parse_args"]
+__all__ = ["CONFIG_DIR", "config_path", "shipped_configs", "load_config", "merged_config", "parse_args"]
 
 CONFIG_DIR = Path(__file__).resolve().parent
 
@@ -44,21 +45,48 @@ def config_path(name_or_path: str | Path) -> str:
     )
 
 
-def merged_config(names: Sequence[str]) -> dict:
-    """The YAML files (paths or shipped names) merged in order, later keys winning."""
+def load_config(name: str) -> dict:
+    """One ``--config`` file (a path or a shipped name) as its mapping of option names to values; an empty file, or
+    one that holds a list or a single value, is refused by name (one alone and one of several alike)."""
     import yaml
 
+    with open(config_path(name)) as file:  # (a YAML error then names the file, not "<unicode string>")
+        values = yaml.safe_load(file)
+    if not isinstance(values, dict):
+        what = "is empty" if values is None else f"holds a {type(values).__name__}"
+        raise ValueError(f"--config {name}: the file {what}; expected a mapping of option names to values (key: value)")
+    return values
+
+
+def merged_config(names: Sequence[str]) -> dict:
+    """The YAML files (paths or shipped names) merged in order, later keys winning."""
     merged: dict = {}
     for name in names:
-        values = yaml.safe_load(Path(config_path(name)).read_text()) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"--config {name}: expected a mapping of option names to values")
-        merged.update(values)
+        merged.update(load_config(name))
     return merged
 
 
-def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
-    """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several."""
+def _check_keys(types: Sequence[Any], names: Sequence[str]) -> None:
+    """Every key of each ``--config`` file names an option of the command (TRL's own message named neither the
+    file nor the option meant); ``env`` is TRL's: environment variables to set."""
+    import difflib
+
+    known = {f.name for cls in types for f in dataclasses.fields(cls) if f.init} | {"env"}
+    for name in names:
+        unknown = [key for key in load_config(name) if key not in known]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key).replace("-", "_"), known, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(
+                f"--config {name}: no option of this command is named {', '.join(hints)}; `--help` lists the options"
+            )
+
+
+def _resolve_configs(args: list[str], stack: ExitStack, types: Sequence[Any] = ()) -> list[str]:
+    """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several; each
+    file checked first (a mapping whose keys are options of ``types``)."""
     names, rest, i = [], [], 0
     while i < len(args):
         if args[i].startswith("--config="):  # argparse's other spelling, which TRL's parser did not read
@@ -74,6 +102,7 @@ def _resolve_configs(args: list[str], stack: ExitStack) -> list[str]:
             i += 1
     if not names:
         return rest
+    _check_keys(types, names)
     if len(names) == 1:
         return ["--config", config_path(names[0]), *rest]
     import yaml
@@ -107,10 +136,45 @@ def _list_only(hint: Any) -> bool:
     return bool(members) and all(typing.get_origin(a) is list for a in members)
 
 
+def _scalar_kind(hint: Any) -> Any:
+    """The one scalar type (int, float, bool, str) an option takes besides None, else None (a union of several
+    types, an enum, a Literal, a list, a mapping: left as they are)."""
+    members = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_args(hint) else [hint]
+    if typing.get_origin(hint) not in (None, typing.Union, UnionType) or len(members) != 1:
+        return None
+    return members[0] if members[0] in (int, float, bool, str) else None
+
+
+def _as_flag(value: Any, kind: Any) -> Any:
+    """A YAML scalar as its flag would be written, for argparse to convert and check as it does a flag's (it converts
+    a string default only: ``k_random: 1.5`` reached the code as a float). Ints stay good floats (``lr: 1`` -> 1.0)."""
+    if kind is None or value is None or isinstance(value, str) or (kind is bool and isinstance(value, bool)):
+        return value
+    if kind is str:  # a number or a bool where a flag would give its text
+        return str(value) if isinstance(value, (bool, int, float)) else value
+    return str(value)  # int, float, bool: argparse's type check names the option (`invalid int value: '1.5'`)
+
+
+def _list_item(key: str, item: Any, kind: Any) -> Any:
+    """An item of a YAML list as the same flag's item would be (argparse leaves a list default unconverted)."""
+    if kind is None or item is None or kind is bool:
+        return item
+    if kind is str:
+        return str(item) if isinstance(item, (bool, int, float)) else item
+    try:
+        if isinstance(item, bool):
+            raise ValueError
+        return kind(str(item))
+    except ValueError:
+        raise ValueError(f"--config: {key}: invalid {kind.__name__} value: {item!r}") from None
+
+
 def _yaml_values(types: Sequence[Any], values: dict) -> dict:
     """YAML values made what the same flags would give: a scalar for a list option becomes a one-item list (argparse
     applies ``nargs`` to flags only: ``tuned: outputs/run`` was read letter by letter; not where the option takes a
-    single value too), and a null for an option that takes no None is refused by name (it reached the code as None)."""
+    single value too), a null for an option that takes no None is refused by name (it reached the code as None), and
+    a number, bool or list item is converted and checked by the option's type as its flag is (``k_random: 1.5`` was
+    accepted and failed deep in the run)."""
     fields = _field_types(types)
     out = {}
     for key, value in values.items():
@@ -118,7 +182,13 @@ def _yaml_values(types: Sequence[Any], values: dict) -> dict:
         if value is None and not nullable:
             kind = getattr(hint, "__name__", str(hint))
             raise ValueError(f"--config: {key}: null, but this option takes a {kind}; leave the key out (its default)")
-        out[key] = [value] if _list_only(hint) and value is not None and not isinstance(value, list) else value
+        if _list_only(hint):
+            items = [value] if value is not None and not isinstance(value, list) else value
+            lists = (hint,) if typing.get_origin(hint) is list else typing.get_args(hint)
+            item_kind = _scalar_kind(next((typing.get_args(a)[0] for a in lists if typing.get_args(a)), None))
+            out[key] = None if items is None else [_list_item(key, item, item_kind) for item in items]
+        else:
+            out[key] = _as_flag(value, _scalar_kind(hint))
     return out
 
 
@@ -140,6 +210,6 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
         "these options; flags override it."
     )
     with ExitStack() as stack:
-        args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack)
+        args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack, types)
         parser = Parser(tuple(types), prog=prog, epilog=epilog, allow_abbrev=False)
         return tuple(parser.parse_args_and_config(args))

@@ -18,6 +18,7 @@ its validation AUC, measured elsewhere (``recipes/scorer/run.py --method lm_pmi`
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,8 @@ def parse_val_aucs(specs: list[str]) -> dict[str, float]:
 
 def check_panel(specs: list[str], val_aucs: dict[str, float] | None = None) -> list[tuple[str, str]]:
     """The panel's (name, directory or ``lm:MODEL``) pairs, checked before any judge loads: at least one judge,
-    distinct names, a model after every ``lm:``, and each validation AUC naming an ``lm:`` judge."""
+    distinct names, a model after every ``lm:``, and no validation AUC for a judge whose directory holds its own; one
+    for a judge not in the panel (a config's, whose panel ``--judges`` replaced) is ignored with a warning."""
     if not specs:
         raise ValueError("evaluate-policy needs at least one judge (--judges name=scorer_dir ...)")
     panel = [parse_judge(spec) for spec in specs]
@@ -186,9 +188,13 @@ def check_panel(specs: list[str], val_aucs: dict[str, float] | None = None) -> l
     for name, path in panel:
         if path.startswith(LM_PREFIX) and not path[len(LM_PREFIX) :]:
             raise ValueError(f"judge {name}={LM_PREFIX}: name the chat LM, e.g. {LM_PREFIX}smollm2-135m-instruct")
-    unknown = sorted(set(val_aucs or {}) - {name for name, path in panel if path.startswith(LM_PREFIX)})
-    if unknown:
-        raise ValueError(f"judge_val_auc names no {LM_PREFIX} judge of the panel: {unknown}")
+    given = set(val_aucs or {})
+    not_lm = sorted(given & {name for name, path in panel if not path.startswith(LM_PREFIX)})
+    if not_lm:  # a judge directory holds its own validation AUC
+        raise ValueError(f"judge_val_auc names no {LM_PREFIX} judge of the panel: {not_lm} (their folders hold theirs)")
+    absent = sorted(given - set(names))
+    if absent:  # a config's entries for its own panel, which --judges replaced (a list flag cannot empty them)
+        warnings.warn(f"judge_val_auc names judges not in the panel, ignored: {absent}", stacklevel=1)
     return panel
 
 
