@@ -252,3 +252,161 @@ def test_deepseek_left_padding_is_no_system_prompt():
     user, assistant = "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"
     messages, reply = split_query(eos * 3 + bos + user + "I love jazz." + assistant + "Coltrane!" + eos)
     assert messages == [{"role": "user", "content": "I love jazz."}] and reply == "Coltrane!"
+
+
+def test_mistral_v7_system_prompt_is_a_system_turn():
+    """Mistral v7 / Tekken (mistralai/Mistral-Small-24B-Instruct-2501's chat_template) write a system message as its own
+    ``[SYSTEM_PROMPT]...[/SYSTEM_PROMPT]`` block, before or between the ``[INST]`` turns: it was dropped, even with
+    include_system, and a cut-off one read as an assistant turn."""
+    prompt = (
+        "<s>[SYSTEM_PROMPT]Be nice.[/SYSTEM_PROMPT][INST]I love jazz.[/INST]Me too!</s>"
+        "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Who is your favourite?[/INST]"
+    )
+    query = prompt + "Coltrane, for sure.</s>"
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == "Coltrane, for sure."
+        assert prompt_to_context(messages) == CONTEXT  # a system turn only with include_system, as elsewhere
+        assert prompt_to_context(messages, include_system=True) == (
+            "Be nice.\nI love jazz.\nMe too!\nBe brief.\nWho is your favourite?"
+        )
+    # cut before parsing inside a long system prompt: its end is still a system turn, not the user's or the assistant's
+    old = "".join(f"Old line {i}.\n" for i in range(2000))
+    head = prompt.replace("Be nice.", old + "Be nice.")
+    for args in ((head + "Coltrane.</s>", head), (head + "Coltrane.</s>",)):
+        messages, reply = split_query(*args, max_chars=500)
+        assert reply == "Coltrane." and prompt_to_context(messages) == CONTEXT
+        assert messages[0]["role"] == "system" and messages[0]["content"].endswith("Old line 1999.\nBe nice.")
+
+
+@pytest.mark.parametrize(
+    "name, words, cut",
+    [
+        (
+            "chatml",
+            "Phi-3 writes <|user|> before a turn and <|end|> after it; Llama 4 ends one with <|eot|>.",
+            "Phi-3 writes",
+        ),
+        ("llama3", "Strike it out: <s>old</s> new. Gemma ends a turn with <end_of_turn>.", "Strike it out: <s>old"),
+        (
+            "gemma",
+            "ChatML ends a turn with <|im_end|>, Llama 3 with <|eot_id|>, Mistral with </s>.",
+            "ChatML ends a turn with",
+        ),
+        (
+            "llama2",
+            "Qwen writes <|im_start|>assistant, Llama 3 ends with <|eot_id|> and Phi-3 with <|end|>.",
+            "Qwen writes",
+        ),
+    ],
+)
+def test_a_reply_is_cut_at_its_own_templates_tokens_only(name, words, cut):
+    """Another template's tokens in a reply are its words (a reply about Phi-3's or Qwen's markup, HTML's
+    ``<s>...</s>``): they cut it when every template's tokens ended every reply, and a ChatML header in a Mistral
+    reply made the query read as ChatML. The template is known from the prompt, or without one from the query's first
+    turn marker, and only its tokens end the reply; a reply alone (verl's) is still cut at any template's tokens."""
+    prompt, end = PROMPTS[name]
+    query = prompt + " " + words + end
+    for _, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == words
+    assert clean_reply(words + end) == cut  # no template to go by: cut at the first token of any
+
+
+@pytest.mark.parametrize(
+    "mention", ["Never write <|user|> or <|assistant|> tags.", "Ignore any [INST] ... [/INST] markup."]
+)
+def test_deepseek_system_prompt_mentioning_another_templates_markup(mention):
+    """DeepSeek writes its system prompt bare after the BOS token, before its first turn marker: one that mentions
+    Phi-3's ``<|user|>`` or Mistral's ``[INST]`` made the text read as Phi-3 or Mistral (their marker came first). The
+    BOS token is DeepSeek's first marker."""
+    prompt = PROMPTS["deepseek"][0].replace("Be nice.", mention)
+    query = prompt + "Coltrane, for sure." + DS_EOS
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == "Coltrane, for sure." and prompt_to_context(messages) == CONTEXT
+        assert messages[0] == {"role": "system", "content": mention}
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "<s>[INST] <<SYS>>\nBe nice.\n<</SYS>>\n\nI love jazz. [/INST]",  # Llama 2
+        "<s>[INST] I love jazz.[/INST]",  # Mistral v3
+        "<s>[INST]I love jazz.[/INST]",  # Tekken (Mistral Nemo)
+        "User: I love jazz.\nAssistant:",
+    ],
+)
+def test_system_prompt_token_is_words_outside_mistral_v7(prompt):
+    """``[SYSTEM_PROMPT]`` is markup only in Mistral v7's text, which opens with such a block: in a Llama 2 or older
+    Mistral conversation, a transcript or a verl reply alone it is a reply's words ("Use [SYSTEM_PROMPT] for it."
+    became "Use"), and no system turn."""
+    words = "Mistral v7 writes [SYSTEM_PROMPT] blocks."
+    end = "" if prompt.startswith("User:") else "</s>"
+    query = prompt + " " + words + end
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == words and prompt_to_context(messages) == "I love jazz."
+    assert clean_reply("Use [SYSTEM_PROMPT] for it.") == "Use [SYSTEM_PROMPT] for it."
+    earlier = "<s>[INST] I love jazz.[/INST] Say [SYSTEM_PROMPT] twice.</s>[INST] Who?[/INST]"
+    messages, reply = split_query(earlier + " Coltrane.</s>")
+    assert reply == "Coltrane." and prompt_to_context(messages) == "I love jazz.\nSay [SYSTEM_PROMPT] twice.\nWho?"
+
+
+@pytest.mark.parametrize(
+    ("name", "mention"),
+    [
+        ("chatml", "Why does Phi-3 write <|user|> first?"),
+        ("llama3", "What do [INST] and [/INST] mean?"),
+        ("gemma", "Why does Qwen write <|im_start|>user and <|im_end|>?"),
+        ("deepseek", "Why does Phi-3 write <|user|> first?"),
+        ("llama2", "Why does Qwen write <|im_start|>user first?"),
+    ],
+)
+def test_a_cut_text_is_read_as_the_template_with_the_most_markers(name, mention):
+    """With ``max_chars`` the text is cut inside a turn, so its start is a turn's words, whatever they hold: another
+    template's marker there came first and made the text read as that template (the turns and the reply kept their
+    markup). The template with the most markers is the text's."""
+    prompt, end = PROMPTS[name]
+    old = "".join(f"Old line {i}.\n" for i in range(2000))
+    head = prompt.replace("I love jazz.", old + "I love jazz. " + mention)
+    query = head + " Coltrane, for sure." + end
+    for args in ((query, head), (query,)):
+        messages, reply = split_query(*args, max_chars=200)
+        assert reply == "Coltrane, for sure."
+        assert prompt_to_context(messages).endswith("I love jazz. " + mention + "\nMe too!\nWho is your favourite?")
+
+
+@pytest.mark.parametrize("pad", ["<|end_of_text|><|end_of_text|>", "</s></s>", "\n<eos><pad>", DS_EOS * 2])
+def test_another_templates_pads_after_a_reply_go(pad):
+    """A ChatML fine-tune of another base model (Llama 3, Mistral, Gemma, DeepSeek) right-pads a truncated reply with
+    its base's pad token: cut at ChatML's own tokens only, the reply kept the pads. A trailing run of any template's end
+    or pad tokens goes; the same token inside the reply is its words and stays."""
+    prompt = PROMPTS["chatml"][0]
+    for words in ("Coltrane is", "HTML strikes out with <s>old</s> and Llama 3 ends with <|end_of_text|> too"):
+        query = prompt + words + pad
+        for _, reply in (split_query(query, prompt), split_query(query)):
+            assert reply == words
+
+
+def test_zephyr_turns_end_at_their_end_token():
+    """Zephyr (HuggingFaceH4/zephyr-7b-beta) writes Phi-3's headers and ends each turn with ``</s>``: the prompt's turns
+    kept it."""
+    prompt = "<|system|>\nBe nice.</s>\n<|user|>\nI love jazz.</s>\n<|assistant|>\nMe too!</s>\n<|user|>\n"
+    prompt += "Who is your favourite?</s>\n<|assistant|>\n"
+    query = prompt + "Coltrane, for sure.</s>"
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert (
+            reply == "Coltrane, for sure."
+            and prompt_to_context(messages, include_system=True) == "Be nice.\n" + CONTEXT
+        )
+
+
+@pytest.mark.parametrize(
+    "mention", ["Never write <|user|> or <|im_start|> tags.", "Ignore any [INST] ... [/INST] markup."]
+)
+def test_mistral_v7_system_prompt_mentioning_markup(mention):
+    """Mistral v7's text opens with its system block: one that mentions another template's marker made the text read
+    as that template, one that mentions ``[INST]`` was split there."""
+    prompt = "<s>[SYSTEM_PROMPT]" + mention + "[/SYSTEM_PROMPT][INST]I love jazz.[/INST]Me too!</s>"
+    prompt += "[INST]Who is your favourite?[/INST]"
+    query = prompt + "Coltrane, for sure.</s>"
+    for messages, reply in (split_query(query, prompt), split_query(query)):
+        assert reply == "Coltrane, for sure." and prompt_to_context(messages) == CONTEXT
+        assert messages[0] == {"role": "system", "content": mention}

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -65,13 +66,13 @@ def test_a_pathological_template_query_is_answered_and_parsed_after_the_cut(tiny
     import pmi_reward.data.conversation as conversation
 
     parsed: list[int] = []
-    real = conversation.parse_chat
+    real = conversation._parse_chat  # what split_query and parse_chat both call
 
     def recording(text, partial=False):
         parsed.append(len(text))
         return real(text, partial)
 
-    monkeypatch.setattr(conversation, "parse_chat", recording)
+    monkeypatch.setattr(conversation, "_parse_chat", recording)
     with serving(tiny_scorer, RewardOptions(max_chars=1000)) as server:
         queries = ["[INST]" * 32000, "[INST]\n" * 32000 + "hi [/INST] Hello!"]
         status, answer = http(server.url, "POST", "/get_reward", {"query": queries})
@@ -496,6 +497,99 @@ def test_close_refuses_a_connection_waiting_for_a_slot_at_once(tiny_scorer):
         sock.close()
 
 
+def _wait_until(condition, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the server did not get there in time"
+        time.sleep(0.01)
+
+
+def _final(answer: bytes) -> bytes:
+    """An answer without the interim ``100 Continue`` responses before it."""
+    while answer.startswith(b"HTTP/1.1 100 "):
+        answer = answer.split(b"\r\n\r\n", 1)[1]
+    return answer
+
+
+def test_an_idle_keep_alive_connection_makes_room_for_one_waiting_for_a_slot(tiny_scorer):
+    """Idle keep-alive connections held every slot: a new connection waited its whole queue_timeout and got 503 (both
+    timeouts are 30 s by default, so the idle ones outlived it). Now one idle between requests is closed to make
+    room at once; one in the middle of a request is not, and still gets its answer."""
+    import http.client
+
+    with serving(tiny_scorer, max_connections=3, idle_timeout=300.0, queue_timeout=20.0) as server:
+        host, port = server.httpd.server_address[:2]
+        kept = [http.client.HTTPConnection(host, port, timeout=60) for _ in range(3)]
+        for conn in kept:  # a request each, answered with keep-alive: all 3 slots held
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            assert response.status == 200 and not response.will_close
+            response.read()
+        midway = kept[2].sock
+        midway.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # its next request, begun (no blank line yet)
+        answer = raw_http(server.url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", 60.0)
+        assert answer.startswith(b"HTTP/1.1 200")
+        idle = [conn.sock for conn in kept[:2]]
+        closed, _, _ = select.select(idle, [], [], 30.0)  # the one closed for it sees its end
+        assert len(closed) == 1 and closed[0].recv(1) == b""
+        midway.sendall(b"\r\n")
+        response = http.client.HTTPResponse(midway)
+        response.begin()
+        assert response.status == 200 and json.loads(response.read())["status"] == "ok"
+        other = kept[0] if closed[0] is idle[1] else kept[1]
+        other.request("GET", "/health")  # the other idle one was left open
+        assert other.getresponse().status == 200
+        assert not server.responses[503]
+        for conn in kept:
+            conn.close()
+
+
+def test_a_request_begun_when_the_drain_starts_is_answered_503(tiny_scorer):
+    """close() shut down every connection without a request in flight, those whose request was half-read too: their
+    clients got the connection dropped instead of an answer. Now only keep-alive connections idle between two
+    requests are closed; a request begun, on a new connection or a kept-alive one, gets its 503."""
+    import http.client
+
+    server = RewardServer(tiny_scorer, ServerConfig(**LIMITS)).start()
+    host, port = server.httpd.server_address[:2]
+    kept = http.client.HTTPConnection(host, port, timeout=60)
+    kept.request("GET", "/health")
+    assert kept.getresponse().read() and kept.sock is not None  # answered, and kept alive
+    fresh = socket.create_connection((host, port), timeout=60)
+    for client in (fresh, kept.sock):  # begun: the request line and a header
+        client.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    # until the server has taken both in (admitted, and the kept one's next request seen begun)
+    _wait_until(lambda: len(server._connections) == 2 and not getattr(server, "_idle", None))
+    server.close()
+    for client in (fresh, kept.sock):
+        client.sendall(b"\r\n")
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503") and b"shutting down" in answer
+    fresh.close()
+    kept.close()
+
+
+def test_a_client_that_half_closes_still_gets_its_answer(tiny_scorer):
+    """Some clients shut down their sending side once the request is out, and read on: the end of input was taken for
+    a client that left, and a request that waited past the first check (0.25 s) was answered 503. A client that
+    closed its connection is still told apart (test_an_abandoned_request_is_not_scored_to_its_end)."""
+    with serving(SlowScorer(tiny_scorer, 0.2), max_batch_pairs=1, chunk_pairs=1) as server:
+        body = json.dumps(pairs(4)).encode()  # 4 batches of at least 0.2 s each: checked several times
+        head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        host, port = server.httpd.server_address[:2]
+        with socket.create_connection((host, port), timeout=60) as client:
+            client.sendall(head % len(body) + body)
+            client.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+        answer = _final(answer)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert len(json.loads(answer.split(b"\r\n\r\n", 1)[1])["scores"]) == 4
+
+
 def test_idle_and_slow_connections_are_closed_after_idle_timeout(tiny_scorer):
     """idle_timeout 0.5 s: a silent socket and one that sends a header byte every 0.2 s (it would need 200 s to
     finish its request) are both closed by the server."""
@@ -576,6 +670,10 @@ def test_close_spends_one_drain_timeout_in_all(tiny_scorer):
         thread.join(10)
     assert seconds < 1.6
     assert {out[0][0][0] for _, out in clients} <= {200, 503}
+    # the batch that outlived the drain runs on in the worker: ended before the tests do, or the interpreter's exit
+    # meets it inside torch and aborts ("terminate called without an active exception", exit status 134)
+    server.batcher._thread.join(60)
+    assert not server.batcher._thread.is_alive()
 
 
 def test_a_non_finite_clip_is_refused():
@@ -616,3 +714,19 @@ def test_timeouts_a_wait_cannot_take_are_refused(name, value):
     every connection over the cap was closed unanswered instead of getting its 503."""
     with pytest.raises(ValueError, match=f"{name} must be > 0 and at most"):
         ServerConfig(**{name: value})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("max_wait_ms", float("inf"), "max_wait_ms must be >= 0"),  # killed the batcher: every request 503
+        ("max_wait_ms", float("nan"), "max_wait_ms must be >= 0"),  # spun the batcher forever
+        ("max_wait_ms", -1.0, "max_wait_ms must be >= 0"),
+        ("port", 70000, "port must be 0-65535"),  # an OverflowError at bind, after the scorer loaded
+        ("port", -1, "port must be 0-65535"),
+    ],
+)
+def test_a_batch_wait_or_port_no_server_can_use_is_refused(name, value, message):
+    with pytest.raises(ValueError, match=message):
+        ServerConfig(**{name: value})
+    assert ServerConfig(max_wait_ms=0.0, port=0).port == 0

@@ -9,9 +9,15 @@ the other way, for a chat policy.
 Engines such as OpenRLHF and verl hand a reward model text with the chat template applied, e.g. ChatML
 ``<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>``. ``parse_chat`` recognises the
 common templates (ChatML and Phi-4's variant of it, Llama 3 and 4, Gemma, Granite, DeepSeek-V3 and the R1 distills,
-Phi-3, GLM-4, Mistral/Llama 2 ``[INST]``, and ``User:``/``Assistant:`` role prefixes) and returns their messages;
-anything else is plain text, one turn per line. ``split_query`` splits a full text (prompt + reply) into the
-prompt's messages and the reply; ``clean_reply`` cuts what the template or padding appended to a reply.
+Phi-3, GLM-4, Mistral/Llama 2 ``[INST]`` with Mistral v7's ``[SYSTEM_PROMPT]`` blocks, and ``User:``/``Assistant:``
+role prefixes) and returns their messages; anything else is plain text, one turn per line. The template is the one
+whose turn marker comes first (in a text cut at its start, inside a turn of any words: the one with the most markers);
+``[SYSTEM_PROMPT]`` is markup only in text that opens with such a block. ``split_query`` splits a full text (prompt +
+reply) into the prompt's messages and the reply, cut at the first end-of-turn, turn-header or padding token of that
+template (another template's token in a reply is its words), less a trailing run of any template's end or padding
+tokens (a fine-tune padding with its base model's token); ``clean_reply`` cuts a reply alone at any template's tokens.
+Gemma 3 and Mistral's templates before v7 write the system prompt into a user turn (joined by a blank line, which a
+user's message may hold too): it stays there.
 
 Reasoning models write ``<think>...</think>`` before their answer; ``strip_think`` keeps the answer (the text
 after the last ``</think>``, as Qwen3's and DeepSeek-R1's chat templates keep it in the history), and an
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .pairs import join_turns
 
@@ -112,10 +118,7 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
 
 Messages = list[dict[str, str]]
 
-# Marked templates, each as (turn header with the role as group 1, the header's bare marker, the end-of-turn marker,
-# role renames, the role of text before the first header or None to drop it). A turn's content runs from its header to
-# the end marker, the next marker or the end of the text. The strings are those of the models' own chat templates
-# (``chat_template`` in their tokenizer_config.json):
+# The templates' markup, as the models' own chat templates (``chat_template`` in their tokenizer_config.json) write it:
 # - ChatML (Qwen, SmolLM2): ``<|im_start|>user\n...<|im_end|>``; Phi-4 puts ``<|im_sep|>`` where ChatML has the
 #   newline (microsoft/phi-4: ``'<|im_start|>user<|im_sep|>' + message['content'] + '<|im_end|>'``);
 # - Llama 3 ``<|start_header_id|>user<|end_header_id|>\n\n...<|eot_id|>``; Llama 4 (meta-llama/Llama-4-Scout-17B-16E-
@@ -124,41 +127,134 @@ Messages = list[dict[str, str]]
 # - DeepSeek-V3 and the DeepSeek-R1 distills (deepseek-ai/DeepSeek-R1-Distill-Llama-8B: ``{{bos_token}}{{ns.system_
 #   prompt}}``, ``'<｜User｜>' + message['content']``, ``'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'``, the
 #   generation prompt ``'<｜Assistant｜><think>\n'``): the system prompt bare between the BOS token and the first turn;
-# - Phi-3 ``<|user|>\n...<|end|>``, and GLM-4 (THUDM/glm-4-9b-chat: ``[gMASK]<sop>``, then
-#   ``<|{{ item['role'] }}|>{{ item['metadata'] }}\n{{ item['content'] }}`` with no end marker; a reply stops at its
-#   stop tokens ``<|user|>``, ``<|observation|>`` or ``<|endoftext|>``; ``observation`` turns are tool output).
+# - Phi-3 ``<|user|>\n...<|end|>``, Zephyr ``<|user|>\n...</s>``, and GLM-4 (THUDM/glm-4-9b-chat: ``[gMASK]<sop>``,
+#   then ``<|{{ item['role'] }}|>{{ item['metadata'] }}\n{{ item['content'] }}`` with no end marker; a reply stops at
+#   its stop tokens ``<|user|>``, ``<|observation|>`` or ``<|endoftext|>``; ``observation`` turns are tool output);
+# - Mistral / Llama 2 ``[INST] user [/INST] assistant</s>``, Llama 2's system prompt in ``<<SYS>>`` ... ``<</SYS>>``;
+#   Mistral's v7 / Tekken templates (mistralai/Mistral-Small-24B-Instruct-2501, Mistral Small 3.1) write a system
+#   message as its own block before or between the turns, ``'[SYSTEM_PROMPT]' + content + '[/SYSTEM_PROMPT]'``. The
+#   older Mistral templates prepend it to a user message with a blank line, as Gemma 3 does: that is not split
+#   (nothing marks where it ends, and a user's message may hold a blank line too).
 # DeepSeek's tokens are written with fullwidth vertical bars (U+FF5C) and lower one-eighth blocks (U+2581), not ASCII
 _DS_BOS, _DS_EOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
 _DS_USER = "<\uff5cUser\uff5c>"
-_MARKED: list[tuple[re.Pattern, str | None, str, dict[str, str], str | None]] = [
-    (re.compile(r"<\|im_start\|>(\w+)(?:<\|im_sep\|>|\n)?"), "<|im_start|>", "<|im_end|>", {}, None),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"), "<|start_header_id|>", "<|eot_id|>", {}, None),
-    (re.compile(r"<\|header_start\|>(\w+)<\|header_end\|>\n*"), "<|header_start|>", "<|eot|>", {}, None),
-    (re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", "<end_of_turn>", {"model": "assistant"}, None),
-    (re.compile(r"<\|start_of_role\|>(\w+)<\|end_of_role\|>"), "<|start_of_role|>", "<|end_of_text|>", {}, None),
-    (re.compile("<\uff5c(User|Assistant)\uff5c>"), None, _DS_EOS, {}, "system"),
-    (re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, "<|end|>", {}, None),
-]
+_INST, _INST_CLOSE = "[INST]", "[/INST]"
+_SYS_OPEN, _SYS_CLOSE = "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"
+_PADS = ("<pad>", "<|pad|>", "[PAD]")  # padding whatever the template: cut and dropped everywhere
+# each template's (end-of-turn and end-of-text tokens, turn-header tokens that end a reply, tokens dropped from a
+# turn's text); "mistral_v7" is Mistral's [INST] template in text that opens with a [SYSTEM_PROMPT] block (_v7_start)
+_TEMPLATE_TOKENS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "chatml": (("<|im_end|>", "<|endoftext|>"), ("<|im_start|>",), ("<|endoftext|>",)),  # Qwen pads with <|endoftext|>
+    # Llama 3.1 and 4 right-pad fine-tuning batches with <|finetune_right_pad_id|> / <|finetune_right_pad|>
+    "llama3": (
+        ("<|eot_id|>", "<|end_of_text|>", "<|finetune_right_pad_id|>"),
+        ("<|start_header_id|>",),
+        ("<|begin_of_text|>",),
+    ),
+    "llama4": (("<|eot|>", "<|end_of_text|>", "<|finetune_right_pad|>"), ("<|header_start|>",), ("<|begin_of_text|>",)),
+    "gemma": (("<end_of_turn>", "<eos>"), ("<start_of_turn>",), ("<bos>",)),
+    "granite": (("<|end_of_text|>",), ("<|start_of_role|>",), ()),
+    "deepseek": ((_DS_EOS,), (_DS_USER,), (_DS_BOS, _DS_EOS)),  # DeepSeek pads with its end token
+    # Phi-3, Zephyr and GLM-4 share the headers (GLM-4's stop tokens are its user and observation headers)
+    "phi3": (
+        ("<|end|>", "</s>", "<|endoftext|>"),
+        ("<|user|>", "<|observation|>"),
+        ("<s>", "<|endoftext|>", "[gMASK]", "<sop>"),
+    ),
+    "inst": (("</s>",), (_INST,), ("<s>",)),
+    "mistral_v7": (("</s>",), (_INST, _SYS_OPEN), ("<s>",)),
+}
+
+
+class _Tokens(NamedTuple):
+    """A template's tokens. ``cut``: what ends a reply, everything from the first one on being no part of it (the
+    end-of-turn, end-of-text and padding tokens, and the turn headers: a reply ends where the next turn starts).
+    ``special``: what is dropped from a turn's text (BOS, padding). ``ends``: where a turn's content stops. A template's
+    own tokens only: a reply under one template may hold another's literally ("Phi-3 writes <|user|> before a turn",
+    HTML's ``<s>...</s>``); only text of no known template is cut at every template's tokens."""
+
+    cut: re.Pattern
+    special: re.Pattern
+    ends: tuple[str, ...]
+
+
+def _tokens(ends: Sequence[str], headers: Sequence[str], special: Sequence[str]) -> _Tokens:
+    def pattern(tokens: Sequence[str]) -> re.Pattern:
+        return re.compile("|".join(re.escape(t) for t in dict.fromkeys((*tokens, *_PADS))))
+
+    return _Tokens(pattern((*ends, *headers)), pattern(special), tuple(ends))
+
+
+_TOKENS = {name: _tokens(*tokens) for name, tokens in _TEMPLATE_TOKENS.items()}
+# text of no known template (plain text, ``User:`` transcripts, a verl completion on its own): every template's end,
+# header and special tokens, but for v7's [SYSTEM_PROMPT], markup only in v7's text (elsewhere a reply's words about it)
+_KNOWN = [tokens for name, tokens in _TEMPLATE_TOKENS.items() if name != "mistral_v7"]
+_ANY = _tokens(*(tuple(t for tokens in same_kind for t in tokens) for same_kind in zip(*_KNOWN, strict=True)))
+# what a right-padded reply may end with, whatever its template (a ChatML fine-tune of Llama 3 pads with Llama's
+# <|end_of_text|>, of Mistral with </s>): stripped from the end of a reply once it is cut at its template's tokens
+_TRAILING = tuple(dict.fromkeys((*(t for ends, _, _ in _TEMPLATE_TOKENS.values() for t in ends), *_PADS)))
+# what may come before a text's first turn: BOS, and left padding (end tokens, where the pad token is the EOS)
+_FILLER = re.compile("|".join(map(re.escape, (*_TRAILING, *(t for _, _, sp in _TEMPLATE_TOKENS.values() for t in sp)))))
+
+
+class _Marked(NamedTuple):
+    """A template whose every turn opens with a header naming the role (group 1 of ``header``). A turn's content runs
+    from its header to the template's first end token, the next header, the header's ``bare`` marker (a header whose
+    role is garbled) or the end of the text. ``lead_role``: the role of text before the first header (DeepSeek's bare
+    system prompt), or None to drop it."""
+
+    header: re.Pattern
+    bare: str | None
+    renames: dict[str, str]
+    lead_role: str | None
+    tokens: _Tokens
+
+
+_MARKED = {
+    "chatml": _Marked(
+        re.compile(r"<\|im_start\|>(\w+)(?:<\|im_sep\|>|\n)?"), "<|im_start|>", {}, None, _TOKENS["chatml"]
+    ),
+    "llama3": _Marked(
+        re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"),
+        "<|start_header_id|>",
+        {},
+        None,
+        _TOKENS["llama3"],
+    ),
+    "llama4": _Marked(
+        re.compile(r"<\|header_start\|>(\w+)<\|header_end\|>\n*"), "<|header_start|>", {}, None, _TOKENS["llama4"]
+    ),
+    "gemma": _Marked(
+        re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", {"model": "assistant"}, None, _TOKENS["gemma"]
+    ),
+    "granite": _Marked(
+        re.compile(r"<\|start_of_role\|>(\w+)<\|end_of_role\|>"), "<|start_of_role|>", {}, None, _TOKENS["granite"]
+    ),
+    "deepseek": _Marked(re.compile("<\uff5c(User|Assistant)\uff5c>"), None, {}, "system", _TOKENS["deepseek"]),
+    "phi3": _Marked(re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, {}, None, _TOKENS["phi3"]),
+}
 _ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
-# tokens that end a reply or pad a sequence: everything from the first one on is not part of the reply (turn headers
-# included: a reply ends where the next turn starts, and GLM-4's stop tokens are its user and observation headers)
-_END = re.compile(
-    r"<\|im_end\|>|<\|eot_id\|>|<\|eot\|>|<end_of_turn>|<\|end\|>|<\|endoftext\|>|<\|end_of_text\|>|</s>|<eos>"
-    f"|{re.escape(_DS_EOS)}|{re.escape(_DS_USER)}"
-    r"|<\|im_start\|>|<\|start_header_id\|>|<\|header_start\|>|<start_of_turn>|<\|start_of_role\|>|\[INST\]"
-    r"|<\|user\|>|<\|observation\|>|<pad>|<\|pad\|>|\[PAD\]"
-)
-_SPECIAL = re.compile(
-    r"<\|begin_of_text\|>|<bos>|<s>|<\|endoftext\|>|<pad>|<\|pad\|>|\[PAD\]|\[gMASK\]|<sop>"
-    f"|{re.escape(_DS_BOS)}|{re.escape(_DS_EOS)}"  # DeepSeek pads with its end token: left padding before the turns
-)
 
 
 def clean_reply(text: str) -> str:
-    """A reply without what the template or padding appended: cut at the first end-of-turn or pad token."""
-    match = _END.search(text)
-    return (text[: match.start()] if match else text).strip()
+    """A reply without what the template or padding appended: cut at the first end-of-turn or pad token of any
+    template (the template is not known from a reply alone; ``split_query`` cuts at its template's own tokens)."""
+    return _cut(text, _ANY)
+
+
+def _cut(text: str, tokens: _Tokens) -> str:
+    """``text`` up to the first of ``tokens.cut``, less a trailing run of any template's end or padding tokens (a
+    fine-tune padding with its base's token); such a token inside the reply is its words and stays."""
+    match = tokens.cut.search(text)
+    stop = match.start() if match else len(text)
+    while True:  # by index: linear in a long run of pads
+        while stop and text[stop - 1].isspace():
+            stop -= 1
+        end = next((t for t in _TRAILING if text.endswith(t, 0, stop)), None)
+        if end is None:
+            return text[:stop].strip()
+        stop -= len(end)
 
 
 def think_unfinished(text: str, opened: bool = False) -> bool:
@@ -206,12 +302,12 @@ def opens_think(prompt: str) -> bool:
     with reasoning prefilled after it). A ``<think>`` in an earlier turn is a user's words ("What is the <think> tag
     for?"): taking it for the open block cut the context there and emptied every reply."""
     opened = prompt.rfind(THINK_OPEN)
-    return opened > prompt.rfind(THINK_CLOSE) and _END.search(prompt, opened) is None
+    return opened > prompt.rfind(THINK_CLOSE) and _ANY.cut.search(prompt, opened) is None
 
 
-def _message(role: str, content: str, renames: dict[str, str]) -> dict[str, str]:
+def _message(role: str, content: str, renames: dict[str, str], tokens: _Tokens = _ANY) -> dict[str, str]:
     role = role.lower()
-    return {"role": renames.get(role, _ROLES.get(role, role)), "content": _SPECIAL.sub("", content).strip()}
+    return {"role": renames.get(role, _ROLES.get(role, role)), "content": tokens.special.sub("", content).strip()}
 
 
 def parse_chat(text: str, partial: bool = False) -> Messages | None:
@@ -222,65 +318,162 @@ def parse_chat(text: str, partial: bool = False) -> Messages | None:
 
     Linear in the length of ``text``: markers are found with ``str.find`` and regexes that cannot backtrack
     across turns (a backtracking pattern took minutes on ``"[INST]" * 32000``)."""
-    for header, bare, end, renames, lead in _MARKED:
-        turns = _marked_turns(text, header, bare, end, renames, partial, lead)
-        if turns:
-            return turns
-    return _inst_turns(text, partial) or _parse_role_lines(text, partial)
+    parsed = _parse_chat(text, partial)
+    return parsed[0] if parsed is not None else None
 
 
-def _marked_turns(
-    text: str,
-    header: re.Pattern,
-    bare: str | None,
-    end: str,
-    renames: dict[str, str],
-    partial: bool = False,
-    lead_role: str | None = None,
-) -> Messages:
-    """The turns of one marked template: each header's content, up to the end marker or the next marker. Text before
+def _parse_chat(text: str, partial: bool = False) -> tuple[Messages, _Tokens] | None:
+    """``parse_chat``'s messages and the tokens of the template they were read with (``_ANY`` for transcripts)."""
+    for name in _templates(text, partial):
+        if name in _MARKED:  # a header found: at least one turn
+            marked = _MARKED[name]
+            return _marked_turns(text, marked, partial), marked.tokens
+        if turns := _inst_turns(text, partial, v7=name == "mistral_v7"):
+            return turns, _TOKENS[name]
+    turns = _parse_role_lines(text, partial)
+    return (turns, _ANY) if turns else None
+
+
+def _templates(text: str, partial: bool) -> list[str]:
+    """The templates whose markers ``text`` holds, most likely first. A whole text opens with its template's markup
+    (after a BOS token or padding; DeepSeek's BOS before its bare system prompt): the template whose first marker comes
+    first, another's further on being a turn's words (a reply about ChatML's ``<|im_start|>`` in a Llama 3 or Mistral
+    conversation, a system prompt about Phi-3's ``<|user|>``). A ``partial`` text opens inside a turn whose words may be
+    anything: the template with the most markers (turn headers and end tokens), ties to the first."""
+    found: list[tuple[int, int, str]] = []  # (-markers counted, first marker, name)
+    for name, marked in _MARKED.items():
+        if (first := marked.header.search(text)) is None:
+            continue
+        at = first.start()
+        if name == "deepseek" and (bos := text.find(_DS_BOS, 0, at)) >= 0:
+            at = bos
+        headers = sum(1 for _ in marked.header.finditer(text)) if partial else 0
+        found.append((-_markers(text, name, headers), at, name))
+    if (inst := text.find(_INST)) >= 0:
+        v7 = _v7_start(text, partial, inst)
+        name, at, markers = (
+            ("mistral_v7", v7, (_INST, _INST_CLOSE, _SYS_OPEN)) if v7 >= 0 else ("inst", inst, (_INST, _INST_CLOSE))
+        )
+        headers = sum(text.count(marker) for marker in markers) if partial else 0
+        found.append((-_markers(text, name, headers), at, name))
+    return [name for _, _, name in sorted(found)]
+
+
+def _markers(text: str, name: str, headers: int) -> int:
+    """``headers`` (0: not counted) and the number of template ``name``'s end tokens in ``text``."""
+    return headers + sum(text.count(end) for end in _TOKENS[name].ends) if headers else 0
+
+
+def _v7_start(text: str, partial: bool, inst: int) -> int:
+    """Where Mistral v7's markup starts in ``text`` whose first ``[INST]`` is at ``inst``, or -1: at a
+    ``[SYSTEM_PROMPT]`` that opens the text (BOS and padding before it at most; a system prompt may mention
+    ``[INST]``), or, ``partial``, at 0 when the text's first v7 token is a ``[/SYSTEM_PROMPT]`` before any ``[INST]``
+    or ``[/INST]`` (a cut-off system prompt). Elsewhere ``[SYSTEM_PROMPT]`` is a turn's words (a Llama 2 or Mistral
+    v3 reply about v7's markup), and no token to cut a reply at."""
+    opened = text.find(_SYS_OPEN, 0, inst)
+    if opened >= 0 and not _FILLER.sub("", text[:opened]).strip():
+        return opened
+    close = text.find(_SYS_CLOSE, 0, inst)
+    if partial and close >= 0 and not 0 <= opened < close and text.find(_INST_CLOSE, 0, close) < 0:
+        return 0
+    return -1
+
+
+def _first(text: str, tokens: Sequence[str], start: int, stop: int) -> int:
+    """Where the first of ``tokens`` is in ``text[start:stop]``, or ``stop``."""
+    return min((at for t in tokens if (at := text.find(t, start, stop)) >= 0), default=stop)
+
+
+def _marked_turns(text: str, marked: _Marked, partial: bool) -> Messages:
+    """The turns of one marked template: each header's content, up to the end token or the next marker. Text before
     the first header is the end of a cut-off turn with ``partial``; else a ``lead_role`` message (DeepSeek's bare
     system prompt) or nothing."""
-    heads = list(header.finditer(text))
+    tokens, renames = marked.tokens, marked.renames
+    heads = list(marked.header.finditer(text))
     out = []
     if partial and heads and text[: heads[0].start()].strip():
-        lead = text[: heads[0].start()]
-        if (at := lead.find(end)) >= 0:
-            lead = lead[:at]
-        out.append(_message("user", lead, renames))
-    elif lead_role and heads and (first := _message(lead_role, text[: heads[0].start()], renames))["content"]:
-        out.append(first)
+        lead = text[: _first(text, tokens.ends, 0, heads[0].start())]
+        out.append(_message("user", lead, renames, tokens))
+    elif (
+        marked.lead_role
+        and heads
+        and (lead_turn := _message(marked.lead_role, text[: heads[0].start()], renames, tokens))["content"]
+    ):
+        out.append(lead_turn)
     for i, head in enumerate(heads):
         stop = heads[i + 1].start() if i + 1 < len(heads) else len(text)
-        if bare is not None and (at := text.find(bare, head.end(), stop)) >= 0:
+        if marked.bare is not None and (at := text.find(marked.bare, head.end(), stop)) >= 0:
             stop = at
-        if (at := text.find(end, head.end(), stop)) >= 0:
-            stop = at
-        out.append(_message(head.group(1), text[head.end() : stop], renames))
+        stop = _first(text, tokens.ends, head.end(), stop)
+        out.append(_message(head.group(1), text[head.end() : stop], renames, tokens))
     return out
 
 
-def _inst_turns(text: str, partial: bool = False) -> Messages | None:
-    """Mistral / Llama 2: ``[INST] user [/INST] assistant`` pairs, the system prompt in ``<<SYS>>`` ... ``<</SYS>>``."""
-    out: Messages = []
-    parts = text.split("[INST]")
-    if partial and len(parts) > 1 and parts[0].strip():  # the end of a user turn and its reply, or of a reply
-        head, _, tail = parts[0].rpartition("[/INST]")
-        if head.strip():
-            out.append(_message("user", head, {}))
-        out.append(_message("assistant", clean_reply(tail), {}))
+def _inst_turns(text: str, partial: bool, v7: bool) -> Messages | None:
+    """Mistral / Llama 2: ``[INST] user [/INST] assistant`` pairs, the system prompt in ``<<SYS>>`` ... ``<</SYS>>``
+    (Llama 2) or, ``v7``, in ``[SYSTEM_PROMPT]`` ... ``[/SYSTEM_PROMPT]`` blocks before or between the pairs."""
+    tokens = _TOKENS["mistral_v7" if v7 else "inst"]
+    begin, out = _leading_systems(text, partial, tokens) if v7 else (0, [])
+    parts = text[begin:].split(_INST)
+    if partial and len(parts) > 1 and tokens.special.sub("", parts[0]).strip():  # the end of a cut-off turn
+        head, sep, tail = parts[0].rpartition(_INST_CLOSE)  # a user's, and maybe its reply; or a reply's
+        if (cut_turn := _message("user", head, {}, tokens))["content"]:
+            out.append(cut_turn)
+        if sep or tail.strip():
+            out.append(_message("assistant", _cut(tail, tokens), {}, tokens))
     for part in parts[1:]:
-        close = part.find("[/INST]")
+        close = part.find(_INST_CLOSE)
         if close < 0:
             continue
-        user, assistant = part[:close], part[close + len("[/INST]") :]
+        user, reply = part[:close], part[close + len(_INST_CLOSE) :]
+        reply, systems = _system_blocks(reply, tokens) if v7 else (reply, [])
         start = user.find("<<SYS>>")
         stop = user.find("<</SYS>>", start + len("<<SYS>>")) if start >= 0 else -1
         if stop >= 0:
-            out.append(_message("system", user[start + len("<<SYS>>") : stop], {}))
+            out.append(_message("system", user[start + len("<<SYS>>") : stop], {}, tokens))
             user = user[:start] + user[stop + len("<</SYS>>") :]
-        out += [_message("user", user, {}), _message("assistant", clean_reply(assistant), {})]
+        out += [_message("user", user, {}, tokens), _message("assistant", _cut(reply, tokens), {}, tokens)]
+        out += systems
     return out or None
+
+
+def _leading_systems(text: str, partial: bool, tokens: _Tokens) -> tuple[int, Messages]:
+    """Mistral v7's system blocks before the first turn (read before the text is split at ``[INST]``: a system prompt
+    may mention it), and where the turns start: the end of a cut-off one with ``partial``, then each block that only
+    BOS or padding precedes (an unclosed one runs to the next ``[INST]``)."""
+    out: Messages = []
+    at, opened, close = 0, text.find(_SYS_OPEN), text.find(_SYS_CLOSE)
+    if partial and close >= 0 and not 0 <= opened < close:  # the end of a cut-off system prompt
+        out.append(_message("system", text[:close], {}, tokens))
+        at = close + len(_SYS_CLOSE)
+        opened = text.find(_SYS_OPEN, at)
+    while opened >= 0 and not _FILLER.sub("", text[at:opened]).strip():
+        start = opened + len(_SYS_OPEN)
+        if (close := text.find(_SYS_CLOSE, start)) >= 0:
+            at = close + len(_SYS_CLOSE)
+        else:
+            at = close = len(text) if (inst := text.find(_INST, start)) < 0 else inst
+        if (message := _message("system", text[start:close], {}, tokens))["content"]:
+            out.append(message)
+        opened = text.find(_SYS_OPEN, at)
+    return at, out
+
+
+def _system_blocks(text: str, tokens: _Tokens) -> tuple[str, Messages]:
+    """Mistral v7's system prompts after a reply, between two ``[INST]`` turns: the reply (the text before the first
+    ``[SYSTEM_PROMPT]``), and a system message for each block (an unclosed one runs to the end)."""
+    at = text.find(_SYS_OPEN)
+    if at < 0:
+        return text, []
+    before, systems = text[:at], []
+    while at >= 0:
+        start = at + len(_SYS_OPEN)
+        stop = text.find(_SYS_CLOSE, start)
+        stop = len(text) if stop < 0 else stop
+        if (message := _message("system", text[start:stop], {}, tokens))["content"]:
+            systems.append(message)
+        at = text.find(_SYS_OPEN, stop)
+    return before, systems
 
 
 def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
@@ -288,7 +481,7 @@ def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
     lines are collected and joined once. Text before the first role prefix means plain text (None), unless
     ``partial``: then it is the end of a turn."""
     turns: list[tuple[str, list[str]]] = [("user", [])] if partial else []
-    for line in _SPECIAL.sub("", text).split("\n"):
+    for line in _ANY.special.sub("", text).split("\n"):
         line = line.strip()
         match = _ROLE_LINE.match(line)
         if match:
@@ -304,12 +497,13 @@ def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
     return [_message(role, " ".join(parts), {}) for role, parts in turns] or None
 
 
-def _as_messages(text: str, partial: bool = False) -> Messages:
-    """Messages of a templated string; plain text becomes one user turn per line."""
-    parsed = parse_chat(text, partial)
+def _as_messages(text: str, partial: bool = False) -> tuple[Messages, _Tokens]:
+    """Messages of a templated string and its template's tokens; plain text becomes one user turn per line (and
+    a reply to it is cut at any template's tokens)."""
+    parsed = _parse_chat(text, partial)
     if parsed is not None:
         return parsed
-    return [{"role": "user", "content": line.strip()} for line in text.split("\n") if line.strip()]
+    return [{"role": "user", "content": line.strip()} for line in text.split("\n") if line.strip()], _ANY
 
 
 def split_query(query: str, prompt: str | None = None, max_chars: int | None = None) -> tuple[Messages, str] | None:
@@ -327,19 +521,23 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
         at = query.find(prompt)
         if at >= 0:
             reply = query[at + len(prompt) :]
-            reply = clean_reply(reply if window is None else reply[:window])
+            reply = reply if window is None else reply[:window]
             head, partial = (prompt, False) if window is None or len(prompt) <= window else (prompt[-window:], True)
+            # the prompt's template tells where its reply ends: at that template's tokens only
             if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
                 opened = head.rfind(THINK_OPEN)
-                return _as_messages(head[:opened] if opened >= 0 else head, partial=partial), THINK_OPEN + reply
-            return _as_messages(head, partial=partial), reply
+                messages, tokens = _as_messages(head[:opened] if opened >= 0 else head, partial=partial)
+                return messages, THINK_OPEN + _cut(reply, tokens)
+            messages, tokens = _as_messages(head, partial=partial)
+            return messages, _cut(reply, tokens)
     if window is not None and len(query) > 2 * window:
         cut = query.find("\n", len(query) - 2 * window)
         if cut < 0:
             return None
         query = query[cut + 1 :]
-    messages = parse_chat(query, partial=window is not None and len(query) < full)
-    if messages is not None:
+    parsed = _parse_chat(query, partial=window is not None and len(query) < full)
+    if parsed is not None:
+        messages, tokens = parsed
         # empty turns at the end: a stop token that is a turn header (GLM-4's <|user|>) after the reply, then a
         # generation prompt (an empty reply: never the assistant turn before it)
         while messages and not messages[-1]["content"] and messages[-1]["role"] != "assistant":
@@ -348,8 +546,8 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             messages.pop()
         if not messages or messages[-1]["role"] != "assistant":
             return None
-        return messages[:-1], clean_reply(messages[-1]["content"])
+        return messages[:-1], _cut(messages[-1]["content"], tokens)
     lines = [line for line in query.split("\n") if line.strip()]
     if not lines:
         return None
-    return _as_messages("\n".join(lines[:-1])), clean_reply(lines[-1])
+    return _as_messages("\n".join(lines[:-1]))[0], clean_reply(lines[-1])

@@ -107,3 +107,7 @@ class ServerConfig:
             # a condition's wait takes at most threading.TIMEOUT_MAX: inf raised in the accept loop, unanswered
             if not 0 < getattr(self, name) <= threading.TIMEOUT_MAX:
                 raise ValueError(f"{name} must be > 0 and at most {threading.TIMEOUT_MAX:g} s")
+        if not 0 <= self.max_wait_ms / 1000 <= threading.TIMEOUT_MAX:  # inf killed the batcher, nan spun it: all 503
+            raise ValueError(f"max_wait_ms must be >= 0 and at most {threading.TIMEOUT_MAX * 1000:g}")
+        if not 0 <= self.port <= 65535:  # else an OverflowError at bind, after the scorer loaded
+            raise ValueError("port must be 0-65535 (0: any free port)")

@@ -94,6 +94,10 @@ class App(Protocol):
 
     def _waiting(self, conn: Any, waiting: bool) -> None: ...
 
+    def _idle_wait(self, conn: Any) -> None: ...
+
+    def _idle_end(self, conn: Any) -> bool: ...
+
     def _busy(self, conn: Any, busy: bool, status: int | None = None) -> None: ...
 
 
@@ -181,6 +185,8 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "pmi-reward"
     app: App
+    _keepalive = False  # a request was read on this connection: it waits for the next one
+    _probed = False  # the client's end of input was seen while its request waited: _client_alive wrote a 100
 
     def version_string(self) -> str:
         return self.server_version  # no Python version in the Server header
@@ -188,9 +194,25 @@ class Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self._start, self._logged, self._arrived = time.perf_counter(), False, time.monotonic()
         self._items: int | None = None
-        self._unread = 0
+        self._unread, self._probed = 0, False
         self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
+        if self._keepalive and not self._next_request():
+            self.close_connection = True
+            return
+        self._keepalive = True
         super().handle_one_request()
+
+    def _next_request(self) -> bool:
+        """Between two requests of a keep-alive connection: wait for the first byte of the next one (or the
+        connection's end) without reading it. Meanwhile the server may close the connection, to make room for a new
+        one or to drain; never once its request has begun. False: no request to read (the client closed, the idle
+        timeout, or the server closed it)."""
+        self.app._idle_wait(self.connection)
+        try:
+            begun = bool(self.rfile.peek(1))  # type: ignore[attr-defined]  # a BufferedReader (rbufsize -1)
+        except (OSError, ValueError):  # timed out (TimeoutError), reset, or closed
+            begun = False
+        return self.app._idle_end(self.connection) and begun
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         logger.debug("%s %s", self.address_string(), format % args)
@@ -307,13 +329,29 @@ class Handler(BaseHTTPRequestHandler):
 
     def _client_alive(self) -> bool:
         """Whether the client may still read its answer: False once it closed or reset the connection (a pipelined
-        next request makes the socket readable too, and counts as alive)."""
+        next request makes the socket readable too, and counts as alive).
+
+        The end of its input alone does not tell: a client that closed its socket and one that only shut down its
+        sending side (and reads on, as some clients do) both send it. So the first time it is seen, the client is
+        sent an interim ``100 Continue`` (which HTTP/1.1 clients must accept, and skip, before any answer): a closed
+        socket answers it with a reset, seen at the next check (``POLLHUP``/``POLLERR``), a half-closed one takes it
+        and stays alive. An HTTP/1.0 client (no 1xx may be sent to it) is taken for gone at the end of its input."""
         try:
             poller = select.poll()  # not select.select: it refuses descriptors past 1023, as a busy server has
             poller.register(self.connection, select.POLLIN)
-            if not poller.poll(0):
+            events = poller.poll(0)
+            if not events:
                 return True
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+            if events[0][1] & (select.POLLHUP | select.POLLERR):  # reset after its end, or shut down both ways
+                return False
+            if self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b"":
+                return True
+            if self.request_version != "HTTP/1.1":  # no 1xx to an HTTP/1.0 client: its end is taken for gone
+                return False
+            if not self._probed:  # the end of its input: closed, or half-closed?
+                self._probed = True
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return True
         except BlockingIOError:
             return True
         except (OSError, ValueError):  # reset, or the socket already closed (ValueError: its descriptor is -1)
