@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -497,78 +496,11 @@ def test_close_refuses_a_connection_waiting_for_a_slot_at_once(tiny_scorer):
         sock.close()
 
 
-def _wait_until(condition, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the server did not get there in time"
-        time.sleep(0.01)
-
-
 def _final(answer: bytes) -> bytes:
     """An answer without the interim ``100 Continue`` responses before it."""
     while answer.startswith(b"HTTP/1.1 100 "):
         answer = answer.split(b"\r\n\r\n", 1)[1]
     return answer
-
-
-def test_an_idle_keep_alive_connection_makes_room_for_one_waiting_for_a_slot(tiny_scorer):
-    """Idle keep-alive connections held every slot: a new connection waited its whole queue_timeout and got 503 (both
-    timeouts are 30 s by default, so the idle ones outlived it). Now one idle between requests is closed to make
-    room at once; one in the middle of a request is not, and still gets its answer."""
-    import http.client
-
-    with serving(tiny_scorer, max_connections=3, idle_timeout=300.0, queue_timeout=20.0) as server:
-        host, port = server.httpd.server_address[:2]
-        kept = [http.client.HTTPConnection(host, port, timeout=60) for _ in range(3)]
-        for conn in kept:  # a request each, answered with keep-alive: all 3 slots held
-            conn.request("GET", "/health")
-            response = conn.getresponse()
-            assert response.status == 200 and not response.will_close
-            response.read()
-        midway = kept[2].sock
-        midway.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # its next request, begun (no blank line yet)
-        answer = raw_http(server.url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", 60.0)
-        assert answer.startswith(b"HTTP/1.1 200")
-        idle = [conn.sock for conn in kept[:2]]
-        closed, _, _ = select.select(idle, [], [], 30.0)  # the one closed for it sees its end
-        assert len(closed) == 1 and closed[0].recv(1) == b""
-        midway.sendall(b"\r\n")
-        response = http.client.HTTPResponse(midway)
-        response.begin()
-        assert response.status == 200 and json.loads(response.read())["status"] == "ok"
-        other = kept[0] if closed[0] is idle[1] else kept[1]
-        other.request("GET", "/health")  # the other idle one was left open
-        assert other.getresponse().status == 200
-        assert not server.responses[503]
-        for conn in kept:
-            conn.close()
-
-
-def test_a_request_begun_when_the_drain_starts_is_answered_503(tiny_scorer):
-    """close() shut down every connection without a request in flight, those whose request was half-read too: their
-    clients got the connection dropped instead of an answer. Now only keep-alive connections idle between two
-    requests are closed; a request begun, on a new connection or a kept-alive one, gets its 503."""
-    import http.client
-
-    server = RewardServer(tiny_scorer, ServerConfig(**LIMITS)).start()
-    host, port = server.httpd.server_address[:2]
-    kept = http.client.HTTPConnection(host, port, timeout=60)
-    kept.request("GET", "/health")
-    assert kept.getresponse().read() and kept.sock is not None  # answered, and kept alive
-    fresh = socket.create_connection((host, port), timeout=60)
-    for client in (fresh, kept.sock):  # begun: the request line and a header
-        client.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-    # until the server has taken both in (admitted, and the kept one's next request seen begun)
-    _wait_until(lambda: len(server._connections) == 2 and not getattr(server, "_idle", None))
-    server.close()
-    for client in (fresh, kept.sock):
-        client.sendall(b"\r\n")
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
-        assert answer.startswith(b"HTTP/1.1 503") and b"shutting down" in answer
-    fresh.close()
-    kept.close()
 
 
 def test_a_client_that_half_closes_still_gets_its_answer(tiny_scorer):

@@ -94,10 +94,6 @@ class App(Protocol):
 
     def _waiting(self, conn: Any, waiting: bool) -> None: ...
 
-    def _idle_wait(self, conn: Any) -> None: ...
-
-    def _idle_end(self, conn: Any) -> bool: ...
-
     def _busy(self, conn: Any, busy: bool, status: int | None = None) -> None: ...
 
 
@@ -185,7 +181,6 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "pmi-reward"
     app: App
-    _keepalive = False  # a request was read on this connection: it waits for the next one
     _probed = False  # the client's end of input was seen while its request waited: _client_alive wrote a 100
 
     def version_string(self) -> str:
@@ -196,23 +191,7 @@ class Handler(BaseHTTPRequestHandler):
         self._items: int | None = None
         self._unread, self._probed = 0, False
         self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
-        if self._keepalive and not self._next_request():
-            self.close_connection = True
-            return
-        self._keepalive = True
         super().handle_one_request()
-
-    def _next_request(self) -> bool:
-        """Between two requests of a keep-alive connection: wait for the first byte of the next one (or the
-        connection's end) without reading it. Meanwhile the server may close the connection, to make room for a new
-        one or to drain; never once its request has begun. False: no request to read (the client closed, the idle
-        timeout, or the server closed it)."""
-        self.app._idle_wait(self.connection)
-        try:
-            begun = bool(self.rfile.peek(1))  # type: ignore[attr-defined]  # a BufferedReader (rbufsize -1)
-        except (OSError, ValueError):  # timed out (TimeoutError), reset, or closed
-            begun = False
-        return self.app._idle_end(self.connection) and begun
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         logger.debug("%s %s", self.address_string(), format % args)

@@ -6,17 +6,15 @@ Routes: ``POST /get_reward`` (OpenRLHF), ``POST /score``, ``POST /rerank`` (``en
 Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, JSON
 values, items and characters per request are bounded (413), malformed input gets a 4xx with a message naming the
 field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (one over the cap
-makes room by closing an idle keep-alive connection, or waits for a free one, up to ``queue_timeout``, then 503) and
-closed when idle, and ``close()`` drains in-flight requests, answering new ones 503, before it stops. Built on the
-standard library's threaded HTTP server (``handler``), which checks what its parser lets through;
-``docs/serving.md`` (Security).
+waits for a free one, up to ``queue_timeout``, then 503) and closed when idle, and ``close()`` drains in-flight
+requests, answering new ones 503, before it stops. Built on the standard library's threaded HTTP server
+(``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import signal
 import socket
 import threading
@@ -62,10 +60,6 @@ class RewardServer:
         self._lock = threading.Condition()
         self._connections: dict[socket.socket, bool] = {}  # open connection -> busy with a request
         self._deadlines: dict[socket.socket, float] = {}  # connection -> when it must have sent its request
-        # keep-alive connections between two requests, idle longest first (a dict as an ordered set): closed to make
-        # room for a new one (_admit) or to drain (close), then in _closed until they disconnect
-        self._idle: dict[socket.socket, None] = {}
-        self._closed: set[socket.socket] = set()
         self._full_since: float | None = None  # when a connection first found the cap full, none admitted since
         self._inflight = 0
         self._thread: threading.Thread | None = None
@@ -114,10 +108,10 @@ class RewardServer:
             self.closing = True
             self._lock.notify_all()  # a connection waiting for a free slot (_admit) is refused now, not at its timeout
             running = self._running  # serve_forever() runs, or never will: it checks ``closing`` under this lock
-            # idle keep-alive connections would otherwise wait for their next request; one whose request has begun
-            # (even only in the kernel's buffer), or that has not sent its first yet, is left to get its 503
-            for conn in list(self._idle):
-                self._close_idle(conn)
+            idle = [conn for conn, busy in self._connections.items() if not busy]
+        for conn in idle:  # idle keep-alive connections would otherwise wait for their next request
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + self.config.drain_timeout  # one budget for the whole drain
         with self._lock:
             if not self._lock.wait_for(lambda: self._inflight == 0, timeout=self.config.drain_timeout):
@@ -151,23 +145,14 @@ class RewardServer:
         from when a connection first found the server full, not from each one's accept: once the server has been
         full that long (overloaded, or its clients stuck), each new connection is refused at once until one closes,
         rather than every queued one waiting ``queue_timeout`` in turn. ``close()`` wakes the wait, to refuse it at
-        once.
-
-        While it waits it closes a keep-alive connection idle between two requests, the one idle longest, to make
-        room: otherwise a client's idle pooled connections held every slot for their ``idle_timeout`` (as long as
-        ``queue_timeout`` by default), and each new connection waited out its ``queue_timeout`` and got 503. One
-        whose next request has begun, or that has not sent its first request yet, is never closed for this (the
-        first are working; the second may be a burst's, its request on the way)."""
+        once."""
         cap = self.config.max_connections
         with self._lock:
-            while not self.closing and len(self._connections) >= cap:
-                made_room = not self._closed and self._make_room()  # none on its way already: close an idle one
-                if made_room or self._full_since is None:
-                    self._full_since = time.monotonic()  # full from now (a slot on its way counts as one closed)
+            if not self.closing and len(self._connections) >= cap:
+                if self._full_since is None:
+                    self._full_since = time.monotonic()
                 left = self._full_since + self.config.queue_timeout - time.monotonic()
-                if left <= 0:
-                    break
-                self._lock.wait(left)
+                self._lock.wait_for(lambda: self.closing or len(self._connections) < cap, timeout=max(0.0, left))
             if self.closing:
                 return "the server is shutting down; retry on another"
             if len(self._connections) >= cap:
@@ -179,52 +164,12 @@ class RewardServer:
             self._connections[conn] = False
             return None
 
-    def _make_room(self) -> bool:
-        """Close the keep-alive connection idle longest between two requests (under the lock); False: none."""
-        return any(self._close_idle(conn) for conn in list(self._idle))
-
-    def _close_idle(self, conn: socket.socket) -> bool:
-        """Shut down an idle keep-alive connection (under the lock) unless a byte of its next request (or its end)
-        is already there to read: then its handler is about to take it, and it is left alone. The check and the
-        shutdown cannot be atomic: a request that reaches the server in between is lost (as at an idle timeout: HTTP
-        clients resend on a fresh connection when a pooled one turns out closed)."""
-        try:
-            poller = select.poll()  # not select.select: it refuses descriptors past 1023
-            poller.register(conn, select.POLLIN)
-            if poller.poll(0):
-                return False
-        except (OSError, ValueError):  # already closed
-            pass
-        del self._idle[conn]
-        self._closed.add(conn)
-        with contextlib.suppress(OSError):
-            conn.shutdown(socket.SHUT_RDWR)
-        logger.debug("pmi-reward serve: closed an idle connection (%s)", "draining" if self.closing else "for room")
-        return True
-
     def _disconnect(self, conn: socket.socket) -> None:
         """A connection closed: its slot is free for one waiting in ``_admit``."""
         with self._lock:
             self._connections.pop(conn, None)
             self._deadlines.pop(conn, None)
-            self._idle.pop(conn, None)
-            self._closed.discard(conn)
             self._lock.notify_all()
-
-    def _idle_wait(self, conn: socket.socket) -> None:
-        """A keep-alive connection starts waiting for the first byte of its next request: from now until
-        ``_idle_end`` it may be closed to make room (``_admit``) or to drain. One that starts waiting once the drain
-        has begun is left open: its last answer said keep-alive, and a request on it gets its 503."""
-        with self._lock:
-            self._idle[conn] = None
-            self._lock.notify_all()  # a connection waiting in _admit may close it
-
-    def _idle_end(self, conn: socket.socket) -> bool:
-        """The wait of ``_idle_wait`` ended (its next request began, or the connection ended); False: it was closed
-        meanwhile (``_close_idle``), whatever arrived is not to be answered."""
-        with self._lock:
-            self._idle.pop(conn, None)
-            return conn not in self._closed
 
     def _waiting(self, conn: socket.socket, waiting: bool) -> None:
         """A connection starts (True) or ends (False) waiting for its next request, which it must have sent
