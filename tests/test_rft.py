@@ -131,6 +131,43 @@ def test_cut_replies_train_as_sampled_without_an_end_of_turn(tmp_path, tiny_poli
     assert captured["data"][0]["input_ids"] == row["input_ids"][:-2]  # cut to max_length, as TRL cuts
 
 
+def test_cut_replies_follow_their_prompt_as_sampled_where_tokens_merge(tmp_path, tiny_policy, smol_tokenizer):
+    """A text prompt ending in " Wow!" before a cut reply "!! so good": TRL tokenizes prompt + reply as " Wow" "!!!"
+    and starts the reply after " Wow", so the sampled ids followed a prompt short of its "!", a context the policy
+    never saw. A cut reply now trains after the prompt's own tokens (not trained on), in SFT and DPO; a pair whose
+    finished reply merges into the prompt too has no one prompt for both replies, and is dropped with a warning."""
+    from pmi_reward.policy import rft
+
+    tok = smol_tokenizer
+    prompt = "User: Wow!\nAssistant: Wow!"
+    context = tok(prompt, add_special_tokens=False)["input_ids"]  # as the sampler gave it to the policy
+    cut = tok("!!", add_special_tokens=False)["input_ids"] + tok(" so good", add_special_tokens=False)["input_ids"]
+    assert tok(prompt + tok.decode(cut))["input_ids"][: len(context)] != context  # "!" + "!!" merge
+    done = tok(" Yes.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    merged = tok("!! Yes.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    replies = Replies([["", ""], ["", ""]], [[cut, done], [cut, merged]], [[True, False], [True, False]])
+    replies = rft._as_sampled(tok, [prompt, prompt], replies)
+    captured = {}
+
+    def keep(trainer):
+        captured["data"] = trainer.train_dataset
+        return trainer.model
+
+    kept = select_best([prompt], replies, np.array([[9.0, 1.0]]), drop_truncated=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rft.CutRepliesSFTTrainer, "train", keep)
+        rft._sft(tiny_policy(), tok, kept, _fit_args(str(tmp_path / "sft")), None)
+    row = captured["data"][0]
+    assert row["input_ids"] == context + cut and row["labels"] == [-100] * len(context) + cut
+    pairs = select_pairs([prompt, prompt], replies, np.array([[-7.0, 1.0], [-7.0, 1.0]]), drop_truncated=False)
+    with pytest.MonkeyPatch.context() as patch, pytest.warns(UserWarning, match="1 of 2 preference pairs dropped"):
+        patch.setattr(rft.CutRepliesDPOTrainer, "train", keep)
+        rft._dpo(tiny_policy(), tok, pairs, _fit_args(str(tmp_path / "dpo"), DPOConfig), None, tiny_policy())
+    [row] = captured["data"]
+    assert row["prompt_ids"] == context and row["rejected_ids"] == cut
+    assert row["prompt_ids"] + row["chosen_ids"] == tok(prompt + " Yes." + tok.eos_token)["input_ids"]  # as TRL's
+
+
 def test_cut_replies_kept_for_sft_need_the_loss_on_completions(tmp_path):
     """Without completion_only_loss (or with packing) a cut reply cannot be trained as sampled: refused before
     anything loads, not after a round of sampling."""

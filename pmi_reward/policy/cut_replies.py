@@ -9,10 +9,15 @@ turn, in place of TRL's tokens of it. A finished reply trains as TRL renders it.
 
 A row marks a cut reply by a ``<key>_cut_ids`` column (``completion_cut_ids``; ``chosen_cut_ids``,
 ``rejected_cut_ids``): the sampled ids, or ``[]`` for a finished reply.
+
+A cut reply follows its prompt's own tokens, as the policy was given them, not TRL's: TRL starts a completion where
+the tokenized prompt and prompt + completion diverge, so a text prompt ending in " Wow!" before a reply "!!" lost
+its "!" (merged into "!!!" on re-tokenization), and the sampled ids followed a context the policy never saw.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from trl import DPOTrainer, SFTTrainer
@@ -29,13 +34,22 @@ def cut_ids(replies: Replies, i: int, j: int) -> list[int]:
     return [int(t) for t in replies.tokens[i][j]] if replies.truncated[i][j] else []
 
 
-def _sft_row(row: dict, column: str, max_length: int | None, mode: str) -> dict:
-    """A tokenized SFT row whose completion is a cut reply: its prompt tokens, then the sampled ids (all trained),
-    cut to ``max_length`` as TRL cut the row (``mode``: keep_start or keep_end)."""
+def prompt_ids(processing_class: Any, prompt: str | list) -> list[int]:
+    """A prompt's tokens alone, as the sampler gave them to the policy and TRL tokenizes a prompt: a text prompt
+    through the processing class, chat messages through its chat template with the generation prompt."""
+    if isinstance(prompt, str):
+        return list(processing_class(text=prompt)["input_ids"])
+    chat = processing_class.apply_chat_template(prompt, tokenize=True, return_dict=True, add_generation_prompt=True)
+    return list(chat["input_ids"])
+
+
+def _sft_row(row: dict, column: str, max_length: int | None, mode: str, processing_class: Any) -> dict:
+    """A tokenized SFT row whose completion is a cut reply: its prompt's own tokens, then the sampled ids (all
+    trained), cut to ``max_length`` as TRL cut the row (``mode``: keep_start or keep_end)."""
     cut = row[column]
     if cut:
-        start = next(n for n, label in enumerate(row["labels"]) if label != -100)
-        ids, labels = row["input_ids"][:start] + cut, [-100] * start + cut
+        context = prompt_ids(processing_class, row["prompt"])
+        ids, labels = context + cut, [-100] * len(context) + cut
         if max_length is not None:
             kept = slice(None, max_length) if mode == "keep_start" else slice(-max_length, None)
             ids, labels = ids[kept], labels[kept]
@@ -54,11 +68,18 @@ def check_sft_settings(packing: bool, completion_only_loss: bool | None) -> None
         )
 
 
-def _dpo_row(row: dict) -> dict:
-    """A tokenized preference row whose chosen or rejected reply was cut: the sampled ids in place of TRL's."""
-    for key in ("chosen", "rejected"):
-        if row[key + CUT]:
-            row[f"{key}_ids"] = row[key + CUT]
+def _dpo_row(row: dict, processing_class: Any) -> dict:
+    """A tokenized preference row whose chosen or rejected reply was cut: the prompt's own tokens, the sampled ids of
+    a cut reply after them, and TRL's tokens of a finished one. ``apart`` marks a row whose finished reply TRL
+    tokenized into the prompt's end ("!" + "!..." as "!!..."): no one prompt serves both replies."""
+    row["apart"] = False
+    if any(row[key + CUT] for key in ("chosen", "rejected")):
+        context = prompt_ids(processing_class, row["prompt"])
+        for key in ("chosen", "rejected"):
+            whole = context + row[key + CUT] if row[key + CUT] else row["prompt_ids"] + row[f"{key}_ids"]
+            row["apart"] |= whole[: len(context)] != context
+            row[f"{key}_ids"] = whole[len(context) :]
+        row["prompt_ids"] = context
     return row
 
 
@@ -73,15 +94,27 @@ class CutRepliesSFTTrainer(SFTTrainer):
         if any(dataset[column]):
             check_sft_settings(packing, getattr(self, "completion_only_loss", True))
         settings = {"column": column, "max_length": args.max_length, "mode": args.truncation_mode}
-        return dataset.map(_sft_row, fn_kwargs=settings).remove_columns(column)
+        dataset = dataset.map(_sft_row, fn_kwargs={**settings, "processing_class": processing_class})
+        # as TRL drops a row its truncation left with nothing to train
+        return dataset.filter(lambda row: any(t != -100 for t in row["labels"])).remove_columns(column)
 
 
 class CutRepliesDPOTrainer(DPOTrainer):
     """TRL's DPOTrainer; a chosen or rejected reply marked cut trains as sampled, without the end of turn."""
 
-    def _prepare_dataset(self, dataset: Any, *rest: Any) -> Any:
-        dataset = super()._prepare_dataset(dataset, *rest)
+    def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any, *rest: Any) -> Any:
+        dataset = super()._prepare_dataset(dataset, processing_class, args, *rest)
         columns = ["chosen" + CUT, "rejected" + CUT]
         if not set(columns) <= set(dataset.column_names):
             return dataset
-        return dataset.map(_dpo_row).remove_columns(columns)
+        dataset = dataset.map(_dpo_row, fn_kwargs={"processing_class": processing_class})
+        if apart := sum(dataset["apart"]):
+            warnings.warn(
+                f"{apart} of {len(dataset)} preference pairs dropped: a cut reply follows its prompt's own tokens, "
+                "and TRL tokenized the other, finished reply into the prompt's last token",
+                stacklevel=2,
+            )
+            dataset = dataset.filter(lambda row: not row["apart"])
+        if args.max_length is not None and args.truncation_mode == "keep_start":  # as TRL drops a prompt alone
+            dataset = dataset.filter(lambda row: len(row["prompt_ids"]) < args.max_length)
+        return dataset.remove_columns([*columns, "apart"])
