@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,4 +232,25 @@ def test_a_reward_pickled_on_a_gpu_scores_in_a_cpu_only_worker(tiny_scorer_dir):
     clone = PMIReward.__new__(PMIReward)
     clone.__setstate__(pickle.loads(pickle.dumps(state)))
     assert clone.scorer.encoder.device == torch.device("cpu")
+    assert clone(CTX[:2], RESP[:2]) == reward(CTX[:2], RESP[:2])
+
+
+def test_a_pickled_reward_takes_a_gpu_index_or_cache_only_where_this_process_has_them(
+    tiny_scorer_dir, tmp_path, monkeypatch
+):
+    """cuda:3 on a worker with one GPU, and a cache folder that cannot be made there (another machine's path), were
+    errors at unpickling: the default device, and no cache (with a warning), instead."""
+    import pickle
+
+    reward = PMIReward(PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu", cache_dir=tmp_path / "emb"))
+    state = reward.__getstate__()
+    assert Path(state["cache_dir"]).is_absolute()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    state.update(device="cuda:3", cache_dir=str(blocker / "cache"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    clone = PMIReward.__new__(PMIReward)
+    with pytest.warns(UserWarning, match="unusable here"):
+        clone.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert clone.scorer.encoder.device == torch.device("cpu") and clone.scorer.encoder.cache is None
     assert clone(CTX[:2], RESP[:2]) == reward(CTX[:2], RESP[:2])

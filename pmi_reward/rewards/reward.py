@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -97,7 +98,7 @@ class PMIReward(RewardPath):
             "directory": str(self.scorer.directory) if self.scorer.directory is not None else None,
             "encoder_spec": encoder.spec.to_dict(),
             "device": str(encoder.device),
-            "cache_dir": str(encoder.cache.path.parent) if encoder.cache is not None else None,
+            "cache_dir": str(encoder.cache.path.parent.resolve()) if encoder.cache is not None else None,
             "saved_dtype": self.scorer.saved_dtype,
         }
 
@@ -105,14 +106,22 @@ class PMIReward(RewardPath):
         config = state["scorer_config"]
         if state.get("encoder_spec") is not None:  # the spec it ran with, not only the saved one
             config = {**config, "encoder": state["encoder_spec"]}
-        self.scorer = PMIScorer.from_config(
-            config,
-            state["head"],
-            _device_here(state.get("device")),
-            state.get("cache_dir"),
-            metadata=state.get("metadata"),
-            directory=state.get("directory"),
-        )
+        device, cache_dir = _device_here(state.get("device")), state.get("cache_dir")
+
+        def rebuild(cache: str | None) -> PMIScorer:
+            return PMIScorer.from_config(
+                config, state["head"], device, cache, metadata=state.get("metadata"), directory=state.get("directory")
+            )
+
+        try:
+            self.scorer = rebuild(cache_dir)
+        except OSError as error:  # the cache's folder cannot be made here (another machine's path)
+            if cache_dir is None:
+                raise
+            warnings.warn(
+                f"PMIReward: embedding cache {cache_dir} unusable here ({error}); scoring without one", stacklevel=2
+            )
+            self.scorer = rebuild(None)
         self.scorer.saved_dtype = state.get("saved_dtype")
         RewardPath.__init__(self, RewardOptions(**state["options"]))
         self.seconds = 0.0
@@ -124,6 +133,8 @@ def _device_here(device: str | None) -> str | None:
     a CPU-only worker (e.g. a Ray reward worker) of a run on a GPU machine still scores."""
     if device is None or device.startswith("cpu"):
         return device
-    kind = device.split(":")[0]
-    here = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}.get(kind, False)
-    return device if here else None
+    parsed = torch.device(device)
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return device if (parsed.index or 0) < count else None
+    return device if parsed.type == "mps" and torch.backends.mps.is_available() else None

@@ -38,6 +38,10 @@ def seed_groups(policies: list[str]) -> dict[str, list[str]]:
     return {stem: sorted(ps) for stem, ps in groups.items() if len(ps) >= 2}
 
 
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.2f}"
+
+
 def group_gain(rows: list[dict], members: list[str], judge: str) -> dict[str, float | list[float]]:
     """Each seed's gain over the base, their mean and sample std, and the seed-averaged gain with its CI."""
     base = row_means(judge_scores(rows, "base", judge))
@@ -69,7 +73,8 @@ def summary(directory: Path) -> str:
     b = diag["base"]
     table = []
     for stem, members in groups.items():
-        reward = np.mean([diag[p]["reward_pmi"] for p in members])
+        rewards = [diag[p].get("reward_pmi") for p in members]  # None: the reward scorer left replies unscored
+        reward_text = "–" if None in rewards else f"{np.mean(rewards):+.2f}"
         words = np.mean([diag[p]["words"] for p in members])
         d2 = np.mean([diag[p]["distinct_2"] for p in members])
         kl = [diag[p].get("kl_reply") for p in members]
@@ -84,7 +89,7 @@ def summary(directory: Path) -> str:
                     " / ".join(f"{v:+.2f}" for v in g["seeds"]),
                     f"{g['mean']:+.2f} ± {g['std']:.2f}",
                     f"{g['pooled']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]",
-                    f"{reward:+.2f} (base {b['reward_pmi']:+.2f})",
+                    f"{reward_text} (base {_signed(b.get('reward_pmi'))})",
                     f"{words:.1f} ({words / b['words'] - 1:+.0%})",
                     f"{d2:.3f} (base {b['distinct_2']:.3f})",
                     kl_text,
