@@ -121,3 +121,14 @@ def test_a_padded_reply_is_one_text_with_its_context_line():
     spec = NegativeSpec(k_random=0, k_context=0, k_in_dialogue=1)
     negs = sample_negatives(pairs, spec, np.random.default_rng(0), rows=np.zeros(50, int))[:, 0]
     assert "I am fine, you?" not in {pairs.responses[n] for n in negs}
+
+
+def test_a_multi_line_reply_of_a_pair_file_is_one_text_with_its_context_line():
+    """A pair file's reply "I am fine.\nYou?" is the next row's context line "I am fine. You?" (a turn's line breaks
+    read as spaces): one text, so its context-line copy is never an in-dialogue negative of its own pair."""
+    contexts = ["Hi", "Hi\nI am fine. You?", "Hi\nI am fine. You?\nGreat."]
+    pairs = PairSet.from_pairs(contexts, ["I am fine.\nYou?", "Great.", "Bye."], keys=["d", "d", "d"])
+    assert pairs.responses[pairs.resp[0]] == "I am fine. You?"
+    spec = NegativeSpec(k_random=0, k_context=0, k_in_dialogue=1)
+    negs = sample_negatives(pairs, spec, np.random.default_rng(0), rows=np.zeros(50, int))[:, 0]
+    assert {pairs.responses[n] for n in negs} == {"Hi", "Great.", "Bye."}  # every other turn, not the gold one

@@ -165,7 +165,9 @@ class PairSet:
         for c, r, k in zip(contexts, responses, keys, strict=True):
             lines = [line.strip() for line in c.split("\n") if line.strip()]
             kept = join_turns(lines[-max_context_turns:]) if max_context_turns else c
-            items.append((kept, r.strip(), k, lines))  # stripped as a context line is: one turn, one text
+            # read as a context line reads it (join_turns: stripped, line breaks as spaces): one turn, one text (a
+            # multi-line reply was two, and its context-line copy an in-dialogue negative of its own pair)
+            items.append((kept, join_turns([r]), k, lines))
         return cls._build(items, extras, context_turns=max_context_turns)
 
     @classmethod
