@@ -5,8 +5,8 @@
   log p(c, r) / q(c, r) ~ PMI(c; r) - log(1 - p(r | c)): PMI where a reply's exact text is rare among a context's
   replies (free text), above it for a text that takes much of a context's mass (a corpus of a few repeated replies).
 - in-dialogue: another turn of the same conversation (on topic, but not the reply to this context); any turn but
-  the gold reply, so also the context's own lines (in a short dialogue mostly these: 7.5% of draws on Chit-Chat with
-  3-turn contexts, 3.0% the turn right before), which overlaps ``in-context``.
+  the gold reply, so also the context's own lines (in a short dialogue mostly these), which overlaps
+  ``in-context``.
 - in-context: one of the context's own lines, which teaches the scorer that parroting the context is
   not an answer (a frozen-embedding head otherwise rates an exact copy as the most related reply).
 - lexical: a reply from another dialogue that shares the most words with the context (TF-IDF): it looks on
