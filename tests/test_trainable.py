@@ -83,6 +83,7 @@ def test_fine_tuning_learns_and_the_scorer_carries_its_encoder(
         train, val, enc, TEMPLATES["en"], config, HeadConfig(line_turns=2), NegativeSpec(2, 0, 1), progress=False
     )
     assert result.history[0]["epoch"] == 0  # the warmed-up head on the pretrained encoder, validated first
+    assert result.summary()["epochs_run"] == len(result.history) - 1  # round 0 trains nothing
     assert next(scorer.encoder.model.parameters()).device.type == device
     losses = [h["loss"] for h in result.history[1:]]
     aucs = [h["val_auc"] for h in result.history]

@@ -169,7 +169,7 @@ class TrainResult:
         return {
             "best_epoch": self.best_epoch,
             "best_val_auc": self.best_val_auc,
-            "epochs_run": len(self.history),
+            "epochs_run": sum(h["epoch"] > 0 for h in self.history),  # round 0 only validates a starting head
             "seconds": round(self.seconds, 2),
         }
 
@@ -399,6 +399,7 @@ class _Run:
         self.set_training(True)
         starts = range(0, len(order), self.batch_size)
         bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
+        seen, t0 = 0, time.perf_counter()  # positives trained so far (the bar's count lags a refresh behind)
         for s in bar:
             b = order[s : s + self.batch_size]
             c, nb, pb = pairs.ctx[b], negs[b], partial[b]
@@ -421,10 +422,8 @@ class _Run:
             loss.backward()
             self.optim.step()
             losses.append(loss.item())
-            bar.set_postfix(
-                loss=f"{loss.item():.4f}",
-                pairs_s=f"{bar.format_dict['n'] * self.batch_size / max(bar.format_dict['elapsed'], 1e-9):.1f}",
-            )
+            seen += len(b)
+            bar.set_postfix(loss=f"{loss.item():.4f}", pairs_s=f"{seen / max(time.perf_counter() - t0, 1e-9):.1f}")
         self.set_training(False)
         return float(np.mean(losses))
 
