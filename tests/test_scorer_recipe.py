@@ -271,3 +271,21 @@ def test_every_row_is_evaluated_on_negatives_mined_by_the_pretrained_encoder(tin
         np.testing.assert_array_equal(row.seen[0][:, 0], pairs.resp)
         assert 0.0 <= out["auc_nearest"] <= 1.0
     assert all(np.array_equal(a, b) for k in left for a, b in zip(left[k], pairs.mined[k], strict=True))
+
+
+def test_a_saved_scorer_of_another_context_cut_is_not_reused(tiny_encoder, topic_dialogues, tmp_path, monkeypatch):
+    """The cut leaves the pair count as it is, so a run with --context_turns 30 loaded the scorer saved by a
+    3-turn run of the same name (and reported it as a whole-context one); it trains its own now."""
+    from pmi_reward.data.negatives import NegativeSpec
+    from pmi_reward.scoring.head import HeadConfig
+
+    trained: list[int] = []
+    real = RUN.fit_scorer
+    monkeypatch.setattr(RUN, "fit_scorer", lambda *a, **k: (trained.append(1), real(*a, **k))[1])
+    config, head, negatives = TrainConfig(epochs=1, patience=1), HeadConfig(line_turns=0), NegativeSpec(2, 0, 0)
+    for turns, expected in ((3, 1), (30, 2)):
+        args = RUN.parse_args((RUN.ScorerRecipeArguments,), ["--name", "x", "--scorer_dir", str(tmp_path)])[0]
+        args.context_turns = turns
+        train, val = (PairSet.from_dialogues(topic_dialogues[a:b], turns) for a, b in ((0, 20), (60, 70)))
+        scorer, _ = RUN.train_or_reuse(args, train, val, tiny_encoder, config, head, negatives)
+        assert len(trained) == expected and scorer.context_turns == turns

@@ -3,8 +3,8 @@
     pmi-reward evaluate --config evaluate/paper --scorer DIR --input test.csv --targets annot_relevant_mean
 
 The negatives' mix is ``NegativeSpec``'s (``--k_random --k_in_dialogue --k_context``; all 0: no AUC); the
-shipped config ``evaluate/paper`` is the paper's test protocol (5 random negatives per row). Prints one JSON
-object (``pmi_reward.evaluation.scorer_report`` says what is in it).
+shipped config ``evaluate/paper`` is the paper's test protocol (3 random negatives per row; ``--k_random 5`` for
+issue 9's). Prints one JSON object (``pmi_reward.evaluation.scorer_report`` says what is in it).
 """
 
 from __future__ import annotations

@@ -142,9 +142,10 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
             f"# Empirical study: {data.lang}",
             provenance(),
             "Cells: mean ± std over rounds [95% bootstrap CI of the mean over evaluation rows]. AUC random: test "
-            f"positives vs {data.test_k_random} random negatives each (the paper's protocol); AUC in dialogue: vs "
-            f"{data.test_k_in_dialogue} other turn(s) of the same dialogue. Human correlations on all {n_human} "
-            "rows of the human set; the paper's rows used a per-round subset (~92 of 375 en rows) and its _Pair is "
+            f"positives vs {data.test_k_random} random negatives each (issue 9's protocol; the paper's code draws "
+            f"3, the same AUC in expectation); AUC in dialogue: vs {data.test_k_in_dialogue} other turn(s) of the "
+            f"same dialogue. Human correlations on all {n_human} rows of the human set; the paper's rows used a "
+            "per-round subset (~92 of 375 en rows) and its _Pair is "
             "[u, v] without u*v. MEEP (Direct_MEEP) is scored once, on the first `meep_test_pairs` test positives "
             '(and `meep_human_rows` human rows). "(avg of rounds)": one metric of the rounds\' mean scores (an '
             "ensemble of their heads), not comparable with the paper's mean over rounds; compare its rows with ours "

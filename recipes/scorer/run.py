@@ -192,6 +192,9 @@ def train_or_reuse(
                 "negatives": asdict(negatives),
                 "training": asdict(config),
                 **({"select_pairs": args.select_pairs} if args.select_pairs else {}),
+                # the cut leaves the pair count as it is: a scorer of another cut is another scorer (the default 3
+                # has no key, as the scorers saved before it)
+                **({"context_turns": args.context_turns} if args.context_turns != 3 else {}),
                 **({"init_scorer": args.init_scorer} if args.init_scorer else {}),
             }
         )
