@@ -312,3 +312,23 @@ def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, 
 
     combined = CombinedReward([pmi, extra])
     assert combined(["a", "b"], ["x", "y"]) == [None, 1.5]
+
+
+def test_the_cpu_budget_stops_every_process_when_one_has_spent_it(monkeypatch):
+    """GRPO/RLOO under accelerate: a process that crossed the budget stopped alone and left the others in a
+    collective (a gloo all_gather failed); the decision is now reduced over the processes, as PPO's is."""
+    import torch
+
+    from pmi_reward.policy import trainers
+
+    assert trainers.budget_spent(0.0, trainers.cpu_seconds(), "cpu")
+    assert not trainers.budget_spent(1e9, trainers.cpu_seconds(), "cpu")
+    reduced: list[float] = []
+
+    def another_rank_spent_it(flag, op=None):  # this process is under budget; another is over
+        reduced.append(float(flag.item()))
+        flag.fill_(1.0)
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "all_reduce", another_rank_spent_it)
+    assert trainers.budget_spent(1e9, trainers.cpu_seconds(), "cpu") and reduced == [0.0]

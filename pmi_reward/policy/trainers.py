@@ -102,7 +102,10 @@ class ScriptArguments(PromptArguments):
     )
     cpu_budget_seconds: float | None = field(
         default=None,
-        metadata={"help": "stop training once the process has used this much CPU time (equal-cost comparisons)"},
+        metadata={
+            "help": "stop training once the process has used this much CPU time (equal-cost comparisons): grpo/rloo/"
+            "ppo within a step; rft/dpo start no round after it, and finish the round under way (up to a round over)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -261,6 +264,17 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def budget_spent(budget: float, cpu_start: float, device: Any) -> bool:
+    """Whether this process, or any other of a distributed run, has used ``budget`` CPU seconds since
+    ``cpu_start``: all stop at the same step (one that stopped alone left the others in a collective, which failed)."""
+    spent = float(cpu_seconds() - cpu_start >= budget)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        flag = torch.tensor([spent], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        spent = float(flag.item())
+    return bool(spent)
+
+
 class RewardTimer(TrainerCallback):
     """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share); with a CPU
     budget, stops training once the budget is spent."""
@@ -273,7 +287,7 @@ class RewardTimer(TrainerCallback):
         self.reward.seconds, self.start, self.cpu = 0.0, time.perf_counter(), cpu_seconds()
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self.cpu_budget is not None and cpu_seconds() - self.cpu >= self.cpu_budget:
+        if self.cpu_budget is not None and budget_spent(self.cpu_budget, self.cpu, args.device):
             control.should_training_stop = self.stopped_by_budget = True
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
