@@ -177,6 +177,34 @@ def reward_server(tiny_scorer):
     server.close()
 
 
+@pytest.fixture(scope="session")
+def spread_scorer(tiny_encoder_factory):
+    """The tiny scorer with its head weights x3 instead of x30: its scores spread below the 20.0 cap (``tiny_scorer``
+    gives nearly every pair the cap), so that a test comparing rewards can tell samples apart."""
+    from pmi_reward.scoring.head import HeadConfig, PMIHead
+    from pmi_reward.scoring.scorer import PMIScorer
+    from pmi_reward.scoring.templates import TEMPLATES
+
+    encoder = tiny_encoder_factory("bert", "mean", batch_size=64)
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=encoder.dim, cap=20.0))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(3)
+    return PMIScorer(encoder, TEMPLATES["en"], head, context_turns=3)
+
+
+@pytest.fixture(scope="session")
+def spread_server(spread_scorer):
+    """``spread_scorer`` served as ``reward_server`` serves the tiny scorer."""
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
+    server = RewardServer(spread_scorer, config).start()
+    yield server
+    server.close()
+
+
 def http(
     url: str,
     method: str,

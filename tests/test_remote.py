@@ -1,5 +1,7 @@
 """RemotePMIReward: the same rewards as PMIReward (property-based), TRL's async contract, retries and failures."""
 
+import asyncio
+import email.utils
 import json
 import logging
 import math
@@ -7,6 +9,7 @@ import pickle
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -16,13 +19,18 @@ from trl.trainer.utils import is_async_callable
 
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.path import GroupError
-from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError, request_json
+from pmi_reward.rewards.remote import API_KEY_ENV, RemotePMIReward, RemoteRewardError, request_json
 from pmi_reward.rewards.reward import PMIReward
 
 TEXT = st.one_of(
     st.text(max_size=30),
     st.sampled_from(
         ["", "  ", "\x00", "🙂🎉", "我喜欢爵士乐", "\ud800", "x" * 5000, "<think>a</think>b", "<think>a", "a</think>b"]
+    ),
+    # plain sentences: batches with several scorable pairs of different scores, so that a reward given to the wrong
+    # sample shows (random text is mostly unreadable)
+    st.sampled_from(
+        ["I love jazz.", "Who do you like?", "Coltrane!", "What did you cook tonight?", "Pasta with basil."]
     ),
 )
 JUNK = st.one_of(st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
@@ -44,24 +52,56 @@ OPTIONS = st.builds(
 )
 
 
+def _nones_and_values(rewards: list[float | None]) -> tuple[list[bool], list[float]]:
+    """Where the rewards are None, and the rewards with 0.0 there (for ``pytest.approx``)."""
+    return [r is None for r in rewards], [0.0 if r is None else r for r in rewards]
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
 )
 @given(samples=st.lists(st.tuples(PROMPT, COMPLETION), max_size=8), options=OPTIONS, shared_prompt=st.booleans())
-def test_remote_rewards_equal_in_process_rewards(reward_server, tiny_scorer, samples, options, shared_prompt):
+def test_remote_rewards_equal_in_process_rewards(spread_server, spread_scorer, samples, options, shared_prompt):
+    """On a scorer whose scores spread (``tiny_scorer`` gives nearly every pair the 20.0 cap, so that rewards swapped
+    between samples went unseen): None in the same places, the same values up to float32 noise (the server batches
+    pairs its own way, and padding moves the last bits)."""
     prompts, completions = [p for p, _ in samples], [c for _, c in samples]
     if shared_prompt and prompts:
         prompts = [prompts[0]] * len(prompts)  # a GRPO group: centring has something to do
     try:
-        local = PMIReward(tiny_scorer, options)(prompts, completions)
+        local = PMIReward(spread_scorer, options)(prompts, completions)
     except GroupError as err:  # center="group" with a lonely completion: refused on both sides, alike
         with pytest.raises(GroupError, match=re.escape(str(err))):
-            RemotePMIReward(reward_server.url, options).score_sync(prompts, completions)
+            RemotePMIReward(spread_server.url, options).score_sync(prompts, completions)
         return
-    remote = RemotePMIReward(reward_server.url, options).score_sync(prompts, completions)
+    remote = RemotePMIReward(spread_server.url, options).score_sync(prompts, completions)
     assert len(remote) == len(completions)
-    assert remote == local  # exactly: same texts, same scorer call, same shaping
+    (remote_nones, remote_values), (local_nones, local_values) = _nones_and_values(remote), _nones_and_values(local)
+    assert remote_nones == local_nones  # same texts, same scorer call, same shaping
+    assert remote_values == pytest.approx(local_values, abs=1e-5)
     assert all(r is None or (isinstance(r, float) and math.isfinite(r)) for r in remote)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        RewardOptions(batch_size=200),
+        RewardOptions(batch_size=7, center="group", scale=-0.5, clip=1.0),
+        RewardOptions(batch_size=64, empty_score=None, center="group"),
+    ],
+    ids=["one-chunk", "chunks-of-7-centred", "chunks-of-64-none"],
+)
+def test_remote_rewards_keep_each_samples_score(spread_server, spread_scorer, options):
+    """200 samples in chunks sent concurrently (and split on the server's 64-pair limit): each sample gets its own
+    score back, on a scorer whose scores are spread enough to tell a swap."""
+    prompts = [f"I love jazz {i % 7}. {'la ' * (i % 13)}\nWho do you like?" for i in range(200)]
+    completions = [f"Coltrane {i} {'bop ' * (i % 11)}" if i % 17 else "" for i in range(200)]
+    local = PMIReward(spread_scorer, options)(prompts, completions)
+    assert len({round(r, 3) for r in local if r is not None}) >= 50  # spread: a swap shows
+    remote = RemotePMIReward(spread_server.url, options, on_failure="raise").score_sync(prompts, completions)
+    (remote_nones, remote_values), (local_nones, local_values) = _nones_and_values(remote), _nones_and_values(local)
+    assert remote_nones == local_nones
+    assert remote_values == pytest.approx(local_values, abs=1e-5)
 
 
 def test_requests_over_the_servers_limits_are_split(reward_server, tiny_scorer):
@@ -123,25 +163,33 @@ def test_trl_contract(reward_server, tiny_scorer):
         RemotePMIReward(reward_server.url).score_sync(["a", "b"], ["x"])
 
 
-class _Flaky(BaseHTTPRequestHandler):
-    """Fails the first ``failures`` /score requests with ``status`` (or sleeps ``delay``), then answers."""
+class _Handler(BaseHTTPRequestHandler):
+    """A quiet test server's handler that answers JSON."""
 
     protocol_version = "HTTP/1.1"
-    calls = 0
-    failures, status, delay = 2, 503, 0.0
 
     def log_message(self, *args):
         pass
 
-    def _reply(self, status: int, payload: dict) -> None:
+    def _reply(self, status: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         try:
             self.wfile.write(data)
         except BrokenPipeError:  # the client gave up waiting
             self.close_connection = True
+
+
+class _Flaky(_Handler):
+    """Fails the first ``failures`` /score requests with ``status`` (or sleeps ``delay``), then answers; failures
+    carry ``Retry-After: retry_after`` when it is set."""
+
+    calls = 0
+    failures, status, delay, retry_after = 2, 503, 0.0, None
 
     def do_GET(self):
         self._reply(200, {"scorer": {"trained_context_turns": None}})
@@ -151,28 +199,38 @@ class _Flaky(BaseHTTPRequestHandler):
         type(self).calls += 1
         if type(self).calls <= self.failures:
             if self.delay:
-                import time
-
                 time.sleep(self.delay)
             else:
-                return self._reply(self.status, {"error": "try later", "status": self.status})
+                headers = {"Retry-After": self.retry_after} if self.retry_after is not None else None
+                return self._reply(self.status, {"error": "try later", "status": self.status}, headers)
         self._reply(200, {"scores": [1.5] * len(body["pairs"])})
 
 
 @pytest.fixture
-def flaky():
-    def start(failures: int, status: int = 503, delay: float = 0.0):
-        handler = type("Handler", (_Flaky,), {"calls": 0, "failures": failures, "status": status, "delay": delay})
+def serve():
+    """Starts a threading HTTP server on a loopback port with the handler class given; returns its URL."""
+
+    def start(handler: type) -> str:
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}", handler
+        return f"http://127.0.0.1:{server.server_address[1]}"
 
-    servers = []
+    servers: list = []
     yield start
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def flaky(serve):
+    def start(failures: int, status: int = 503, delay: float = 0.0, retry_after: str | None = None):
+        attributes = {"calls": 0, "failures": failures, "status": status, "delay": delay, "retry_after": retry_after}
+        handler = type("Handler", (_Flaky,), attributes)
+        return serve(handler), handler
+
+    return start
 
 
 def test_retries_then_succeeds(flaky):
@@ -201,6 +259,149 @@ def test_timeouts_are_retried(flaky):
     url, handler = flaky(failures=1, delay=1.0)
     assert RemotePMIReward(url, timeout=0.3, retries=1, backoff=0.01).score_sync(["c"], ["x"]) == [1.5]
     assert handler.calls == 2
+
+
+def test_retry_after_is_honoured(flaky, monkeypatch):
+    """A 429/503's Retry-After was ignored: the retries came after the backoff alone (here 0.01 s), while the server
+    had said when to come back. The wait is the longer of the two, a server's ask capped at 30 s."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds, *args, **kwargs):  # record the waits, do not wait them
+        waits.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    url, handler = flaky(failures=2, status=429, retry_after="7")
+    assert RemotePMIReward(url, retries=2, backoff=0.01).score_sync(["c"], ["x"]) == [1.5]
+    assert waits == [7.0, 7.0] and handler.calls == 3
+    waits.clear()
+    url, _ = flaky(failures=1, retry_after="86400")  # a day: capped
+    assert RemotePMIReward(url, retries=1, backoff=0.01).score_sync(["c"], ["x"]) == [1.5]
+    assert waits == [30.0]
+    waits.clear()
+    url, _ = flaky(failures=1, retry_after=email.utils.formatdate(time.time() + 20, usegmt=True))  # an HTTP date
+    assert RemotePMIReward(url, retries=1, backoff=0.01).score_sync(["c"], ["x"]) == [1.5]
+    assert len(waits) == 1 and 10 < waits[0] <= 20
+    waits.clear()
+    url, _ = flaky(failures=1, retry_after="1")  # a longer backoff stays
+    assert RemotePMIReward(url, retries=1, backoff=2.0).score_sync(["c"], ["x"]) == [1.5]
+    assert waits == [2.0]
+    url, _ = flaky(failures=1, retry_after="7")
+    with pytest.raises(RemoteRewardError) as info:
+        RemotePMIReward(url, retries=0, on_failure="raise").score_sync(["c"], ["x"])
+    assert info.value.status == 503 and info.value.retry_after == 7.0
+
+
+def test_timeout_bounds_the_whole_answer(serve):
+    """``timeout`` was per socket operation: a server trickling its answer a byte at a time (here for 20 s or more)
+    was never cut off. Each try now gets ``timeout`` seconds in all, and running out is retried like a timeout."""
+    stop = threading.Event()
+
+    class Trickle(_Handler):
+        calls = 0
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            type(self).calls += 1
+            data = json.dumps({"scores": [1.5]}).encode() + b" " * 400
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for byte in data:  # 0.05 s a byte, until the test is done
+                if stop.wait(0.05):
+                    break
+                self.wfile.write(bytes([byte]))
+
+    url = serve(Trickle)
+    reward = RemotePMIReward(url, timeout=1.0, retries=1, backoff=0.01, max_context_turns=3, on_failure="raise")
+
+    async def call():
+        try:
+            return await reward(["c"], ["x"])
+        finally:
+            stop.set()  # the abandoned tries' threads end as the server stops
+
+    with pytest.raises(RemoteRewardError, match="no complete answer within 1.0 s") as info:
+        asyncio.run(call())
+    assert info.value.status is None and Trickle.calls == 2  # retried
+
+
+@pytest.mark.parametrize("code", [302, 307])
+def test_redirects_are_not_followed(serve, code):
+    """urllib followed a redirect to any host, the bearer key with it (and a 302's POST became a GET); a 3xx is now
+    a failure naming the status, not retried, and the other host sees nothing."""
+    seen = []
+
+    class Elsewhere(_Handler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            self._reply(200, {"scorer": {"trained_context_turns": 3}, "scores": [1.5]})
+
+        do_POST = do_GET
+
+    elsewhere = serve(Elsewhere)
+
+    class Redirect(_Handler):
+        calls = 0
+
+        def do_GET(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            type(self).calls += 1
+            self._reply(code, {}, {"Location": elsewhere + self.path})
+
+        do_POST = do_GET
+
+    url = serve(Redirect)
+    for turns in (None, 3):  # GET /health first, or straight to POST /score
+        options = {"api_key": "s3cret", "retries": 3, "backoff": 0.01, "max_context_turns": turns}
+        with pytest.raises(RemoteRewardError, match=f"HTTP {code}: redirect") as info:
+            RemotePMIReward(url, on_failure="raise", **options).score_sync(["c"], ["x"])
+        assert info.value.status == code and not info.value.retryable
+        assert RemotePMIReward(url, **options).score_sync(["c"], ["x"]) == [None]
+    assert seen == [] and Redirect.calls == 4
+
+
+def test_an_api_key_over_plain_http_beyond_loopback_is_warned_about(caplog, monkeypatch):
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    warned = ["http://203.0.113.7:8000", "HTTP://rm-host:8000/score", "http://[2001:db8::1]:8000"]
+    quiet = [
+        "http://127.0.0.1:8000",
+        "http://127.3.4.5",
+        "http://localhost:8000",
+        "http://[::1]:8000",
+        "https://rm-host",
+    ]
+    for url in warned + quiet:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.remote"):
+            RemotePMIReward(url, api_key="s3cret")
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(messages) == (url in warned), url
+        assert all("plain http" in m and "s3cret" not in m for m in messages)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.remote"):
+        RemotePMIReward("http://rm-host:8000")  # no key: nothing to leak
+        assert not caplog.records
+        monkeypatch.setenv(API_KEY_ENV, "s3cret")
+        RemotePMIReward("http://rm-host:8000")
+        assert len(caplog.records) == 1
+
+
+def test_a_pair_too_large_alone_is_unscorable_not_the_call(spread_server, spread_scorer, caplog):
+    """One pair over the server's body limit (270 kB of CJK against 256 KiB) was refused with 413 even alone, which
+    raised, and the whole call came back None; now only that sample is unscorable (``empty_score``)."""
+    prompts = ["I love jazz.", "What did you cook?", "我喜欢爵士乐" * 15_000]
+    completions = ["Coltrane", "Pasta", "ok"]
+    local = PMIReward(spread_scorer)(prompts[:2], completions[:2])
+    for empty_score in (-5.0, None):
+        reward = RemotePMIReward(spread_server.url, on_failure="raise", empty_score=empty_score)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.remote"):
+            got = reward.score_sync(prompts, completions)
+        assert got[:2] == pytest.approx(local, abs=1e-5) and got[2] == empty_score
+        assert "HTTP 413" in caplog.text and "unscorable" in caplog.text
 
 
 def test_unreachable_server():
@@ -247,11 +448,12 @@ def broken_server():
 
 
 def _ok(payload) -> bytes:
-    data = json.dumps(payload).encode()
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(data) + data
 
 
 HEALTH = _ok({"scorer": {"trained_context_turns": 3}})
+NESTED = b"[" * 100_000 + b"]" * 100_000  # deeper than json's recursion limit: RecursionError, which escaped
 
 
 @pytest.mark.parametrize(
@@ -265,6 +467,9 @@ HEALTH = _ok({"scorer": {"trained_context_turns": 3}})
         (_ok([1, 2]), _ok({"scores": [1.0]})),
         (_ok({"scorer": "tiny"}), _ok({"scores": [1.0]})),
         (_ok({"scorer": {"trained_context_turns": "3"}}), _ok({"scores": [1.0]})),
+        (HEALTH, _ok(b'{"scores": ' + NESTED + b"}")),
+        (_ok(NESTED), _ok({"scores": [1.0]})),
+        (HEALTH, b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n" % len(NESTED) + NESTED),
     ],
     ids=[
         "truncated",
@@ -275,6 +480,9 @@ HEALTH = _ok({"scorer": {"trained_context_turns": 3}})
         "list-health",
         "string-scorer",
         "string-turns",
+        "nested-scores",
+        "nested-health",
+        "nested-error",
     ],
 )
 def test_a_broken_server_is_a_remote_failure(broken_server, health, score):

@@ -4,21 +4,29 @@ The GRPO/RLOO process keeps its accelerator for the policy; the scorer lives on 
 It runs the one reward path (``path``) as ``PMIReward`` does: prompts and completions become scorer text
 here, only the raw PMI of the readable pairs crosses the wire (``POST /score``), and the answer is shaped
 here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is
-a coroutine: TRL detects it and gathers it with the other async reward functions. Requests retry on connection errors,
-timeouts and 5xx answers; if the server stays unreachable, the call returns None (unscorable) for every
-sample and logs a warning, or raises with ``on_failure="raise"``. Requests go straight to the server, never through
-``$http_proxy`` / ``$https_proxy``, so the API key is not handed to a proxy (OpenRLHF >= 0.9.1's aiohttp client
-ignores them too; 0.9.0's ``requests`` used them).
+a coroutine: TRL detects it and gathers it with the other async reward functions. Each try must be answered within
+``timeout`` seconds; requests retry on connection errors, timeouts, 429 and 5xx answers (waiting as long as a
+``Retry-After`` header asks, up to 30 s); if the server stays unreachable, the call returns None (unscorable) for
+every sample and logs a warning, or raises with ``on_failure="raise"``. A pair the server refuses alone as too large
+(413) is unscorable by itself (``empty_score``, as a pair the in-process scorer fails on). Requests go straight to
+the server, never through ``$http_proxy`` / ``$https_proxy``, and redirects are not followed, so the API key is not
+handed to a proxy or another host (OpenRLHF >= 0.9.1's aiohttp client ignores the proxies too; 0.9.0's ``requests``
+used them); a key sent over plain http beyond loopback is warned about.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import http.client
+import ipaddress
 import json
 import logging
+import math
 import os
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,17 +50,55 @@ def api_key_from_env(api_key: str | None = None) -> str | None:
 
 logger = logging.getLogger(__name__)
 
+# the longest wait a server's Retry-After gets (a misconfigured one could ask for hours)
+MAX_RETRY_AFTER = 30.0
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: urllib followed them to any host, bearer token included, and turned a POST into a
+    GET; the 3xx comes back as an HTTPError instead."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 # no ProxyHandler from the environment: urlopen sends every request, its bearer token included, to $http_proxy
 # (a cluster's egress proxy, typically) when one is set and no_proxy does not name the server
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class RemoteRewardError(RuntimeError):
     """The reward server refused a request, or could not be reached after the retries."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header
 
     @property
     def retryable(self) -> bool:
@@ -62,8 +108,9 @@ class RemoteRewardError(RuntimeError):
 
 def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, api_key: str | None = None) -> dict:
     """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
-    token, directly (environment proxies are ignored); RemoteRewardError on a non-2xx answer (with the server's
-    message) or on a connection failure (status None; also an answer cut short or not HTTP at all)."""
+    token, directly (environment proxies are ignored, redirects are not followed); RemoteRewardError on a non-2xx
+    answer (with the server's message) or on a connection failure (status None; also an answer cut short, not HTTP
+    at all or not JSON). ``timeout`` bounds each socket operation, not the whole request."""
     # UTF-8 as is: escaped, a CJK character took 6 bytes of the server's body limit
     data = None if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
     headers = {"Content-Type": "application/json"}
@@ -74,11 +121,18 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
         with _OPENER.open(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as err:
+        retry_after = _retry_after(err.headers.get("Retry-After")) if err.headers is not None else None
+        if 300 <= err.code < 400:
+            location = err.headers.get("Location") if err.headers is not None else None
+            message = f"redirect to {location!r} not followed (give the server's own URL)"
+            raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code) from None
         try:
             message = json.loads(err.read()).get("error", err.reason)
-        except (ValueError, AttributeError, OSError, http.client.HTTPException):  # also an error body cut short
+        except (ValueError, AttributeError, OSError, http.client.HTTPException, RecursionError):  # also cut short
             message = err.reason
-        raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code) from None
+        raise RemoteRewardError(f"{url}: HTTP {err.code}: {message}", err.code, retry_after) from None
+    except RecursionError:  # JSON nested deeper than the parser's recursion limit
+        raise RemoteRewardError(f"{url}: malformed answer (JSON nested too deeply)") from None
     except (TimeoutError, urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
         raise RemoteRewardError(f"{url}: {getattr(err, 'reason', err)}") from None
 
@@ -120,17 +174,35 @@ class RemotePMIReward(RewardPath):
         self.timeout, self.retries, self.backoff, self.on_failure = timeout, retries, backoff, on_failure
         self.api_key = api_key_from_env(api_key)
         self._turns_resolved = self.options.max_context_turns is not None
+        parts = urllib.parse.urlsplit(self.url)
+        if self.api_key and parts.scheme.lower() == "http" and not _is_loopback(parts.hostname):
+            logger.warning(
+                "pmi_reward remote: the API key goes to %s over plain http, in clear text; use https (TLS in front"
+                " of the server) beyond a trusted network",
+                parts.netloc,
+            )
 
     async def _request(self, path: str, payload: dict | None = None) -> dict:
-        """One request with retries (connection errors, timeouts, 429 and 5xx; not other 4xx)."""
+        """One request with retries (connection errors, timeouts, 429 and 5xx; not other 4xx), each try given
+        ``timeout`` seconds in all: the socket timeout alone bounds each read, and a server trickling its answer
+        would never be cut off. A try given up on leaves its worker thread to end by itself (the answer completes
+        or a socket operation times out); its result is dropped."""
+        url = self.url + path
         for attempt in range(self.retries + 1):
             try:
-                return await asyncio.to_thread(request_json, self.url + path, payload, self.timeout, self.api_key)
+                try:
+                    thread = asyncio.to_thread(request_json, url, payload, self.timeout, self.api_key)
+                    return await asyncio.wait_for(thread, self.timeout)
+                except asyncio.TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
+                    raise RemoteRewardError(f"{url}: no complete answer within {self.timeout} s") from None
             except RemoteRewardError as err:
                 if not err.retryable or attempt == self.retries:
                     raise
                 logger.info("pmi_reward remote: %s; retry %d/%d", err, attempt + 1, self.retries)
-                await asyncio.sleep(self.backoff * 2**attempt)
+                wait = self.backoff * 2**attempt
+                if err.retry_after is not None:
+                    wait = max(wait, min(err.retry_after, MAX_RETRY_AFTER))
+                await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
     async def _resolve_turns(self) -> None:
@@ -154,13 +226,17 @@ class RemotePMIReward(RewardPath):
 
     async def _score_chunk(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """One ``/score`` request; a request the server finds too large (413: pairs, characters or bytes over its
-        limits, e.g. a GRPO group repeating a long prompt) is split in halves until each fits."""
+        limits, e.g. a GRPO group repeating a long prompt) is split in halves until each fits; a pair refused alone
+        is unscorable (NaN: ``empty_score``), not a failure of the whole call."""
         pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies, strict=True)]
         try:
             answer = await self._request("/score", {"pairs": pairs})
         except RemoteRewardError as err:
-            if err.status != 413 or len(pairs) == 1:
+            if err.status != 413:
                 raise
+            if len(pairs) == 1:
+                logger.warning("pmi_reward remote: %s; that sample is unscorable (empty_score)", err)
+                return np.full(1, np.nan)
             half = len(pairs) // 2
             parts = await asyncio.gather(
                 self._score_chunk(contexts[:half], replies[:half]), self._score_chunk(contexts[half:], replies[half:])
