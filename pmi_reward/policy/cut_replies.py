@@ -35,7 +35,8 @@ def cut_ids(replies: Replies, i: int, j: int) -> list[int]:
 
 
 def prompt_ids(processing_class: Any, prompt: str | list) -> list[int]:
-    """A prompt's tokens alone, as the sampler gave them to the policy and TRL tokenizes a prompt: a text prompt
+    """A prompt's tokens alone, as TRL tokenizes a prompt (and the sampler gave it to the policy, but for a BOS token
+    a tokenizer adds to a text prompt, which TRL's finished rows carry too: SmolLM2 adds none): a text prompt
     through the processing class, chat messages through its chat template with the generation prompt."""
     if isinstance(prompt, str):
         return list(processing_class(text=prompt)["input_ids"])

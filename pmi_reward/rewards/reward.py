@@ -9,6 +9,7 @@ safe to share between threads.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import warnings
@@ -115,7 +116,7 @@ class PMIReward(RewardPath):
 
         try:
             self.scorer = rebuild(cache_dir)
-        except OSError as error:  # the cache's folder cannot be made here (another machine's path)
+        except (OSError, sqlite3.Error) as error:  # the cache's folder cannot be made or written here
             if cache_dir is None:
                 raise
             warnings.warn(
@@ -129,7 +130,7 @@ class PMIReward(RewardPath):
 
 
 def _device_here(device: str | None) -> str | None:
-    """The device a pickled reward ran on, where this process has one of its kind; else None (the default device):
+    """The device a pickled reward ran on, where this process has it (a CUDA index it has); else None (the default:
     a CPU-only worker (e.g. a Ray reward worker) of a run on a GPU machine still scores."""
     if device is None or device.startswith("cpu"):
         return device

@@ -199,7 +199,8 @@ def train_or_reuse(
             }
         )
     )
-    where = Path(args.scorer_dir) / args.name / f"pairs{len(train)}-seed{config.seed}" if args.scorer_dir else None
+    cut = f"-turns{args.context_turns}" if args.context_turns != 3 else ""  # another cut, another folder
+    where = Path(args.scorer_dir) / args.name / f"pairs{len(train)}-seed{config.seed}{cut}" if args.scorer_dir else None
     if where is not None and (where / "config.json").is_file():
         meta = PMIScorer.read_metadata(where)
         if same_settings(meta.get("recipe"), settings):  # a fine-tuned scorer carries its own encoder
