@@ -40,8 +40,8 @@ class NegativeSpec:
     The default (3 random, 1 line of the context) is the mix for a scorer with line features
     (``HeadConfig.line_turns``); what each kind does to the score's meaning: docs/scorer.md.
 
-    Commands that need another mix (the paper's study: 3 random only, and 3 at test; issue 9's test protocol: 5 random; ``make
-    scorer``: 8 random, chosen on validation in recipes/scorer/RESULTS.md) set it in their YAML config. An empty
+    Commands that need another mix (the paper's study: 3 random only, and 3 at test; issue 9's test protocol: 5
+    random; ``make scorer``: 8 random, chosen on validation in recipes/scorer/RESULTS.md) set it in their YAML config. An empty
     mix (all zero) is valid for evaluation without negatives; sampling needs one.
     """
 

@@ -104,7 +104,8 @@ class ScriptArguments(PromptArguments):
         default=None,
         metadata={
             "help": "stop training once a process has used this much CPU time (equal-cost comparisons; under "
-            "accelerate every process stops with the first): grpo/rloo/ppo within a step; rft/dpo start no round after it, and finish the round under way (up to a round over)"
+            "accelerate every process stops with the first): grpo/rloo/ppo within a step; rft/dpo start no round "
+            "after it, and finish the round under way (up to a round over)"
         },
     )
 
