@@ -41,8 +41,8 @@ class NegativeSpec:
     (``HeadConfig.line_turns``); what each kind does to the score's meaning: docs/scorer.md.
 
     Commands that need another mix (the paper's study: 3 random only, and 3 at test; issue 9's test protocol: 5
-    random; ``make scorer``: 8 random, chosen on validation in recipes/scorer/RESULTS.md) set it in their YAML config. An empty
-    mix (all zero) is valid for evaluation without negatives; sampling needs one.
+    random; ``make scorer``: 8 random, chosen on validation in recipes/scorer/RESULTS.md) set it in their YAML config.
+    An empty mix (all zero) is valid for evaluation without negatives; sampling needs one.
     """
 
     k_random: int = field(default=3, metadata={"help": "negatives per positive: responses of other dialogues"})
