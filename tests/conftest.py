@@ -150,9 +150,8 @@ def tiny_policy(smol_tokenizer):
     return make
 
 
-@pytest.fixture(scope="session")
-def tiny_scorer(tiny_encoder_factory):
-    """A scorer on the tiny encoder whose head spreads scores out (an untrained head is nearly constant)."""
+def _scaled_scorer(tiny_encoder_factory, scale: float):
+    """A scorer on the tiny encoder whose random head's weights are multiplied by ``scale``."""
     from pmi_reward.scoring.head import HeadConfig, PMIHead
     from pmi_reward.scoring.scorer import PMIScorer
     from pmi_reward.scoring.templates import TEMPLATES
@@ -162,47 +161,44 @@ def tiny_scorer(tiny_encoder_factory):
     head = PMIHead(HeadConfig(dim=encoder.dim, cap=20.0))
     with torch.no_grad():
         for p in head.parameters():
-            p.mul_(30)
+            p.mul_(scale)
     return PMIScorer(encoder, TEMPLATES["en"], head, context_turns=3)
+
+
+def _served(scorer):
+    """``scorer`` served on an ephemeral loopback port, with small limits so that tests can reach them."""
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
+    server = RewardServer(scorer, config).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_scorer(tiny_encoder_factory):
+    """A scorer on the tiny encoder, its head's weights x30 (an untrained head is nearly constant): most pairs score
+    the 20.0 cap, so a test that must tell samples apart by score uses ``spread_scorer``."""
+    return _scaled_scorer(tiny_encoder_factory, 30)
 
 
 @pytest.fixture(scope="session")
 def reward_server(tiny_scorer):
-    """The tiny scorer served on an ephemeral loopback port, with small limits so that tests can reach them."""
-    from pmi_reward.serving.server import RewardServer, ServerConfig
-
-    config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
-    server = RewardServer(tiny_scorer, config).start()
-    yield server
-    server.close()
+    """The tiny scorer served (``_served``)."""
+    yield from _served(tiny_scorer)
 
 
 @pytest.fixture(scope="session")
 def spread_scorer(tiny_encoder_factory):
     """The tiny scorer with its head weights x3 instead of x30: its scores spread below the 20.0 cap (``tiny_scorer``
     gives nearly every pair the cap), so that a test comparing rewards can tell samples apart."""
-    from pmi_reward.scoring.head import HeadConfig, PMIHead
-    from pmi_reward.scoring.scorer import PMIScorer
-    from pmi_reward.scoring.templates import TEMPLATES
-
-    encoder = tiny_encoder_factory("bert", "mean", batch_size=64)
-    torch.manual_seed(0)
-    head = PMIHead(HeadConfig(dim=encoder.dim, cap=20.0))
-    with torch.no_grad():
-        for p in head.parameters():
-            p.mul_(3)
-    return PMIScorer(encoder, TEMPLATES["en"], head, context_turns=3)
+    return _scaled_scorer(tiny_encoder_factory, 3)
 
 
 @pytest.fixture(scope="session")
 def spread_server(spread_scorer):
     """``spread_scorer`` served as ``reward_server`` serves the tiny scorer."""
-    from pmi_reward.serving.server import RewardServer, ServerConfig
-
-    config = ServerConfig(port=0, max_pairs=64, max_body_bytes=256 * 1024, request_timeout=30.0)
-    server = RewardServer(spread_scorer, config).start()
-    yield server
-    server.close()
+    yield from _served(spread_scorer)
 
 
 def http(
