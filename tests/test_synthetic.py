@@ -83,3 +83,13 @@ def test_block_texts_are_refused_for_a_joint_that_does_not_match_their_topics():
     with pytest.raises(ValueError, match="4 topics of 5"):
         make_records(make_joint("block", size=8), 10)
     assert len(make_records(make_joint("diagonal", size=8), 10)) == 10  # one reply per context at any size
+
+
+def test_the_recipe_refuses_a_text_column_set_it_does_not_know(tmp_path):
+    """``--text paraphrase`` (a typo) read the prototype columns, whose repeated replies bias the NWJ optimum away
+    from the analytic PMI; only paraphrased and prototype are read."""
+    from conftest import load_recipe
+
+    run = load_recipe("recipes/synthetic/run.py")
+    with pytest.raises(SystemExit, match="--text must be paraphrased or prototype, got 'paraphrase'"):
+        run._load(tmp_path / "test.csv", "paraphrase")

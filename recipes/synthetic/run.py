@@ -59,6 +59,8 @@ def _files(data: SyntheticData, kind: str, out: Path) -> Path:
 
 
 def _load(path: Path, text: str):
+    if text not in ("paraphrased", "prototype"):  # a typo read the prototype columns
+        raise SystemExit(f"--text must be paraphrased or prototype, got {text!r}")
     columns = ("context_paraphrased", "response_paraphrased") if text == "paraphrased" else ("context", "response")
     return load_pairs(path, *columns, key_column=None, extra_columns=PROBS)
 
@@ -101,6 +103,14 @@ def validation_section(runs, truth: np.ndarray) -> str:
 def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, score, plot, tabulate), then the report
     data, study, *concepts = parse_args((SyntheticData, *ARGUMENTS), argv, prog="recipes/synthetic/run.py")
     setup = StudySetup(*concepts)
+    if data.text == "prototype":
+        print(
+            "recipes/synthetic/run.py: --text prototype: each reply is one of ~20 texts, and random negatives never "
+            "repeat the gold text, so the NWJ optimum is PMI - log(1 - p(r|c)), well above the analytic PMI the "
+            "MSE compares with (even a perfect estimator is far from it); the paraphrased default rarely repeats "
+            "a reply",
+            file=sys.stderr,
+        )
     base_out = Path(study.output_dir)
     paper = read_paper_table(Path(data.data_dir) / "paper_tables" / "table_synthetic.csv")
     sections, results = [], {}
