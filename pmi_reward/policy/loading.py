@@ -53,6 +53,8 @@ def load_policy(
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
+        if path.is_dir():  # an adapter trained on it records this name as its base: absolute, not the cwd's
+            model.name_or_path = model.config._name_or_path = str(path.resolve())
     if (path / "tokenizer_config.json").is_file():  # its own, else its base's (an adapter) or its name's
         tokenizer = load_tokenizer(str(path), padding_side="left")
     elif tokenizer is None:

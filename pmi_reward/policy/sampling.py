@@ -81,7 +81,9 @@ class SamplingSettings:
     max_new_tokens: int = 48
     temperature: float = 0.8
     top_p: float = 0.95
-    batch_size: int = 32  # sequences per generate call
+    # sequences per generate call; one seed per call, so a prompt's samples depend on it and on the prompts beside
+    # it (reproducible with the same settings and prompts, not across batch sizes)
+    batch_size: int = 32
     seed: int = 0
 
     def __post_init__(self) -> None:
