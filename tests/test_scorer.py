@@ -254,3 +254,33 @@ def test_a_pickled_reward_takes_a_gpu_index_or_cache_only_where_this_process_has
         clone.__setstate__(pickle.loads(pickle.dumps(state)))
     assert clone.scorer.encoder.device == torch.device("cpu") and clone.scorer.encoder.cache is None
     assert clone(CTX[:2], RESP[:2]) == reward(CTX[:2], RESP[:2])
+
+
+def test_a_reward_loaded_with_dtype_auto_resolves_it_again_where_unpickled(tiny_scorer_dir, monkeypatch):
+    """dtype "auto" became bfloat16 on a host with native bf16 and was pickled so: a worker without it ran the
+    encoder in emulated (slow) bfloat16 where a fresh load picks float32. An explicit dtype stays pinned."""
+    import pickle
+
+    from pmi_reward.scoring import encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)  # the host: AVX512-BF16 or a GPU
+    reward = PMIReward(PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu", dtype="auto"))
+    assert reward.scorer.encoder.spec.dtype == "bfloat16"
+    blob = pickle.dumps(reward)
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)  # the worker: an AVX2-only CPU
+    clone = pickle.loads(blob)
+    assert clone.scorer.encoder.spec.dtype == "float32"
+    assert next(clone.scorer.encoder.model.parameters()).dtype == torch.float32
+
+
+def test_a_scorer_with_an_embedding_cache_copies_and_its_copy_reads_the_same_file(tiny_scorer_dir, tmp_path):
+    """The cache's lock and sqlite connection made a scorer with a cache impossible to deepcopy or pickle."""
+    import copy
+    import pickle
+
+    scorer = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu", cache_dir=tmp_path / "emb")
+    before = scorer.score(CTX[:2], RESP[:2])
+    for twin in (copy.deepcopy(scorer), pickle.loads(pickle.dumps(scorer))):
+        assert twin.encoder.cache.path == scorer.encoder.cache.path
+        np.testing.assert_array_equal(twin.score(CTX[:2], RESP[:2]), before)
+        assert twin.encoder.stats.cache_hits > 0

@@ -97,7 +97,12 @@ class PMIReward(RewardPath):
             "head": head,
             "metadata": self.scorer.metadata,
             "directory": str(self.scorer.directory) if self.scorer.directory is not None else None,
-            "encoder_spec": encoder.spec.to_dict(),
+            # the spec it runs with, but a dtype asked as "auto" resolved again where it is rebuilt (bfloat16 here
+            # may be an emulated, slow bfloat16 on a CPU without it)
+            "encoder_spec": {
+                **encoder.spec.to_dict(),
+                **({"dtype": "auto"} if getattr(encoder, "requested_dtype", None) == "auto" else {}),
+            },
             "device": str(encoder.device),
             "cache_dir": str(encoder.cache.path.parent.resolve()) if encoder.cache is not None else None,
             "saved_dtype": self.scorer.saved_dtype,

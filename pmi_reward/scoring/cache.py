@@ -43,6 +43,13 @@ class EmbeddingCache:
                 raise
             raise sqlite3.DatabaseError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
 
+    def __getstate__(self) -> dict:
+        """A copy (deepcopy, pickle) reopens the file: a connection and a lock do not travel."""
+        return {"directory": str(self.path.parent)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"])  # type: ignore[misc]
+
     def _wal(self) -> None:
         """Switch to write-ahead logging; processes opening a new cache at once can find it locked for the switch
         (which does not wait on the busy timeout): retried for up to a minute."""
