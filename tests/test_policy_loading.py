@@ -25,3 +25,15 @@ def test_an_adapter_of_a_base_given_by_a_relative_path_loads_onto_that_base_anyw
     loaded, _ = load_policy(str(tmp_path / "a" / "adapter"), device="cpu")
     with torch.no_grad():
         assert torch.allclose(loaded(ids).logits, want, atol=1e-4)
+
+
+def test_a_shipped_name_keeps_its_name_beside_a_folder_of_that_name(tiny_policy, tmp_path, monkeypatch):
+    """A shipped name loads the shipped model even where the working directory has a folder of that name; that
+    folder's path must not become the model's name (an adapter would merge onto the folder, TRL's reference too)."""
+    from pmi_reward.policy import loading
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2-135m-instruct").mkdir()  # an unrelated folder of the shipped name
+    monkeypatch.setattr(loading, "load_causal_lm", lambda name, *a, **k: tiny_policy(0))
+    model, _ = loading.load_policy("smollm2-135m-instruct", device="cpu")
+    assert model.name_or_path != str(tmp_path / "smollm2-135m-instruct")

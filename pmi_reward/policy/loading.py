@@ -33,8 +33,10 @@ def load_policy(
     ``device`` (default: the GPU where there is one, else the CPU).
 
     ``dtype`` None or ``"auto"`` loads float32. A merged adapter is named by its own folder (absolute), so that an
-    adapter trained on it records it as its base, not the first adapter's base (which dropped the first stage); any
-    other model keeps the name transformers can load it by (TRL builds reference models from it). An adapter whose
+    adapter trained on it records it as its base, not the first adapter's base (which dropped the first stage); a
+    local folder is named by its absolute path (a relative one, recorded by an adapter, was read against another
+    working directory); a shipped or Hub name keeps the name transformers loads it by (TRL builds reference models
+    from it). An adapter whose
     recorded base is another machine's converted copy of a shipped model loads on this machine's.
     """
     name_or_path = name_or_path or DEFAULT_POLICY
@@ -53,7 +55,9 @@ def load_policy(
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
-        if path.is_dir():  # an adapter trained on it records this name as its base: absolute, not the cwd's
+        # an adapter trained on it records this name as its base: absolute, not the cwd's (a shipped name loads the
+        # shipped model even beside a folder of that name, and keeps its name)
+        if path.is_dir() and shipped_name(name_or_path) is None:
             model.name_or_path = model.config._name_or_path = str(path.resolve())
     if (path / "tokenizer_config.json").is_file():  # its own, else its base's (an adapter) or its name's
         tokenizer = load_tokenizer(str(path), padding_side="left")

@@ -45,7 +45,7 @@ class EmbeddingCache:
 
     def __getstate__(self) -> dict:
         """A copy (deepcopy, pickle) reopens the file: a connection and a lock do not travel."""
-        return {"directory": str(self.path.parent)}
+        return {"directory": str(self.path.parent.resolve())}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["directory"])  # type: ignore[misc]

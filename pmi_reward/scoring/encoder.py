@@ -234,7 +234,7 @@ class TextEncoder:
         tokenizer=None,
     ) -> None:
         self.device = default_device(device)
-        self.requested_dtype = spec.dtype  # "auto" resolves per machine: a copy elsewhere resolves it again
+        self.requested_dtype = spec.dtype  # "auto" resolves per machine: a pickled PMIReward resolves it again
         self.spec = spec = spec.on(self.device)
         self.pooling = spec.pooling or default_pooling(spec.model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
