@@ -65,6 +65,7 @@ OTHER_ENCODER := $(if $(findstring mpnet,$(SCORER_ARGS_LOWER)),,$(filter --model
 scorer: $(if $(OTHER_ENCODER),$(STAMP),$(MPNET))
 	$(BIN)/pmi-reward train --config scorer/recommended --overwrite $(if $(wildcard $(STUDY_TRAIN)),--train_file $(STUDY_TRAIN)) $(SCORER_ARGS)
 
-# the venv, caches and the demo's outputs; not outputs/scorer (make scorer's, ~45 min) nor recipe outputs
+# the venv, caches and the demo's outputs; not outputs/scorer (make scorer's: 42 min from an empty cache, README)
+# nor recipe outputs
 clean:
 	rm -rf $(VENV) outputs/demo .pytest_cache .mypy_cache .ruff_cache

@@ -528,7 +528,7 @@ def test_a_reply_a_judge_could_not_score_is_unscored_not_a_pmi_of_zero(mode, tmp
     for key in ("pmi_mean", "gain", "gain_lo", "gain_hi", "len_adj_gain", "binned_gain", "win_rate"):
         assert math.isnan(g[key]), key
     assert all(math.isnan(b["gain"]) for b in g["bins"])
-    assert tuned["verdict"].startswith("not established") and "indep left 100.0% of its replies" in tuned["verdict"]
+    assert tuned["verdict"].startswith("not established") and "indep left replies unscored" in tuned["verdict"]
     assert math.isnan(tuned["reward_pmi"]) and tuned["reward_unscored"] == 1.0
     assert base["reward_unscored"] == 0.0 and base["reward_pmi"] == pytest.approx(base["judges"]["indep"]["pmi_mean"])
     assert np.isnan(out["scores"]["indep"]["tuned"]).all()

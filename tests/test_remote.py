@@ -104,16 +104,6 @@ def test_remote_rewards_keep_each_samples_score(spread_server, spread_scorer, op
     assert remote_values == pytest.approx(local_values, abs=1e-5)
 
 
-def test_requests_over_the_servers_limits_are_split(reward_server, tiny_scorer):
-    """A chunk over the server's limits (here 200 pairs against its 64) got 413, which is not retried, and every
-    sample came back None; it is split in halves until each part fits, and scores as in-process."""
-    prompts = [f"I love jazz {i % 7}.\nWho do you like?" for i in range(200)]
-    completions = [f"Coltrane {i}" for i in range(200)]
-    remote = RemotePMIReward(reward_server.url, batch_size=200, on_failure="raise")
-    got = remote.score_sync(prompts, completions)
-    assert got == pytest.approx(PMIReward(tiny_scorer)(prompts, completions), abs=1e-5)
-
-
 def test_environment_proxies_are_not_used(reward_server, tiny_scorer, monkeypatch):
     """urlopen sent every request, the API key with it, to ``$http_proxy``; OpenRLHF's aiohttp client ignores the
     proxy variables, and so does ours now: with them all pointing at a closed port, requests still reach the server."""

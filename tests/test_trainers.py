@@ -316,7 +316,7 @@ def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, 
 
 def test_the_cpu_budget_stops_every_process_when_one_has_spent_it(monkeypatch):
     """GRPO/RLOO under accelerate: a process that crossed the budget stopped alone and left the others in a
-    collective (a gloo all_gather failed); the decision is now reduced over the processes, as PPO's is."""
+    collective (a gloo all_gather failed); the decision is now reduced over the processes (PPO shares the check)."""
     import torch
 
     from pmi_reward.policy import trainers

@@ -34,24 +34,11 @@ class ServeArguments:
 def check_device(device: str | None) -> None:
     """``--device`` names a device of this machine (a CUDA index it has), checked before the scorer loads: ``gpu``,
     or ``cuda`` where there is none, was a traceback after loading."""
-    if device is None:
-        return
-    import torch
+    from ..scoring.encoder import missing_device
 
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"--device {device}: not a device; expected cpu, cuda, cuda:N or mps") from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not count:
-            raise ValueError(f"--device {device}: this machine has no CUDA device (torch sees none); use --device cpu")
-        if parsed.index is not None and parsed.index >= count:
-            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    elif parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {device}: MPS is not available on this machine; use --device cpu")
-    elif parsed.type not in ("cpu", "mps") and not getattr(getattr(torch, parsed.type, None), "is_available", bool)():
-        raise ValueError(f"--device {device}: not available on this machine; expected cpu, cuda, cuda:N or mps")
+    reason = missing_device(device) if device is not None else None
+    if reason:
+        raise ValueError(f"--device {device}: {reason}")
 
 
 def main(argv: list[str] | None = None) -> int:

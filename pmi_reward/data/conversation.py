@@ -207,31 +207,16 @@ class _Marked(NamedTuple):
     bare: str | None
     renames: dict[str, str]
     lead_role: str | None
-    tokens: _Tokens
 
 
 _MARKED = {
-    "chatml": _Marked(
-        re.compile(r"<\|im_start\|>(\w+)(?:<\|im_sep\|>|\n)?"), "<|im_start|>", {}, None, _TOKENS["chatml"]
-    ),
-    "llama3": _Marked(
-        re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"),
-        "<|start_header_id|>",
-        {},
-        None,
-        _TOKENS["llama3"],
-    ),
-    "llama4": _Marked(
-        re.compile(r"<\|header_start\|>(\w+)<\|header_end\|>\n*"), "<|header_start|>", {}, None, _TOKENS["llama4"]
-    ),
-    "gemma": _Marked(
-        re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", {"model": "assistant"}, None, _TOKENS["gemma"]
-    ),
-    "granite": _Marked(
-        re.compile(r"<\|start_of_role\|>(\w+)<\|end_of_role\|>"), "<|start_of_role|>", {}, None, _TOKENS["granite"]
-    ),
-    "deepseek": _Marked(re.compile("<\uff5c(User|Assistant)\uff5c>"), None, {}, "system", _TOKENS["deepseek"]),
-    "phi3": _Marked(re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, {}, None, _TOKENS["phi3"]),
+    "chatml": _Marked(re.compile(r"<\|im_start\|>(\w+)(?:<\|im_sep\|>|\n)?"), "<|im_start|>", {}, None),
+    "llama3": _Marked(re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*"), "<|start_header_id|>", {}, None),
+    "llama4": _Marked(re.compile(r"<\|header_start\|>(\w+)<\|header_end\|>\n*"), "<|header_start|>", {}, None),
+    "gemma": _Marked(re.compile(r"<start_of_turn>(\w+)\n?"), "<start_of_turn>", {"model": "assistant"}, None),
+    "granite": _Marked(re.compile(r"<\|start_of_role\|>(\w+)<\|end_of_role\|>"), "<|start_of_role|>", {}, None),
+    "deepseek": _Marked(re.compile("<\uff5c(User|Assistant)\uff5c>"), None, {}, "system"),
+    "phi3": _Marked(re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, {}, None),
 }
 _ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
@@ -326,8 +311,7 @@ def _parse_chat(text: str, partial: bool = False) -> tuple[Messages, _Tokens] | 
     """``parse_chat``'s messages and the tokens of the template they were read with (``_ANY`` for transcripts)."""
     for name in _templates(text, partial):
         if name in _MARKED:  # a header found: at least one turn
-            marked = _MARKED[name]
-            return _marked_turns(text, marked, partial), marked.tokens
+            return _marked_turns(text, _MARKED[name], _TOKENS[name], partial), _TOKENS[name]
         if turns := _inst_turns(text, partial, v7=name == "mistral_v7"):
             return turns, _TOKENS[name]
     turns = _parse_role_lines(text, partial)
@@ -347,21 +331,19 @@ def _templates(text: str, partial: bool) -> list[str]:
         at = first.start()
         if name == "deepseek" and (bos := text.find(_DS_BOS, 0, at)) >= 0:
             at = bos
-        headers = sum(1 for _ in marked.header.finditer(text)) if partial else 0
-        found.append((-_markers(text, name, headers), at, name))
+        found.append((-_markers(text, name, len(marked.header.findall(text))) if partial else 0, at, name))
     if (inst := text.find(_INST)) >= 0:
         v7 = _v7_start(text, partial, inst)
         name, at, markers = (
             ("mistral_v7", v7, (_INST, _INST_CLOSE, _SYS_OPEN)) if v7 >= 0 else ("inst", inst, (_INST, _INST_CLOSE))
         )
-        headers = sum(text.count(marker) for marker in markers) if partial else 0
-        found.append((-_markers(text, name, headers), at, name))
+        found.append((-_markers(text, name, sum(map(text.count, markers))) if partial else 0, at, name))
     return [name for _, _, name in sorted(found)]
 
 
 def _markers(text: str, name: str, headers: int) -> int:
-    """``headers`` (0: not counted) and the number of template ``name``'s end tokens in ``text``."""
-    return headers + sum(text.count(end) for end in _TOKENS[name].ends) if headers else 0
+    """``headers`` and the number of template ``name``'s end tokens in ``text``: its markers in a cut text."""
+    return headers + sum(map(text.count, _TOKENS[name].ends))
 
 
 def _v7_start(text: str, partial: bool, inst: int) -> int:
@@ -384,11 +366,11 @@ def _first(text: str, tokens: Sequence[str], start: int, stop: int) -> int:
     return min((at for t in tokens if (at := text.find(t, start, stop)) >= 0), default=stop)
 
 
-def _marked_turns(text: str, marked: _Marked, partial: bool) -> Messages:
+def _marked_turns(text: str, marked: _Marked, tokens: _Tokens, partial: bool) -> Messages:
     """The turns of one marked template: each header's content, up to the end token or the next marker. Text before
     the first header is the end of a cut-off turn with ``partial``; else a ``lead_role`` message (DeepSeek's bare
     system prompt) or nothing."""
-    tokens, renames = marked.tokens, marked.renames
+    renames = marked.renames
     heads = list(marked.header.finditer(text))
     out = []
     if partial and heads and text[: heads[0].start()].strip():

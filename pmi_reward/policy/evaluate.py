@@ -21,7 +21,6 @@ beside it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
-from .panel import LM_PREFIX, Judge, check_panel, load_judges, parse_val_aucs, verdict
+from .panel import LM_PREFIX, Judge, check_panel, load_judges, parse_val_aucs, row_name, verdict
 from .prompts import PromptArguments, build_prompts
 from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
@@ -54,7 +53,6 @@ __all__ = [
     "text_metrics",
     "score_grid",
     "judge_grid",
-    "row_name",
     "evaluate_policies",
 ]
 
@@ -130,13 +128,6 @@ class EvalArguments:
 
 
 ARGUMENTS = (EvalPromptArguments, EvalArguments, SamplingSettings)
-
-
-def row_name(path: str) -> str:
-    """A tuned policy's row in the report: the name of its folder, ``.`` and ``..`` resolved against the working
-    directory (``--tuned .`` is named like the folder it is, not ""); "" for the root, which ``_check_options``
-    refuses."""
-    return Path(os.path.abspath(path)).name
 
 
 def is_empty(reply: str) -> bool:
@@ -329,6 +320,7 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
         shown = _comparable(replies, base) if name == base else rep
         row: dict[str, Any] = {"policy": name, **text_metrics(shown.texts, contexts)}
         row["replies"] = len(rep.texts[0]) if rep.texts else 0
+        row["text_replies"] = len(shown.texts[0]) if shown.texts else 0  # what its text figures read
         row["tokens"] = float(np.mean([n for r in rep.token_counts() for n in r])) if name != HUMAN else None
         row["cut"] = rep.truncated_share() if name != HUMAN else None
         row.update(_kl(name, policies, base, rep, prompts, settings, args))
@@ -341,7 +333,9 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
             for j in judges
         }
         if name != base:
-            row["verdict"] = _verdict(row["judges"], rows[0]["judges"], judges)
+            row["verdict"] = verdict(
+                {k: (v["gain"], v["gain_lo"], v["gain_hi"]) for k, v in row["judges"].items()}, judges
+            )
         rows.append(row)
     return {
         "rows": rows,
@@ -350,20 +344,6 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
         "scores": {j: {n: s.tolist() for n, s in by.items()} for j, by in scores.items()},
         "length_edges": edges,
     }
-
-
-def _verdict(policy: dict[str, dict], base: dict[str, dict], judges: list[Judge]) -> str:
-    """The panel's verdict (``panel.verdict``); "not established" when a judge it reads (an independent one) left
-    any reply of the policy or of the base unscored: such a judge has no gain to give."""
-    unscored = [
-        f"judge {j.name} left {policy[j.name]['unscored']:.1%} of its replies and {base[j.name]['unscored']:.1%} "
-        "of the base's unscored"
-        for j in judges
-        if j.independent and (policy[j.name]["unscored"] > 0 or base[j.name]["unscored"] > 0)
-    ]
-    if unscored:
-        return f"not established: {'; '.join(unscored)} (no gain is computed over partly unscored replies)"
-    return verdict({k: (v["gain"], v["gain_lo"], v["gain_hi"]) for k, v in policy.items()}, judges)
 
 
 def judge_info(judges: list[Judge]) -> list[dict]:

@@ -18,6 +18,7 @@ its validation AUC, measured elsewhere (``recipes/scorer/run.py --method lm_pmi`
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,12 +66,18 @@ class Judge:
         return bool(self.shares) and not (self.shares["encoder"] or self.shares["data_shared"])
 
 
+def row_name(path: str) -> str:
+    """A policy's or judge's name from its folder: the folder's own name, ``.`` and ``..`` resolved against the
+    working directory (``.`` is named like the folder it is); "" for the root, which callers refuse."""
+    return Path(os.path.abspath(path)).name
+
+
 def parse_judge(spec: str) -> tuple[str, str]:
-    """``name=directory`` (or a directory, named after its last component) as (name, directory)."""
+    """``name=directory`` (or a directory, named after its folder: ``row_name``) as (name, directory)."""
     name, sep, path = spec.partition("=")
     if not sep:
         path = spec
-        name = Path(spec.rstrip("/")).name or spec
+        name = row_name(spec)
     if not name or not path:
         raise ValueError(f"judge {spec!r}: expected name=scorer_dir or scorer_dir")
     return name, path
@@ -244,6 +251,9 @@ def verdict(gains: dict[str, tuple[float, float, float]], judges: list[Judge]) -
     independent = [j for j in judges if j.independent]
     if not independent:
         return "no judge shares nothing with the reward: no verdict"
+    missing = [j.name for j in independent if math.isnan(gains[j.name][0])]
+    if missing:  # a judge that left replies of the policy or the base unscored has no gain to give
+        return f"not established: {', '.join(missing)} left replies unscored (no gain; shares: the unscored column)"
     lows = [gains[j.name][1] for j in independent]
     highs = [gains[j.name][2] for j in independent]
     names = "; ".join(

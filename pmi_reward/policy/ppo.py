@@ -43,6 +43,7 @@ from .sampling import plain_sampling, render_prompts
 from .trainers import (
     LAST_N,
     ScriptArguments,
+    budget_spent,
     build_rewards,
     check_reward_weights,
     cpu_seconds,
@@ -319,7 +320,8 @@ def train_ppo(
             with log_path.open("a") as f:
                 f.write(json.dumps(json_safe(row), allow_nan=False) + "\n")  # a step with nothing scored: null
         bar.set_postfix(score=f"{row['score']:+.2f}", kl=f"{row['kl']:.3f}", len=f"{row['response_tokens']:.0f}")
-        if _budget_spent(script_args.cpu_budget_seconds, cpu_start, accelerator):
+        budget = script_args.cpu_budget_seconds
+        if budget is not None and budget_spent(budget, cpu_start, accelerator.device):
             break
     total = time.perf_counter() - start
     accelerator.wait_for_everyone()
@@ -348,14 +350,6 @@ def train_ppo(
         _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)
         write_summary(cfg.output_dir, summary)
     return summary
-
-
-def _budget_spent(budget: float | None, cpu_start: float, accelerator: Accelerator) -> bool:
-    """Whether any process has used ``budget`` CPU seconds (all processes stop together)."""
-    if budget is None:
-        return False
-    spent = torch.tensor([float(cpu_seconds() - cpu_start >= budget)], device=accelerator.device)
-    return bool(accelerator.gather(spent).max().item())
 
 
 def _pmi_options(reward: Any) -> RewardOptions | None:

@@ -15,7 +15,7 @@ from typing import Any
 from ..data.records import json_safe
 from ..evaluation.report import markdown_table
 from .panel import Judge, describe
-from .samples import HUMAN, policy_width
+from .samples import policy_width
 
 __all__ = [
     "judges_table",
@@ -46,15 +46,6 @@ def _reward_cell(row: dict) -> str:
     """The reward scorer's mean PMI; where it left replies unscored, their share (and no mean)."""
     unscored = row.get("reward_unscored") or 0.0
     return f"– ({unscored:.1%} unscored)" if unscored > 0 else _num(row.get("reward_pmi"), "+.2f")
-
-
-def _text_replies(row: dict, rows: list[dict]) -> int | None:
-    """Replies per context the text diagnostics of ``row`` read: the base's are cut to the tuned policies' count
-    (``evaluate._comparable``); every other row's are all of its replies."""
-    if row.get("replies") is None:
-        return None
-    widths = [r["replies"] for r in rows[1:] if r["policy"] != HUMAN and not r["policy"].startswith("best-of-")]
-    return min(row["replies"], widths[0]) if row is rows[0] and widths else row["replies"]
 
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
@@ -130,7 +121,7 @@ def diagnostics_table(rows: list[dict]) -> str:
     for r in rows:
         kl = r.get("kl_reply")
         kl_text = f"<= {kl:.2f}" if kl is not None and r.get("kl_is_bound") else _num(kl, ".2f")
-        count = _text_replies(r, rows)
+        count = r.get("text_replies")  # evaluate's count (the base's cut to the tuned policies')
         lines.append(
             [
                 r["policy"],

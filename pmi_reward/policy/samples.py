@@ -97,8 +97,8 @@ def samples_markdown(records: list[dict], n_contexts: int = 30) -> str:
 
 def _same_pmi(a: float | None, b: float | None, tolerance: float = 5e-3) -> bool:
     """Whether two PMI of one reply agree (both unscored, or within ``tolerance``): they are written rounded to 3
-    decimals, and one judge's score of a reply moves by ~1e-5 with the batch around it, so one reply can be written
-    one rounding step apart in two runs; another judge under the same name differs by far more."""
+    decimals, and one judge's score of a reply moves slightly with the batch around it (float32 sums), so one reply
+    can be written one rounding step apart in two runs; another judge under the same name differs by far more."""
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
         return (a is None or not math.isfinite(a)) and (b is None or not math.isfinite(b))
     return abs(a - b) <= tolerance

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import http.client
-import ipaddress
 import json
 import logging
 import math
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..serving.config import is_loopback
 from .options import RewardOptions
 from .path import RewardPath
 
@@ -79,17 +79,6 @@ def _retry_after(value: str | None) -> float | None:
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(seconds, 0.0) if math.isfinite(seconds) else None
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class RemoteRewardError(RuntimeError):
@@ -175,7 +164,7 @@ class RemotePMIReward(RewardPath):
         self.api_key = api_key_from_env(api_key)
         self._turns_resolved = self.options.max_context_turns is not None
         parts = urllib.parse.urlsplit(self.url)
-        if self.api_key and parts.scheme.lower() == "http" and not _is_loopback(parts.hostname):
+        if self.api_key and parts.scheme.lower() == "http" and not is_loopback(parts.hostname or ""):
             logger.warning(
                 "pmi_reward remote: the API key goes to %s over plain http, in clear text; use https (TLS in front"
                 " of the server) beyond a trusted network",

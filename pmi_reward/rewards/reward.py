@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from ..scoring.encoder import missing_device
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .options import RewardOptions
 from .path import RewardPath, score_robustly
@@ -137,10 +137,4 @@ class PMIReward(RewardPath):
 def _device_here(device: str | None) -> str | None:
     """The device a pickled reward ran on, where this process has it (a CUDA index it has); else None (the default:
     a CPU-only worker (e.g. a Ray reward worker) of a run on a GPU machine still scores."""
-    if device is None or device.startswith("cpu"):
-        return device
-    parsed = torch.device(device)
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return device if (parsed.index or 0) < count else None
-    return device if parsed.type == "mps" and torch.backends.mps.is_available() else None
+    return device if device is None or missing_device(device) is None else None

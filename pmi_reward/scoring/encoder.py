@@ -177,6 +177,25 @@ class EncoderRuntime:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def missing_device(device: str) -> str | None:
+    """Why this machine cannot run on ``device`` (not a device name, no CUDA or not that index, no MPS), or None."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        return "not a device; expected cpu, cuda, cuda:N or mps"
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            return "this machine has no CUDA device (torch sees none); use --device cpu"
+        if parsed.index is not None and parsed.index >= count:
+            return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this machine; use --device cpu"
+    elif parsed.type not in ("cpu", "mps") and not getattr(getattr(torch, parsed.type, None), "is_available", bool)():
+        return "not available on this machine; expected cpu, cuda, cuda:N or mps"
+    return None
+
+
 def default_device(device: str | None = None) -> torch.device:
     """``device``, or the GPU where there is one, else the CPU."""
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -318,13 +318,11 @@ class PMIScorer:
         broken = [name for name, value in head.state_dict().items() if not torch.isfinite(value).all()]
         if broken:
             raise ScorerLoadError(f"{source}: head weights {broken} hold NaN or infinite values; retrain or restore it")
-        requested = spec.dtype
-        spec = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
-        if encoder is None:
+        resolved = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
+        if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
             cache = EmbeddingCache(cache_dir) if cache_dir else None
-            encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(spec, directory, source))
-            encoder.requested_dtype = requested  # "auto" stays "auto" for a copy made on another machine
-        elif not encoder.spec.embeds_like(spec):
+            encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(resolved, directory, source))
+        elif not encoder.spec.embeds_like(resolved):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         if metadata is None:
             metadata = config.get("metadata")
