@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import http.client
+import ipaddress
 import json
 import logging
 import math
@@ -34,11 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..serving.config import is_loopback
 from .options import RewardOptions
 from .path import RewardPath
 
-__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync", "api_key_from_env"]
+__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync", "api_key_from_env", "is_loopback"]
 
 API_KEY_ENV = "PMI_REWARD_API_KEY"
 
@@ -79,6 +79,17 @@ def _retry_after(value: str | None) -> float | None:
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (127.0.0.0/8, ::1, localhost): the server warns
+    when it listens elsewhere without a key, the client when it sends a key in clear text elsewhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class RemoteRewardError(RuntimeError):

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["ServerConfig", "is_loopback"]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine (127.0.0.0/8, ::1, localhost)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["ServerConfig"]
 
 
 @dataclass

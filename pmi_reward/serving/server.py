@@ -25,9 +25,10 @@ from dataclasses import asdict
 from typing import Any
 
 from ..rewards.options import RewardOptions
+from ..rewards.remote import is_loopback
 from ..scoring.scorer import PMIScorer
 from .batching import MicroBatcher
-from .config import ServerConfig, is_loopback
+from .config import ServerConfig
 from .endpoints import ApiError, Endpoints, check_options
 from .handler import Handler, HTTPServer
 
