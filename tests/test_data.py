@@ -275,3 +275,57 @@ def test_a_saved_dataset_dict_folder_is_named_with_the_split_to_give(tmp_path):
     datasets.DatasetDict({}).save_to_disk(str(tmp_path / "empty"))
     with pytest.raises(DataError, match="no splits"):
         load_dialogues(tmp_path / "empty")
+
+
+def test_a_multi_line_reply_is_read_and_one_whose_lines_read_as_whole_rows_is_named(tmp_path, caplog):
+    """A quoted reply over lines, with a comma on a later line, is a reply (fewer delimiters than a row holds); one
+    whose later lines read as whole rows (a quote that ran on over rows, closing at the end of a later row) is read
+    too, since a two-column file's multi-line reply with a comma reads the same way, but named in a warning (rows
+    were swallowed silently); in a JSONL file no line is a row."""
+    path = tmp_path / "p.csv"
+    path.write_text('dialog_key,context,response\nk,hi,"Sure.\nWell, maybe."\n')
+    assert load_pairs(path).response_texts == ["Sure. Well, maybe."] and not caplog.records
+    path.write_bytes(b'context,response\nHi,"Hmm\nHow are you?,Fine\nBye,Say cheese"\nLast,row\n')
+    assert len(load_pairs(path)) == 2
+    assert "p.csv, row 1, field 'response' (and 0 more): a reply whose later lines read as whole rows" in caplog.text
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"context": "hi", "response": "Hmm\nHow are you?,Fine"}) + "\n")
+    assert load_pairs(path).response_texts == ["Hmm How are you?,Fine"]
+
+
+def test_consecutive_messages_of_one_speaker_are_one_turn(tmp_path):
+    """Each message was a turn: "user, user, assistant" made a pair in which the user replies to the user."""
+    roles = ("user", "system", "human", "assistant", "user", "model", "assistant", "bot")
+    messages = [{"role": r, "content": " " if i == 6 else f"m{i}"} for i, r in enumerate(roles)]
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "a", "messages": [*messages, "plain", "text"]}) + "\n")
+    # system skipped, human = user, model/bot = assistant, an empty message is none; plain strings stay turns
+    assert load_dialogues(path)[0].turns == ("m0 m2", "m3", "m4", "m5 m7", "plain", "text")
+
+
+def test_the_chitchat_corpus_keeps_a_turn_per_message():
+    """An empty message is dropped without joining its neighbours (documented; recorded figures rest on it)."""
+    turns = next(d for d in chitchat_dialogues() if d.id == "6a4c7f41-c279-4f09-b899-aeb0c544edc9").turns
+    assert len(turns) == 6 and turns[-1] == "Kewl" and turns[-2].startswith("Whoa we both have animal names")
+
+
+def test_an_extra_column_the_first_record_omits_is_kept(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"context": "a", "response": "b"}\n{"context": "c", "response": "d", "rating": 3}\n')
+    assert load_pairs(path, extra_columns=["rating"]).extras == {"rating": [None, 3.0]}
+    with pytest.raises(DataError, match="missing column 'score'"):
+        load_pairs(path, extra_columns=["score"])
+
+
+def test_load_dialogues_names_sources_that_are_not_records_and_refuses_a_limit_below_one(tmp_path):
+    import datasets
+
+    split = datasets.Dataset.from_list([{"id": "a", "turns": ["hi", "hello"]}, {"id": "b", "turns": ["x", "y"]}])
+    with pytest.raises(DataError, match=r"DatasetDict: a mapping.*pass one split, e.g. source\['train'\]"):
+        load_dialogues(datasets.DatasetDict({"train": split}))
+    with pytest.raises(DataError, match="list, row 1: expected a dict record"):
+        load_dialogues([["hi there", "hello"], ["how are you", "fine"]])
+    assert [d.id for d in load_dialogues(split, limit=1)] == ["a"]
+    for limit in (0, -1):  # sliced with: 0 kept every dialogue, -1 dropped the last
+        with pytest.raises(ValueError, match="limit must be >= 1"):
+            load_dialogues(split, limit=limit)

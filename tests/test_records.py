@@ -133,3 +133,15 @@ def test_lists_and_objects_in_csv_cells_are_json(tmp_path):
     write_records(target, [{"context": "hi", "meta": {"source": "x", "tags": ["a"]}, "ids": (1, 2)}])
     row = read_records(target)[0]
     assert json.loads(row["meta"]) == {"source": "x", "tags": ["a"]} and json.loads(row["ids"]) == [1, 2]
+
+
+def test_a_short_row_keeps_a_multi_line_field_that_holds_a_delimiter(tmp_path):
+    """A row that omits its last column leaves it None; one whose multi-line context held a comma was refused as an
+    unclosed quote. A field whose later lines hold a whole row's delimiters still is (rows swallowed)."""
+    path = tmp_path / "rated.csv"
+    path.write_text('context,response,rating\n"Hi, there.\nHow are you, friend?",Fine,4\n"Hello, you.\nPlans?",No\n')
+    rows = read_records(path)
+    assert rows[1] == {"context": "Hello, you.\nPlans?", "response": "No", "rating": None}
+    path.write_text('context,response,rating\nHi,"Hmm\nHow are you?,Fine,4\nBye,See you,3"\n')
+    with pytest.raises(DataError, match="row 1: fewer values than header columns"):
+        read_records(path)

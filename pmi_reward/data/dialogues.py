@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ __all__ = [
 CHAT_ROLES = ("user", "assistant")
 SPEAKER_ALIASES = ("human", "bot", "ai", "model", "gpt")  # other datasets' names of the two speakers
 SKIPPED_ROLES = ("system", "tool", "function", "ipython")  # not a speaker's turn
+_ASSISTANT_ALIASES = ("bot", "ai", "model", "gpt")  # the aliases that name the assistant; "human" names the user
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,11 @@ class Dialogue:
 def chitchat_dialogues() -> list[Dialogue]:
     """The 7k English chats of the Chit-Chat Challenge (PyPI ``chitchat-dataset``, MIT).
 
-    A turn is the consecutive messages of one speaker joined with spaces.
+    A turn is one message of the corpus (its utterances joined with spaces). A message with no text (12 of them) is
+    dropped without joining the same speaker's messages on either side of it, unlike a ``messages`` file's: 9 turns,
+    in 7 dialogues, follow a turn of their own speaker (9 pairs of ``PairSet.from_dialogues`` at every position
+    whose reply answers its own speaker). Kept so that recorded figures reproduce: joined, those turns would move
+    every pair after them, and so every seeded negative draw.
     """
     spec = importlib.util.find_spec("chitchat_dataset")
     if spec is None or not spec.submodule_search_locations:
@@ -71,13 +76,24 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
         if not isinstance(messages, list):
             raise DataError(f"{where}, field 'messages': expected a list of {{role, content}} objects")
         turns = []
+        last = None  # the speaker of the last turn (None after a plain-string message, whose speaker is unknown)
         for m in messages:
             if isinstance(m, str):
                 turns.append(m)
+                last = None
             elif isinstance(m, dict) and isinstance(m.get("content"), str):
                 role = str(m.get("role", "user")).strip().lower()
                 if role in CHAT_ROLES or role in SPEAKER_ALIASES:
-                    turns.append(m["content"])
+                    # consecutive messages of one speaker are one turn, joined with a space (as separate turns they
+                    # made "user replies to user" pairs); a message with no text is none
+                    speaker = "assistant" if role in ("assistant", *_ASSISTANT_ALIASES) else "user"
+                    if not m["content"].strip():
+                        continue
+                    if speaker == last:
+                        turns[-1] = f"{turns[-1].strip()} {m['content'].strip()}"
+                    else:
+                        turns.append(m["content"])
+                    last = speaker
                 elif role not in SKIPPED_ROLES:  # a whole speaker dropped made "user replies to user" pairs
                     raise DataError(
                         f"{where}, field 'messages': unknown role {m.get('role')!r} (speakers: "
@@ -94,6 +110,12 @@ def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -
     ``text``)."""
     if not records:
         raise DataError(f"{source}: no dialogues")
+    bad = next((n for n, record in enumerate(records, 1) if not isinstance(record, dict)), None)
+    if bad is not None:  # a list of turns was read as a record whose column names were its turns
+        raise DataError(
+            f"{source}, row {bad}: expected a dict record ({{'id', 'turns': [...]}}, {{'messages': [...]}} or "
+            f"{{'dialog_id', 'text'}}), got {type(records[bad - 1]).__name__}"
+        )
     first = records[0]
     if "turns" in first or "messages" in first:
         out = []
@@ -121,11 +143,14 @@ def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -
 
 
 def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None) -> list[Dialogue]:
-    """Dialogues from ``"chitchat"``, a file, a ``datasets`` folder or object, or an iterable of dict records.
+    """Dialogues from ``"chitchat"``, a file, a ``datasets`` folder or ``Dataset`` (one split, not a
+    ``DatasetDict``), or an iterable of dict records (``dialogues_from_records``).
 
-    Dialogues with fewer than two turns are dropped (they hold no context-response pair); ``limit`` keeps
-    the first ``limit`` of the rest.
+    Dialogues with fewer than two turns are dropped (they hold no context-response pair); ``limit`` (>= 1, or None
+    for all) keeps the first ``limit`` of the rest.
     """
+    if limit is not None and limit < 1:  # sliced with, 0 kept every dialogue and -1 dropped the last
+        raise ValueError(f"limit must be >= 1 or None (all dialogues), got {limit}")
     if isinstance(source, (str, Path)) and str(source) == "chitchat":
         dialogues = chitchat_dialogues()
     elif isinstance(source, (str, Path)) and Path(source).is_dir():
@@ -142,6 +167,11 @@ def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None
         dialogues = dialogues_from_records(list(saved), str(source))
     elif isinstance(source, (str, Path)):
         dialogues = dialogues_from_records(read_records(source), str(source))
+    elif isinstance(source, Mapping):  # a DatasetDict or one record: iterating it gives its keys, not records
+        raise DataError(
+            f"{type(source).__name__}: a mapping (keys {sorted(map(str, source))}), not an iterable of dict records; "
+            f"a DatasetDict: pass one split, e.g. source[{next(iter(source), 'train')!r}]; one record: pass [record]"
+        )
     else:
         dialogues = dialogues_from_records(list(source), type(source).__name__)
     dialogues = [d for d in dialogues if len(d.turns) >= 2]
@@ -154,7 +184,7 @@ def load_dialogues(source: str | Path | Iterable[dict], limit: int | None = None
             f"{source}: dialogue ids are not unique ({len(twice)} repeated, e.g. {twice[0]!r}; a record without "
             "an 'id' or 'dialog_id' takes its row number as id)"
         )
-    return dialogues[:limit] if limit else dialogues
+    return dialogues[:limit] if limit is not None else dialogues
 
 
 def split_dialogues(

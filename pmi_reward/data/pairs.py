@@ -9,6 +9,7 @@ other turns of the dialogue (from dialogues), or the other responses and the con
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from .dialogues import Dialogue
-from .records import DataError, read_records, require_text
+from .records import DataError, read_records, require_text, spans_rows
 
 __all__ = ["PairSet", "csr", "load_pairs", "join_turns"]
+
+logger = logging.getLogger(__name__)
 
 
 def join_turns(turns: Sequence[str]) -> str:
@@ -153,8 +156,9 @@ class PairSet:
     ) -> PairSet:
         """Ready-made pairs; context lines and same-key responses become in-dialogue candidates.
 
-        Without ``keys`` every pair is its own dialogue. ``max_context_turns`` keeps each context's last N lines
-        (turns), as a scorer trained on them reads contexts; every line stays an in-dialogue candidate.
+        Without ``keys`` every pair is its own dialogue. A context is written as ``join_turns`` writes one (its
+        non-blank lines, stripped, are its turns); ``max_context_turns`` keeps its last N, as a scorer trained on
+        them reads contexts; every line stays an in-dialogue candidate.
         """
         if len(contexts) != len(responses) or (keys is not None and len(keys) != len(contexts)):
             raise ValueError("contexts, responses and keys must have the same length")
@@ -164,7 +168,7 @@ class PairSet:
         items = []
         for c, r, k in zip(contexts, responses, keys, strict=True):
             lines = [line.strip() for line in c.split("\n") if line.strip()]
-            kept = join_turns(lines[-max_context_turns:]) if max_context_turns else c
+            kept = join_turns(lines[-max_context_turns:] if max_context_turns else lines)
             # read as a context line reads it (join_turns: stripped, line breaks as spaces): one turn, one text (a
             # multi-line reply was two, and its context-line copy an in-dialogue negative of its own pair)
             items.append((kept, join_turns([r]), k, lines))
@@ -218,6 +222,21 @@ def load_pairs(
     records = read_records(path)
     contexts = require_text(records, path, context_column, allow_empty=True)
     responses = require_text(records, path, response_column)
+    suffix = Path(path).suffix.lower()
+    # a reply is read as one line: later lines that read as rows may be rows swallowed (contexts are multi-line by
+    # design, and a quote left open in one is caught when it makes a short row: read_records)
+    if suffix in (".csv", ".tsv"):
+        delimiter = "\t" if suffix == ".tsv" else ","
+        odd = [n for n, r in enumerate(responses, 1) if spans_rows([r], len(records[0]), delimiter)]
+        if odd:  # a warning, not an error: a two-column file's multi-line reply with a comma reads the same way
+            logger.warning(
+                "%s, row %d, field %r (and %d more): a reply whose later lines read as whole rows; if a field opened "
+                "with an unclosed quote and ran on over the rows after it, those rows are read as this reply",
+                path,
+                odd[0],
+                response_column,
+                len(odd) - 1,
+            )
     keys = None
     keyed = key_column is not None and any(key_column in r for r in records)  # any row: a JSON record may omit it
     if require_key and key_column and not keyed:
@@ -230,7 +249,7 @@ def load_pairs(
         keys = require_text(ids, path, key_column)
     extras = {}
     for column in extra_columns:
-        if column not in records[0]:
+        if not any(column in r for r in records):  # any row: a JSON record may omit it
             raise DataError(f"{path}: missing column {column!r} (columns: {sorted(records[0])})")
         extras[column] = [_maybe_float(r.get(column)) for r in records]
     return PairSet.from_pairs(contexts, responses, keys, extras or None, max_context_turns)

@@ -110,9 +110,10 @@ def read_records(path: str | Path) -> list[dict]:
             for n, row in enumerate(reader, 1):
                 if None in row:
                     raise DataError(f"{_where(path, n)}: more values than header columns")
-                if None in row.values() and any(v and "\n" in v and delimiter in v for v in row.values()):
-                    # a short row whose field spans lines and delimiters: a quote opened the field and ran on over
-                    # the rows after it (a short row alone leaves its missing columns None, as a reader expects)
+                if None in row.values() and spans_rows(row.values(), len(columns), delimiter):
+                    # a short row with a field whose later lines read as whole rows: a quote opened the field and ran
+                    # on over the rows after it (a short row alone leaves its missing columns None, as a reader
+                    # expects, even when a multi-line field holds a delimiter or two)
                     raise DataError(
                         f"{_where(path, n)}: fewer values than header columns (a field that opens with an unclosed "
                         "quote runs on over the rows after it)"
@@ -123,6 +124,12 @@ def read_records(path: str | Path) -> list[dict]:
             raise DataError(f"{where}: malformed CSV ({err})") from None
         return records
     raise DataError(f"{path}: unsupported file type {suffix!r} (use .csv, .tsv, .jsonl or .json)")
+
+
+def spans_rows(values: Iterable[str | None], columns: int, delimiter: str) -> bool:
+    """Whether a field, after a line break, holds a line with a whole row's delimiters: the rows a quote left open
+    swallowed (a quoted field's own text seldom holds that many on one line; its first line is the row's own)."""
+    return any(v and any(line.count(delimiter) >= columns - 1 for line in v.split("\n")[1:]) for v in values)
 
 
 def _unreadable(err: Exception) -> str:
