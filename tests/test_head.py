@@ -43,3 +43,10 @@ def test_hidden_widths_must_be_positive(hidden):
     """A width of 0 gave a head that scores every pair alike; a negative one torch's RuntimeError."""
     with pytest.raises(ValueError, match="hidden widths must be >= 1"):
         HeadConfig(dim=8, hidden=hidden)
+
+
+@pytest.mark.parametrize("cap", [0.0, -1.0, float("inf"), float("nan")])
+def test_the_cap_must_be_a_positive_finite_number(cap):
+    """cap=inf or nan was accepted, and softcap then made every score NaN (inf * tanh(x / inf) = inf * 0)."""
+    with pytest.raises(ValueError, match="cap must be a positive finite number"):
+        HeadConfig(dim=4, cap=cap)

@@ -117,10 +117,15 @@ def test_corrupted_or_partial_scorer_dirs_fail_clearly(scorer, tmp_path, monkeyp
     with pytest.raises(ScorerLoadError, match="missing head.safetensors"):
         PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
     (partial / "head.safetensors").write_bytes((good / "head.safetensors").read_bytes()[:100])
-    with pytest.raises(ScorerLoadError, match="corrupted"):
+    # (tmp_path's own name holds "corrupted": each match names the file; a broken download is fixed by another)
+    with pytest.raises(ScorerLoadError, match="head.safetensors is not the head .* re-download or save again"):
+        PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
+    unrecorded = {k: v for k, v in json.loads((good / "config.json").read_text()).items() if k != "head_sha256"}
+    (partial / "config.json").write_text(json.dumps(unrecorded))  # a scorer saved before the digest was recorded
+    with pytest.raises(ScorerLoadError, match="head.safetensors: corrupted .* re-download or save again"):
         PMIScorer.from_pretrained(partial, encoder=scorer.encoder)
     (partial / "config.json").write_text("{not json")
-    with pytest.raises(ScorerLoadError, match="corrupted"):
+    with pytest.raises(ScorerLoadError, match="config.json: corrupted"):
         PMIScorer.from_pretrained(partial)
     (partial / "config.json").write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(ScorerLoadError, match="not a pmi-reward scorer"):
@@ -268,3 +273,111 @@ def test_a_scorer_with_an_embedding_cache_copies_and_its_copy_reads_the_same_fil
         assert twin.encoder.cache.path == scorer.encoder.cache.path
         np.testing.assert_array_equal(twin.score(CTX[:2], RESP[:2]), before)
         assert twin.encoder.stats.cache_hits > 0
+
+
+@pytest.mark.parametrize("mode", ["pair", "prompt", "pair-lines"])
+def test_a_decoder_scores_texts_as_training_writes_them(mode, smol_tokenizer):
+    """Training writes a reply's line breaks as spaces and a context as its stripped, non-blank lines (PairSet,
+    join_turns); scoring kept "\\n" in replies (and blank lines, stray spaces in contexts), which a decoder's
+    tokenizer (SmolLM2's) reads as other tokens: another embedding than the one trained on."""
+    from conftest import _tiny
+
+    from pmi_reward.data.pairs import PairSet
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    spec = EncoderSpec(model="tiny-llama", pooling="mean", max_length=64, encode_batch_size=8)
+    encoder = TextEncoder(spec, model=_tiny("llama", len(smol_tokenizer)), tokenizer=smol_tokenizer, device="cpu")
+    assert not np.array_equal(encoder.encode(["a\nb"]), encoder.encode(["a b"]))  # the tokenizer tells them apart
+    kind, _, lines = mode.partition("-")
+    torch.manual_seed(0)
+    head = PMIHead(HeadConfig(dim=encoder.dim, input_mode=kind, line_turns=2 if lines else 0))
+    scorer = PMIScorer(encoder, TEMPLATES["en"], head)
+    np.testing.assert_array_equal(scorer.score(["hi"], ["a\nb"]), scorer.score(["hi"], ["a b"]))
+    contexts, replies = [" hi there \n\n how are you?\n", "I like jazz"], ["Sure:\n1. pack\n2. go", "me\ntoo "]
+    pairs = PairSet.from_pairs(contexts, replies, max_context_turns=3)  # as training writes them
+    assert pairs.response_texts[0] == "Sure: 1. pack 2. go" and pairs.context_texts[0] == "hi there\nhow are you?"
+    np.testing.assert_array_equal(
+        scorer.score(contexts, replies), scorer.score(pairs.context_texts, pairs.response_texts)
+    )
+
+
+def _fine_tuned(tiny_encoder_factory, tmp_path: Path) -> tuple[PMIScorer, Path]:
+    """A scorer whose encoder has weights of its own (as after fine-tuning), saved with them in ``encoder/``."""
+    from pmi_reward.training.trainable import finish_tuning
+
+    encoder = tiny_encoder_factory("bert", "mean")
+    with torch.no_grad():
+        next(encoder.model.parameters()).add_(0.05)
+    finish_tuning(encoder)
+    torch.manual_seed(0)
+    scorer = PMIScorer(encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=encoder.dim, cap=3.0)))
+    return scorer, scorer.save_pretrained(tmp_path / "good")
+
+
+def test_a_fine_tuned_encoder_with_a_file_missing_or_changed_is_refused_naming_it(tiny_encoder_factory, tmp_path):
+    """A fine-tuned scorer whose encoder/tokenizer.json was lost loaded with a 5-token tokenizer and scored every text
+    alike; another model's weights in encoder/ loaded without a word. config.json records each file's digest."""
+    import shutil
+
+    scorer, good = _fine_tuned(tiny_encoder_factory, tmp_path)
+    recorded = json.loads((good / "config.json").read_text())["encoder_sha256"]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(recorded)
+    assert all(len(d) == 64 for d in recorded.values())
+    np.testing.assert_array_equal(
+        PMIScorer.from_pretrained(good, device="cpu").score(CTX, RESP), scorer.score(CTX, RESP)
+    )
+
+    def broken(name: str, change) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(good, copy)
+        change(copy / "encoder")
+        return copy
+
+    lost = broken("lost", lambda e: (e / "tokenizer.json").unlink())
+    with pytest.raises(ScorerLoadError, match=r"encoder/tokenizer.json: missing .* re-download or save again"):
+        PMIScorer.from_pretrained(lost, device="cpu")
+    swapped = broken("swapped", lambda e: tiny_encoder_factory("bert", "mean").model.save_pretrained(e))
+    with pytest.raises(ScorerLoadError, match=r"encoder/model.safetensors is not the file .* re-download or save"):
+        PMIScorer.from_pretrained(swapped, device="cpu")
+
+
+def _unrecorded(directory: Path) -> Path:
+    """``directory``'s config.json as a scorer saved before the encoder's digests were recorded writes it."""
+    config = json.loads((directory / "config.json").read_text())
+    config.pop("encoder_sha256", None)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_a_fine_tuned_scorer_saved_before_the_digests_loads_unless_its_tokenizer_is_gone(
+    tiny_encoder_factory, tmp_path
+):
+    """Scorers saved without encoder digests still load, but one with no tokenizer vocabulary left is refused (it
+    loaded a tokenizer of 5 special tokens, which reads every text alike)."""
+    import shutil
+
+    scorer, good = _fine_tuned(tiny_encoder_factory, tmp_path)
+    _unrecorded(good)
+    np.testing.assert_array_equal(
+        PMIScorer.from_pretrained(good, device="cpu").score(CTX, RESP), scorer.score(CTX, RESP)
+    )
+    lost = tmp_path / "lost"
+    shutil.copytree(good, lost)
+    (lost / "encoder" / "tokenizer.json").unlink()
+    with pytest.raises(ScorerLoadError, match=r"encoder: the fine-tuned encoder has no tokenizer"):
+        PMIScorer.from_pretrained(lost, device="cpu")
+
+
+def test_a_truncated_fine_tuned_encoder_is_a_load_error_the_cli_reports(tiny_encoder_factory, tmp_path):
+    """A truncated encoder/model.safetensors (in a scorer without digests, which would name the file first) raised
+    safetensors' own error, which escaped the CLI's user errors and the server's ScorerLoadError handler."""
+    from pmi_reward.cli.main import main
+
+    good = _unrecorded(_fine_tuned(tiny_encoder_factory, tmp_path)[1])
+    weights = good / "encoder" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ScorerLoadError, match=r"encoder: corrupted or incomplete fine-tuned encoder"):
+        PMIScorer.from_pretrained(good, device="cpu")
+    (tmp_path / "in.jsonl").write_text(json.dumps({"context": "hi", "response": "hello"}) + "\n")
+    argv = ["score", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--scorer"]
+    assert main([*argv, str(good), "--progress", "false"]) == 2  # a user error, not a traceback

@@ -33,23 +33,62 @@ def _number(value: Any, digits: int | None = 3) -> str:
 
 
 def _data(meta: dict) -> str:
+    """The training data: dialogues, pair files, or both (each split then the union of the two sources' splits)."""
     data = meta.get("data") or {}
+    parts = []
     if data.get("dialogues"):
         name = _DATASETS.get(str(data["dialogues"]), f"`{data['dialogues']}`")
         counts = data.get("n_dialogues") or []
         split = " / ".join(str(n) for n in counts) if counts else MISSING
         skip = f", after skipping the first {data['skip_dialogues']}" if data.get("skip_dialogues") else ""
-        return (
+        parts.append(
             f"{name}: dialogues split by dialogue into train / validation / test = {split}{skip}; each reply is "
             f"paired with up to {data.get('max_context_turns', MISSING)} preceding turns as its context."
         )
     if data.get("train_file"):
         files = ", ".join(f"{k} `{data[k]}`" for k in ("train_file", "val_file", "test_file") if data.get(k))
+        both = " in all, dialogues included" if parts else ""
         counts = (
-            f" ({meta['train_pairs']} training and {meta['val_pairs']} validation pairs)" if "val_pairs" in meta else ""
+            f" ({meta['train_pairs']} training and {meta['val_pairs']} validation pairs{both})"
+            if "val_pairs" in meta
+            else ""
         )
-        return f"Pair files: {files}{counts}."
-    return MISSING
+        added = ", their pairs added to the dialogues' splits" if parts else ""
+        parts.append(f"Pair files{added}: {files}{counts}.")
+    return " ".join(parts) or MISSING
+
+
+def _head_input(head: dict) -> str:
+    """What the head reads, as its config says: the pair features ([u, v, u*v] or [u, v]) and the line features."""
+    mode = head.get("input_mode")
+    if mode == "prompt":
+        return "one embedding of the pair prompt (context and reply in one text)"
+    if mode != "pair":
+        return MISSING
+    pair = "[u, v, u*v]" if head.get("pair_product", True) else "[u, v]"
+    text = f"separate context and reply embeddings u, v, read as {pair}"
+    lines = head.get("line_turns") or 0
+    if isinstance(lines, int) and lines > 0:
+        newest = "newest line" if lines == 1 else f"{lines} newest lines"
+        text += (
+            f", plus the reply set against the context's {newest} (turns, each embedded as a reply): its cosine with "
+            "each, their maximum, cos(u, v), and v times the last line"
+        )
+    return text
+
+
+def _head(head: dict, cap: str) -> str:
+    """The head's layers: an MLP of its hidden widths, or one linear layer when it has none."""
+    hidden = head.get("hidden")
+    if not isinstance(hidden, list):
+        layers = f"MLP {MISSING}"
+    elif hidden:
+        layers = f"MLP {' - '.join(str(h) for h in hidden)} (PReLU)"
+    else:
+        layers = "one linear layer (no hidden layers)"
+    if head.get("residual") == "cosine":
+        layers = f"a * cos(u, v) + b (learned a, b) plus a correction by {'' if hidden == [] else 'an '}{layers}"
+    return f"{layers}, soft cap {cap}"
 
 
 def _negatives(training: dict) -> str:
@@ -116,17 +155,7 @@ def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
     chitchat = (metadata.get("data") or {}).get("dialogues") == "chitchat"
     domain = "English chit-chat" if chitchat else "its training domain"
     pooling = encoder.get("pooling") or "default"
-    hidden = " - ".join(str(h) for h in head.get("hidden", [])) or MISSING
     cap = _number(head.get("cap"), None)
-    mode = head.get("input_mode")
-    residual = "a * cos(u, v) + b (learned a, b) plus a correction by an " if head.get("residual") == "cosine" else ""
-    inputs = (
-        "separate context and reply embeddings u, v, read as [u, v, u*v]"
-        if mode == "pair"
-        else "one embedding of the pair prompt (context and reply in one text)"
-        if mode == "prompt"
-        else MISSING
-    )
     return f"""---
 {header}
 ---
@@ -151,8 +180,8 @@ dialogue RL (TRL's GRPO/RLOO, OpenRLHF, verl), to rerank candidate replies, or t
 | | |
 |---|---|
 | encoder | {described}; {pooling} pooling, up to {encoder.get("max_length", MISSING)} tokens per input |
-| head input | {inputs} |
-| head | {residual}MLP {hidden} (PReLU), soft cap {cap} |
+| head input | {_head_input(head)} |
+| head | {_head(head, cap)} |
 | context read | the last {config.get("context_turns") or "all"} turns, one per line, oldest first |
 | objective | `{training.get("objective", MISSING)}`{_OBJECTIVES.get(str(training.get("objective")), "")} |
 

@@ -19,6 +19,7 @@ objective's best scaled cosine) then learns only a correction of it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -66,8 +67,8 @@ class HeadConfig:
     def __post_init__(self) -> None:
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES}, got {self.input_mode!r}")
-        if self.cap <= 0:
-            raise ValueError("cap must be positive")
+        if not math.isfinite(self.cap) or self.cap <= 0:  # an infinite or NaN cap makes every score NaN
+            raise ValueError(f"cap must be a positive finite number, got {self.cap!r}")
         if self.line_turns < 0 or (self.line_turns and self.input_mode != "pair"):
             raise ValueError("line_turns must be >= 0, and is only used in pair mode")
         if self.residual not in RESIDUALS or (self.residual != "none" and self.input_mode != "pair"):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..data.pairs import join_turns
 from ..data.records import atomic_write, json_safe
 from . import hub
 from .cache import EmbeddingCache
@@ -39,12 +40,32 @@ VERSION = 2
 CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
+ENCODER_DIGESTS = "encoder_sha256"  # config.json's record of a fine-tuned encoder's files: {file name: sha256}
 CARD_NAME = "README.md"
+# files any tokenizer keeps its vocabulary in: a fine-tuned encoder saved before its files' digests were recorded
+# must have one (without it transformers builds a tokenizer of a few special tokens, and every text scores alike)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
 
 
 class ScorerLoadError(ValueError):
     """A scorer directory that is missing, partial or corrupted."""
+
+
+def _as_trained(contexts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Contexts and replies written as the training pairs write them (``PairSet``, ``join_turns``): a context's
+    non-blank lines are its turns, each stripped; a reply's line breaks are spaces. A tokenizer that reads a line
+    break as a token of its own (SmolLM2's and other decoders') would otherwise embed another text than the one the
+    head was trained on; MiniLM's and MPNet's give the same ids either way."""
+    kept = [join_turns([line for line in c.split("\n") if line.strip()]) for c in contexts]
+    return kept, [join_turns([r]) for r in responses]
 
 
 def _check_texts(name: str, values: Sequence[str]) -> list[str]:
@@ -91,7 +112,9 @@ class PMIScorer:
         return self.head.config.cap
 
     def embed(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False):
-        """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode."""
+        """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode; the texts are
+        written as training wrote them first (``_as_trained``), whichever path scores them."""
+        contexts, responses = _as_trained(contexts, responses)
         if self.input_mode == "prompt":
             return torch.from_numpy(embed_prompts(self.encoder, self.template, contexts, responses, progress)), None
         u = torch.from_numpy(embed_contexts(self.encoder, self.template, contexts, progress and "contexts"))
@@ -144,8 +167,9 @@ class PMIScorer:
     def save_pretrained(self, directory: str | Path, repo_id: str | None = None) -> Path:
         """Write ``head.safetensors``, the encoder (fine-tuned: ``encoder/``), ``metadata.json``, the model card
         ``README.md`` and, last, ``config.json`` into ``directory`` (each atomically); ``repo_id`` names the Hub repo in
-        the card's examples. ``config.json`` records the head's digest, so that a save cut short over an earlier
-        scorer (its config beside another head) is refused when loaded, never loaded as a mix of the two."""
+        the card's examples. ``config.json`` records the digests of the head and of a fine-tuned encoder's files, so
+        that a save cut short over an earlier scorer (its config beside another head or encoder), a file lost or
+        broken in a download, is refused when loaded, never loaded as a mix of the two."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config()
@@ -156,15 +180,19 @@ class PMIScorer:
             )
         state = {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, p, metadata={"format": FORMAT}))
+        digests: dict[str, Any] = {"head_sha256": _digest(directory / WEIGHTS_NAME)}
         if self.encoder.spec.model == LOCAL_ENCODER:
-            self.encoder.model.save_pretrained(directory / LOCAL_ENCODER)
-            self.encoder.tokenizer.save_pretrained(directory / LOCAL_ENCODER)
+            local = directory / LOCAL_ENCODER
+            self.encoder.model.save_pretrained(local)
+            self.encoder.tokenizer.save_pretrained(local)
+            files = sorted(p for p in local.iterdir() if p.is_file())
+            digests[ENCODER_DIGESTS] = {p.name: _digest(p) for p in files}
         _write_json(directory / METADATA_NAME, self.metadata)
         card = model_card(config, self.metadata, repo_id)
         atomic_write(directory / CARD_NAME, lambda p: Path(p).write_text(card, encoding="utf-8"))
         if self.saved_dtype:  # a dtype chosen at load time is the machine's, not the scorer's
             config = {**config, "encoder": {**config["encoder"], "dtype": self.saved_dtype}}
-        _write_json(directory / CONFIG_NAME, {**config, "head_sha256": _digest(directory / WEIGHTS_NAME)})
+        _write_json(directory / CONFIG_NAME, {**config, **digests})
         return directory
 
     def push_to_hub(
@@ -272,12 +300,13 @@ class PMIScorer:
         expected = config.get("head_sha256")
         if expected is not None and _digest(weights) != expected:
             raise ScorerLoadError(
-                f"{weights} is not the head {directory / CONFIG_NAME} was saved with (a save cut short?); save again"
+                f"{weights} is not the head {directory / CONFIG_NAME} was saved with (a save cut short or a broken "
+                "download?); re-download or save again"
             )
         try:
             state = load_file(weights)
         except Exception as err:  # safetensors raises its own error types for truncated files
-            raise ScorerLoadError(f"{weights}: corrupted ({err})") from None
+            raise ScorerLoadError(f"{weights}: corrupted ({err}); re-download or save again") from None
         scorer = cls.from_config(
             config,
             state,
@@ -321,7 +350,8 @@ class PMIScorer:
         resolved = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
         if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
             cache = EmbeddingCache(cache_dir) if cache_dir else None
-            encoder = TextEncoder(spec, cache=cache, device=device, **_local_weights(resolved, directory, source))
+            weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
+            encoder = TextEncoder(spec, cache=cache, device=device, **weights)
         elif not encoder.spec.embeds_like(resolved):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
         if metadata is None:
@@ -334,16 +364,48 @@ class PMIScorer:
         return scorer
 
 
-def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str) -> dict:
-    """The model and tokenizer of a fine-tuned encoder saved inside the scorer directory (none for a named one)."""
+def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str, digests: Any = None) -> dict:
+    """The model and tokenizer of a fine-tuned encoder saved inside the scorer directory (none for a named one),
+    its files checked against the digests its ``config.json`` records (``digests``; a scorer saved before they were
+    recorded: it must have a tokenizer's vocabulary at least)."""
     if spec.model != LOCAL_ENCODER:
         return {}
     path = Path(directory or "") / LOCAL_ENCODER
     if directory is None or not (path / "config.json").is_file():
         raise ScorerLoadError(f"{source}: its fine-tuned encoder should be in {path}, which is missing")
+    _check_encoder_files(path, digests, source)
     from .models import load_backbone, load_tokenizer
 
-    return {"model": load_backbone(str(path), spec.dtype), "tokenizer": load_tokenizer(str(path))}
+    try:  # a truncated or foreign file: safetensors', tokenizers' and transformers' own errors, whatever their type
+        return {"model": load_backbone(str(path), spec.dtype), "tokenizer": load_tokenizer(str(path))}
+    except Exception as err:
+        raise ScorerLoadError(f"{path}: corrupted or incomplete fine-tuned encoder ({err})") from None
+
+
+def _check_encoder_files(path: Path, digests: Any, source: str) -> None:
+    """Refuse a fine-tuned encoder folder with a recorded file missing or changed (a save cut short, a broken
+    download, weights copied in from elsewhere), naming the file; without a record, one without any tokenizer
+    vocabulary (transformers would build a tokenizer of a few special tokens and score every text alike)."""
+    if digests is None:
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ScorerLoadError(
+                f"{path}: the fine-tuned encoder has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                "re-download or save again"
+            )
+        return
+    if not isinstance(digests, dict) or not all(isinstance(d, str) for d in digests.values()):
+        raise ScorerLoadError(f"{source}: invalid field {ENCODER_DIGESTS!r} (expected file names and sha256 digests)")
+    for name, expected in sorted(digests.items()):
+        file = path / name
+        if Path(name).name != name:
+            raise ScorerLoadError(f"{source}: invalid field {ENCODER_DIGESTS!r} (file name {name!r})")
+        if not file.is_file():
+            raise ScorerLoadError(f"{file}: missing from the fine-tuned encoder; re-download or save again")
+        if _digest(file) != expected:
+            raise ScorerLoadError(
+                f"{file} is not the file the fine-tuned encoder was saved with (a save cut short, a broken download, "
+                "or another model's?); re-download or save again"
+            )
 
 
 def _context_turns(config: dict) -> int | None:
@@ -356,7 +418,12 @@ def _context_turns(config: dict) -> int | None:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """sha256 of a file, read in chunks (an encoder's weights may be gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _write_json(path: Path, content: dict) -> None:
