@@ -249,7 +249,8 @@ def test_score_reads_contexts_as_the_scorer_was_trained(tmp_path, tiny_scorer_di
         out = tmp_path / f"out{len(flags)}.jsonl"
         argv = ["score", "--scorer", str(tiny_scorer_dir), "--input", str(rows), "--output", str(out), *flags]
         assert main([*argv, "--progress", "false"]) == 0
-    assert seen == [["Where?\nYosemite!\nNice, when?"], [long]]  # the newest 3 non-empty lines; 0: as given
+    # the newest 3 non-empty lines; 0: every non-empty line, as PMIReward reads a context with no cut
+    assert seen == [["Where?\nYosemite!\nNice, when?"], [long.replace("\n\n", "\n")]]
 
 
 def test_score_leaves_unscorable_rows_empty_and_never_overwrites_a_column(tmp_path, tiny_scorer_dir, capsys):
@@ -264,6 +265,36 @@ def test_score_leaves_unscorable_rows_empty_and_never_overwrites_a_column(tmp_pa
     assert scored[0] is None and isinstance(scored[1], float) and scored[2] is None
     assert main([*argv, "--output", str(tmp_path / "o2.jsonl"), "--score_column", "context"]) == 2
     assert "column 'context' already" in capsys.readouterr().err and not (tmp_path / "o2.jsonl").exists()
+
+
+def test_score_reads_rows_as_pmi_reward_reads_them(tmp_path, tiny_scorer_dir, capsys):
+    """`pmi-reward score` scored the raw text where PMIReward strips a <think> block and leaves an invisible reply
+    unscored: the same answer after reasoning got another score, and "\u200b" got one. Its column is PMIReward's raw
+    PMI (empty_score None: null), in the input's order."""
+    from pmi_reward.rewards.reward import PMIReward
+
+    rows = [
+        {"context": "I went hiking.\nWhere?", "response": "Yosemite, it was great."},
+        {"context": "I went hiking.\nWhere?", "response": "<think>where: a place</think>Yosemite, it was great."},
+        {"context": "I went hiking.\nWhere?", "response": "\u200b"},
+        {"context": "I went hiking.\nWhere?", "response": "<think>a place, but which"},
+        {"context": "<think>hmm</think>\n", "response": "Hello there."},
+        {"context": "I love jazz.\n<think>a question?</think>Do you?", "response": "Coltrane, always."},
+        {"context": "I love jazz.\nDo you?", "response": "  Coltrane, always.\n"},
+    ]
+    data, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["score", "--scorer", str(tiny_scorer_dir), "--input", str(data), "--output", str(out)]
+    assert main([*argv, "--progress", "false"]) == 0
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["response"] for r in scored] == [r["response"] for r in rows]
+    pmi = [r["pmi"] for r in scored]
+    reward = PMIReward(PMIScorer.from_pretrained(tiny_scorer_dir), empty_score=None)
+    expected = reward([r["context"] for r in rows], [r["response"] for r in rows])
+    assert pmi == [None if s is None else round(s, 6) for s in expected]
+    assert pmi[2] is None and pmi[3] is None and pmi[4] is None
+    assert pmi[1] == pmi[0] and pmi[6] == pmi[5] and isinstance(pmi[0], float)
+    assert json.loads(capsys.readouterr().out)["mean_pmi"] == pytest.approx(np.mean([pmi[0], pmi[1], pmi[5], pmi[6]]))
 
 
 def test_evaluate_makes_its_output_folder_and_train_refuses_a_dim_it_would_ignore(tmp_path, tiny_scorer_dir):

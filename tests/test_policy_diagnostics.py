@@ -91,6 +91,43 @@ def test_text_diagnostics_see_sameness_templates_and_questions():
     assert opening_share([f"w{i} x y" for i in range(40)] + [""] * 40) == 0.25
 
 
+def test_distinct_n_across_contexts_is_undefined_without_an_n_gram_as_within():
+    """Different one-word replies to three contexts read distinct-2 across 0.0 (as if everyone got one reply) where
+    within gave NaN: neither says anything about repetition without a bigram."""
+    d = text_diagnostics([["Sure.", "Nope."], ["Wow!", "Really?"], ["Cool.", "Why?"]])
+    assert math.isnan(d["distinct_2_within"]) and math.isnan(d["distinct_2_across"])
+    assert d["distinct_1_across"] == 1.0
+    empty = text_diagnostics([["", ""], ["", ""]])
+    assert all(math.isnan(empty[f"distinct_{n}_{where}"]) for n in (1, 2) for where in ("within", "across"))
+    assert text_diagnostics([["Sure thing.", "x"], ["Sure thing.", "y"]])["distinct_2_across"] == 0.5
+
+
+def test_text_metrics_read_the_answer_the_judges_read():
+    """A reasoning model's reply was measured with its <think> block: a generic "Ok." after a long block read as
+    a long, non-generic reply (its reasoning's words, openings and question marks counted)."""
+    from pmi_reward.policy.evaluate import text_metrics
+
+    think = "<think>\nThe user said hi. Should I ask how they are?\n</think>\n\n"
+    replies = [[think + "Ok.", "<think>\n\n</think>\n\nlol"], [think + "I went hiking there last week.", "Ok."]]
+    plain = [["Ok.", "lol"], ["I went hiking there last week.", "Ok."]]
+    contexts = ["hi", "Where did you go hiking last week?"]
+    assert text_metrics(replies, contexts) == text_metrics(plain, contexts)
+    metrics = text_metrics(replies, contexts)
+    assert metrics["generic"] == 0.75 and metrics["words"] == 2.25 and metrics["questions"] == 0.0
+    assert metrics["empty"] == 0.0
+    unfinished = text_metrics([["<think>\nStill thinking about it", "Ok."]], ["hi"])
+    assert unfinished["empty"] == 0.0 and unfinished["words"] == 0.5  # no answer yet, but not an empty reply
+
+
+def test_the_pmi_histogram_is_drawn_when_no_reply_was_scored(tmp_path):
+    """evaluate-policy draws it after writing its report: with no reply scored by the main judge it raised
+    ValueError (the min of nothing) and the command ended in an error."""
+    from pmi_reward.evaluation.report import plot_distributions
+
+    assert plot_distributions({}, tmp_path / "none.png").stat().st_size > 1000
+    assert plot_distributions({"base": [], "tuned": [1.0, 2.0]}, tmp_path / "one.png").stat().st_size > 1000
+
+
 REWARD = {
     "encoder": "minilm",
     "training": {"seed": 0},

@@ -1,7 +1,10 @@
 """``pmi-reward score``: rows with context and response in, the same rows plus a ``pmi`` column out.
 
-A row whose context (as cut) or response is blank gets an empty cell (null): unscorable, as ``PMIReward`` reads it
-(the reward pays its ``empty_score`` for a blank reply), never a score of nothing. The added column must be new.
+Rows are read by the reward's own path (``rewards.path.RewardPath``, as ``rerank`` reads them through ``PMIReward``):
+contexts cut to the newest turns and without reasoning, replies without their ``<think>`` block, so that a row's
+score is its raw PMI as ``PMIReward`` reads it. A row the reward cannot score (a blank context, an empty or invisible
+reply: ``"\u200b"``, unfinished reasoning) gets an empty cell (null), never a score of nothing. The added column must
+be new.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..configs import parse_args
-from ..data.conversation import prompt_to_context
 from ..data.records import DataError, check_output, read_records, require_text, write_records
+from ..rewards.options import RewardOptions
+from ..rewards.path import RewardPath
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
@@ -62,14 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
-    if turns:  # the newest turns, one per non-empty line, as PMIReward reads a text prompt
-        contexts = [prompt_to_context(c, max_turns=turns) or "" for c in contexts]
-    readable = [i for i, (c, r) in enumerate(zip(contexts, responses, strict=True)) if c.strip() and r.strip()]
-    scores = np.full(len(records), np.nan)
-    if readable:
-        scores[readable] = scorer.score(
-            [contexts[i] for i in readable], [responses[i] for i in readable], progress=args.progress
-        )
+    # PMIReward's reading with no shaping (rerank's), but every line for 0: its options know no "all turns" beside
+    # the scorer's own default, so the path is built here with the turns already resolved
+    path = RewardPath(RewardOptions(empty_score=None, max_context_turns=turns or None))
+    _, scores = path.measure(contexts, responses, lambda c, r: scorer.score(c, r, progress=args.progress))
     for record, value in zip(records, scores.tolist(), strict=True):
         record[args.score_column] = round(value, 6) if math.isfinite(value) else None
     write_records(args.output, records)

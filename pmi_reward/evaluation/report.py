@@ -103,17 +103,22 @@ def bar_plot(
 
 
 def plot_distributions(scores: dict[str, list], path: str | Path) -> Path:
-    """Overlaid histograms of reply PMI per policy (evaluation scorer)."""
+    """Overlaid histograms of reply PMI per policy (evaluation scorer). With no score at all (the judge scored no
+    reply) the plot is drawn empty and says so: a run's report is written before it and must not end in an error."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     flat = {name: np.ravel(np.asarray(v, dtype=float)) for name, v in scores.items()}
-    lo, hi = min(v.min() for v in flat.values()), max(v.max() for v in flat.values())
-    bins = np.linspace(lo, hi if hi > lo else lo + 1, 40)
-    for name, values in flat.items():
-        ax.hist(values, bins=bins, alpha=0.45, label=f"{name} (mean {values.mean():+.2f})")
+    flat = {name: v for name, v in flat.items() if len(v)}
+    if flat:
+        lo, hi = min(v.min() for v in flat.values()), max(v.max() for v in flat.values())
+        bins = np.linspace(lo, hi if hi > lo else lo + 1, 40)
+        for name, values in flat.items():
+            ax.hist(values, bins=bins, alpha=0.45, label=f"{name} (mean {values.mean():+.2f})")
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no scored reply", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("PMI of reply (nats, evaluation scorer)")
     ax.set_ylabel("replies")
-    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

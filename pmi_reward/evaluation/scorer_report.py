@@ -3,7 +3,8 @@
 Scores every (context, response) row; with a non-empty negative mix, also scores seeded negatives and reports
 the ROC-AUC of the rows against them (overall and per kind); against ``targets`` columns (e.g. human ratings)
 it reports Spearman and Pearson; against ``pmi_columns`` (``p_xy p_x p_y`` of a synthetic file) Spearman,
-Pearson and MSE with the analytic PMI. ``pmi-reward evaluate`` prints the result.
+Pearson and MSE with the analytic PMI. The CIs resample contexts: rows that share a dialogue key and a context
+(several rated replies to one) are drawn together. ``pmi-reward evaluate`` prints the result.
 """
 
 from __future__ import annotations
@@ -103,10 +104,16 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
     pos, neg = score_with_negatives(scorer, pairs, negatives if negatives.k else None, args.seed, args.progress)
     report: dict = {"rows": len(pairs), "mean_score": float(pos.mean())}
 
+    units = pairs.group * (int(pairs.ctx.max(initial=0)) + 1) + pairs.ctx  # one id per (dialogue, context)
+
     def estimate(fn: Callable[..., float], *arrays: np.ndarray) -> dict:
+        """``fn`` on the rows where every array is finite; the bootstrap resamples contexts of a dialogue (rows that
+        share a dialogue key and a context text), so that the replies rated for one context move together, while
+        rows of other dialogues that open alike ("Hi!") or pair files without keys are drawn one by one."""
         keep = np.all([np.isfinite(a.reshape(len(a), -1)).all(1) for a in arrays], axis=0)
+        kept = (a[keep] for a in arrays)
         return {
-            **Estimate.of(fn, *(a[keep] for a in arrays), n_boot=args.n_boot, seed=args.seed).to_dict(),
+            **Estimate.of(fn, *kept, n_boot=args.n_boot, seed=args.seed, groups=units[keep]).to_dict(),
             "rows": int(keep.sum()),
         }
 

@@ -143,11 +143,12 @@ def text_diagnostics(replies: Sequence[Sequence[str]]) -> dict[str, float]:
     # a context whose replies hold no n-gram (one-word replies have no bigram) says nothing about repetition
     within = [[distinct_n(row, n) for row in replies if len(row) > 1 and _has_ngram(row, n)] for n in (1, 2)]
     first = [row[0] for row in replies if row]
+    across = [distinct_n(first, n) if _has_ngram(first, n) else float("nan") for n in (1, 2)]  # as within: no n-gram
     return {
         "distinct_1_within": float(np.mean(within[0])) if within[0] else float("nan"),
         "distinct_2_within": float(np.mean(within[1])) if within[1] else float("nan"),
-        "distinct_1_across": distinct_n(first, 1),
-        "distinct_2_across": distinct_n(first, 2),
+        "distinct_1_across": across[0],
+        "distinct_2_across": across[1],
         "top20_openings": opening_share(flat),
         "questions": question_rate(flat),
     }
