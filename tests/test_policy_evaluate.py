@@ -632,3 +632,25 @@ def test_the_trials_log_names_the_contexts_as_the_report_does(tmp_path):
         _log_trials(log, {"rows": [{"policy": "base"}]}, EvalArguments(), prompt_args, {})
     lines = [json.loads(line)["contexts"] for line in log.read_text().splitlines()]
     assert lines == ["from my_prompts.jsonl", "chitchat dialogues 3400-3699"]
+
+
+def test_policies_are_evaluated_on_prompts_their_chat_templates_accept(smol_tokenizer):
+    """A context that opens with an assistant turn ended an evaluation at its first batch under a template that
+    requires alternation from a user turn (Gemma, Mistral v0.1-0.3, Llama 2); one set of prompts serves every policy."""
+    import copy
+
+    from test_policy_prompts import GEMMA
+
+    from pmi_reward.data.records import DataError
+    from pmi_reward.policy.evaluate import _fit_to_templates
+
+    prompts = [[{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}], "plain text"]
+    gemma = copy.deepcopy(smol_tokenizer)
+    gemma.chat_template = GEMMA
+    assert _fit_to_templates(prompts, {"base": (None, smol_tokenizer)}) == prompts
+    assert _fit_to_templates(prompts, {"base": (None, gemma), "t": (None, gemma)}) == [prompts[0][1:], prompts[1]]
+    named = copy.deepcopy(gemma)
+    named.chat_template = {"default": GEMMA, "tool_use": GEMMA}  # named templates (Command-R, Hermes-2-Pro)
+    assert _fit_to_templates(prompts[1:], {"base": (None, named)}) == prompts[1:]
+    with pytest.raises(DataError, match="accept different prompts"):
+        _fit_to_templates(prompts, {"base": (None, smol_tokenizer), "t": (None, gemma)})

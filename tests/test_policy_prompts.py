@@ -1,8 +1,10 @@
 """Policy prompts cut from dialogues: roles, the human reference, ranges, length filter, prompt files."""
 
+import copy
 import json
 
 import pytest
+from datasets import Dataset
 
 from pmi_reward.data.dialogues import Dialogue
 from pmi_reward.data.records import DataError
@@ -100,3 +102,50 @@ def test_prompt_counts_that_would_cut_silently_are_refused(option, value):
         PromptArguments(**{option: value})
     with pytest.raises(ValueError, match=option):
         ScriptArguments(**{option: value})
+
+
+# Gemma 2's chat template (google/gemma-2-2b-it): no system role, and turns must alternate from a user turn
+GEMMA = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+
+
+def test_prompts_fit_a_template_that_requires_alternation_from_a_user_turn(smol_tokenizer, caplog):
+    from pmi_reward.policy.prompts import fit_prompt_column, fit_prompts
+    from pmi_reward.policy.sampling import prompt_texts
+
+    dialogue = Dialogue("d", ("a", "b", "c", "d", "e"))
+    rows = dialogue_prompts([dialogue], 3, per_dialogue=4, system_prompt=None)  # every position: 1, 2, 3, 3 turns
+    prompts = [r["prompt"] for r in rows]
+    assert any(p[0]["role"] == "assistant" for p in prompts)  # two-turn contexts open with an assistant turn
+    assert fit_prompts(prompts, smol_tokenizer) == prompts  # ChatML takes them as they are
+    smol_tokenizer = copy.deepcopy(smol_tokenizer)  # the fixture's tokenizer is shared (load_tokenizer's cache)
+    smol_tokenizer.chat_template = GEMMA
+    with pytest.raises(Exception, match="alternate"):
+        prompt_texts(smol_tokenizer, prompts)
+    fitted = fit_prompts(prompts, smol_tokenizer)
+    assert len(prompt_texts(smol_tokenizer, fitted)) == len(prompts)
+    for before, after in zip(prompts, fitted, strict=True):
+        assert after == (before[1:] if before[0]["role"] == "assistant" else before)
+        assert after[0]["role"] == "user" and after[-1] == before[-1]
+    assert "opened with an assistant turn" in caplog.text
+    dataset = fit_prompt_column(Dataset.from_list(rows), smol_tokenizer)
+    assert list(dataset["prompt"]) == fitted and list(dataset["reference"]) == [r["reference"] for r in rows]
+
+
+def test_a_prompt_the_template_refuses_otherwise_names_it(smol_tokenizer):
+    from pmi_reward.policy.prompts import fit_prompts
+
+    smol_tokenizer = copy.deepcopy(smol_tokenizer)  # the fixture's tokenizer is shared (load_tokenizer's cache)
+    smol_tokenizer.chat_template = GEMMA
+    prompts = [
+        [{"role": "user", "content": "hi"}],
+        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hi"}],
+    ]
+    with pytest.raises(DataError, match=r"prompt 2: .*System role not supported.*--system_prompt ''"):
+        fit_prompts(prompts, smol_tokenizer)

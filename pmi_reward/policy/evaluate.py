@@ -30,7 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..data.conversation import prompt_to_context, strip_think, think_unfinished
-from ..data.records import json_safe
+from ..data.records import DataError, json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
 from ..rewards.path import visible
@@ -41,7 +41,7 @@ from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_
 from .divergence import kl_to_base
 from .loading import DEFAULT_POLICY, load_policy
 from .panel import LM_PREFIX, Judge, check_panel, load_judges, parse_val_aucs, row_name, verdict
-from .prompts import PromptArguments, build_prompts
+from .prompts import PromptArguments, build_prompts, fit_prompts
 from .samples import HUMAN, policy_width
 from .sampling import Replies, SamplingSettings, generate_replies
 
@@ -138,16 +138,19 @@ def is_empty(reply: str) -> bool:
 
 
 def text_metrics(replies: list[list[str]], contexts: list[str]) -> dict[str, float]:
-    """Length, diversity and the shares of generic, context-copying and empty replies (rows: contexts)."""
-    flat = [r for row in replies for r in row]
+    """Length, diversity and the shares of generic, context-copying and empty replies (rows: contexts), all of the
+    answer the judges read (``strip_think``: without a ``<think>`` block; unfinished reasoning reads as no answer);
+    ``is_empty`` reads the whole reply, to tell unfinished reasoning from an empty answer."""
+    answers = [[strip_think(r) for r in row] for row in replies]
+    flat = [a for row in answers for a in row]
     return {
-        "words": float(np.mean([len(words(r)) for r in flat])),
+        "words": float(np.mean([len(words(a)) for a in flat])),
         "distinct_1": distinct_n(flat, 1),
         "distinct_2": distinct_n(flat, 2),
-        **text_diagnostics(replies),
-        "generic": float(np.mean([is_generic(r) for r in flat])),
-        "copy": float(np.mean([copies_context(r, c) for c, row in zip(contexts, replies, strict=True) for r in row])),
-        "empty": float(np.mean([is_empty(r) for r in flat])),
+        **text_diagnostics(answers),
+        "generic": float(np.mean([is_generic(a) for a in flat])),
+        "copy": float(np.mean([copies_context(a, c) for c, row in zip(contexts, answers, strict=True) for a in row])),
+        "empty": float(np.mean([is_empty(r) for row in replies for r in row])),
     }
 
 
@@ -386,6 +389,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
             "context gives a zero-width CI that a verdict would read as certain (widen the range or --max_prompts)"
         )
     policies, summaries = _load_policies(args) if replies is None else ({}, {})
+    prompts = _fit_to_templates(prompts, policies)
     judges, reward_scorer, reward_meta = load_judges(args.judges, args.reward_scorer, val_aucs)
     warnings = []
     if not prompt_args.prompt_file:
@@ -453,6 +457,20 @@ def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str,
                 "--judges name=DIR)"
             )
     return val_aucs
+
+
+def _fit_to_templates(prompts: list, policies: dict) -> list:
+    """The prompts as every policy's chat template accepts them (``fit_prompts``), one set for all: the policies
+    are compared on the same contexts, and the judges read those."""
+    # by the template's text (a tokenizer may hold a dict of named templates, which cannot be a key itself)
+    templates = {repr(getattr(tok, "chat_template", None)): tok for _, tok in policies.values()}
+    fitted = [fit_prompts(prompts, tok) for tok in templates.values()]
+    if any(f != fitted[0] for f in fitted[1:]):
+        raise DataError(
+            "the policies' chat templates accept different prompts (one refuses a conversation that opens with an "
+            "assistant turn): evaluate policies of one template together"
+        )
+    return fitted[0] if fitted else prompts
 
 
 def _load_policies(args: EvalArguments) -> tuple[dict, dict[str, dict]]:

@@ -38,7 +38,7 @@ from ..data.records import json_safe
 from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
-from .prompts import build_prompts
+from .prompts import build_prompts, fit_prompts
 from .sampling import plain_sampling, render_prompts
 from .trainers import (
     LAST_N,
@@ -292,6 +292,7 @@ def train_ppo(
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
         model, tokenizer = policy_from(model_args, device=str(accelerator.device))
+    prompts = fit_prompts(prompts, tokenizer)
     if reward is None:
         reward = CombinedReward(
             build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights

@@ -9,8 +9,10 @@ dialogues the scorers were trained on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from datasets import Dataset
@@ -19,7 +21,16 @@ from ..data.conversation import DEFAULT_SYSTEM_PROMPT, message_text, prompt_to_c
 from ..data.dialogues import Dialogue, load_dialogues
 from ..data.records import DataError, read_records
 
-__all__ = ["PromptArguments", "dialogue_prompts", "build_prompts", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = [
+    "PromptArguments",
+    "dialogue_prompts",
+    "build_prompts",
+    "fit_prompts",
+    "fit_prompt_column",
+    "DEFAULT_SYSTEM_PROMPT",
+]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -131,3 +142,58 @@ def build_prompts(args: PromptArguments) -> Dataset:
     if not rows:
         raise DataError("no prompts: every context is longer than --max_context_chars or the range is empty")
     return Dataset.from_list(rows)
+
+
+def _render(tokenizer: Any, prompt: list[dict]) -> Exception | None:
+    """The error the tokenizer's chat template raises on ``prompt``, or None when it renders."""
+    try:
+        tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    except Exception as err:  # a template's raise_exception (jinja2's TemplateError), whatever the template
+        return err
+    return None
+
+
+def fit_prompts(prompts: Sequence[Any], tokenizer: Any) -> list[Any]:
+    """Chat prompts as the policy's chat template accepts them.
+
+    A context cut from a dialogue opens with an assistant turn when it holds an even number of turns (the newest is
+    the user's). Templates that require user/assistant alternation from a user turn (Gemma 1/2, Mistral v0.1-0.3,
+    Llama 2) refuse it, which ended a run at the first batch holding one. Such a prompt starts at its next turn here
+    (its oldest turn is dropped, with a warning that counts them); templates that accept it (ChatML: SmolLM2, Qwen)
+    get every prompt as it is. A prompt the template refuses otherwise (a system message where it has no system
+    role) is an error naming it. Text prompts are kept as they are."""
+    fitted, cut = [], 0
+    for n, prompt in enumerate(prompts, 1):
+        if isinstance(prompt, str) or _render(tokenizer, prompt) is None:
+            fitted.append(prompt)
+            continue
+        start = next((i for i, m in enumerate(prompt) if m.get("role") != "system"), len(prompt))
+        shorter = list(prompt[:start]) + list(prompt[start + 1 :])
+        opens_with_assistant = start < len(prompt) and prompt[start].get("role") == "assistant"
+        if (
+            opens_with_assistant
+            and any(m.get("role") == "user" for m in shorter)
+            and _render(tokenizer, shorter) is None
+        ):
+            fitted.append(shorter)
+            cut += 1
+            continue
+        hint = " (no system role in this template? give --system_prompt '')" if start > 0 else ""
+        raise DataError(f"prompt {n}: the policy's chat template refuses it: {_render(tokenizer, prompt)}{hint}")
+    if cut:
+        logger.warning(
+            "%d of %d prompts opened with an assistant turn, which the policy's chat template refuses: they start at "
+            "their next turn",
+            cut,
+            len(fitted),
+        )
+    return fitted
+
+
+def fit_prompt_column(dataset: Dataset, tokenizer: Any) -> Dataset:
+    """``dataset`` with its ``prompt`` column fitted to the policy's chat template (``fit_prompts``)."""
+    prompts = list(dataset["prompt"])
+    fitted = fit_prompts(prompts, tokenizer)
+    if fitted == prompts:
+        return dataset
+    return dataset.remove_columns("prompt").add_column("prompt", fitted)

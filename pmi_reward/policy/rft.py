@@ -40,7 +40,7 @@ from ..rewards.combined import CombinedReward
 from ..rewards.fluency import FluencyPenalty
 from ..rewards.options import RewardOptions
 from .cut_replies import CUT, CutRepliesDPOTrainer, CutRepliesSFTTrainer, check_sft_settings, cut_ids
-from .prompts import build_prompts
+from .prompts import build_prompts, fit_prompts
 from .sampling import Replies, SamplingSettings, generate_replies
 from .trainers import (
     LAST_N,
@@ -283,6 +283,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
         model, tokenizer = policy_from(model_args, train_args.bf16, str(train_args.device))
+    prompts = fit_prompts(prompts, tokenizer)
     built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
     reward = CombinedReward(built, cfg.reward_weights)
     fluency = next((f for f in built if isinstance(f, FluencyPenalty)), None)

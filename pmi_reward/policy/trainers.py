@@ -37,7 +37,7 @@ from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
 from ..rewards.truncation import TruncationPenalty
 from .loading import check_bf16, load_policy
-from .prompts import PromptArguments, build_prompts
+from .prompts import PromptArguments, build_prompts, fit_prompt_column
 from .sampling import stop_ids
 
 __all__ = [
@@ -390,6 +390,7 @@ def train_with_trl(
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
+    dataset = fit_prompt_column(dataset, tokenizer)
     rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
     weights = training_args.reward_weights
     missing = penalties(script_args)
