@@ -318,6 +318,96 @@ def test_timeout_bounds_the_whole_answer(serve):
     assert info.value.status is None and Trickle.calls == 2  # retried
 
 
+class _Trickle(_Handler):
+    """Answers every request 200 with a body it sends a byte every 0.05 s (20 s in all), until ``stop`` is set."""
+
+    stop = threading.Event()
+
+    def _trickle(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        data = json.dumps({"scores": [1.5]}).encode() + b" " * 400
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for byte in data:
+            if self.stop.wait(0.05):
+                break
+            self.wfile.write(bytes([byte]))
+
+    do_GET = do_POST = _trickle
+
+
+def test_score_sync_gives_up_within_the_timeout(serve):
+    """verl's path (``score_sync``: ``asyncio.run``) against a server trickling its answer: the try was given up on
+    after ``timeout``, but its thread ran in asyncio's default executor, which ``asyncio.run`` waits for, so the call
+    raised only when the answer ended (20 s here). It now raises after about ``timeout``."""
+    handler = type("Handler", (_Trickle,), {"stop": threading.Event()})
+    url = serve(handler)
+    reward = RemotePMIReward(url, timeout=1.0, retries=0, max_context_turns=3, on_failure="raise")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RemoteRewardError, match="no complete answer within 1.0 s"):
+            reward.score_sync(["c"], ["x"])
+        elapsed = time.monotonic() - t0
+    finally:
+        handler.stop.set()
+    assert elapsed < 3.0
+
+
+def test_a_try_given_up_on_frees_its_request_slot(serve, monkeypatch):
+    """Request slots are per event loop and a try holds one only while it runs: with one slot, the retry after a try
+    given up on (its thread still being trickled an answer) is sent at once, and its wait is not the try's time."""
+    import pmi_reward.rewards.remote as remote
+
+    monkeypatch.setattr(remote, "MAX_REQUESTS", 1)
+    handler = type("Handler", (_Trickle,), {"stop": threading.Event(), "calls": 0})
+    original = handler._trickle
+
+    def counted(self):
+        type(self).calls += 1
+        original(self)
+
+    handler.do_GET = handler.do_POST = counted
+    reward = RemotePMIReward(
+        serve(handler), timeout=1.0, retries=2, backoff=0.01, max_context_turns=3, on_failure="raise"
+    )
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RemoteRewardError, match="no complete answer within 1.0 s"):
+            asyncio.run(reward(["c"], ["x"]))
+        elapsed = time.monotonic() - t0
+    finally:
+        handler.stop.set()
+    assert handler.calls == 3 and elapsed < 5.0
+
+
+def test_a_request_given_up_on_does_not_hold_the_process_at_exit(serve):
+    """Nor does the thread of a try given up on keep the interpreter from exiting (it would join a
+    ``concurrent.futures`` thread at exit): a script that calls ``score_sync`` exits as soon as the call raises."""
+    import subprocess
+    import sys
+
+    handler = type("Handler", (_Trickle,), {"stop": threading.Event()})
+    url = serve(handler)
+    script = (
+        "import time\n"
+        "from pmi_reward.rewards.remote import RemotePMIReward, RemoteRewardError\n"
+        f"reward = RemotePMIReward({url!r}, timeout=1.0, retries=0, max_context_turns=3, on_failure='raise')\n"
+        "try:\n"
+        "    reward.score_sync(['c'], ['x'])\n"
+        "except RemoteRewardError:\n"
+        "    print(time.monotonic(), flush=True)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        exited = time.monotonic()  # the same clock as the script's (CLOCK_MONOTONIC is system-wide)
+    finally:
+        handler.stop.set()
+    assert done.returncode == 0, done.stderr
+    assert exited - float(done.stdout.strip()) < 5.0
+
+
 @pytest.mark.parametrize("code", [302, 307])
 def test_redirects_are_not_followed(serve, code):
     """urllib followed a redirect to any host, the bearer key with it (and a 302's POST became a GET); a 3xx is now

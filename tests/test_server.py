@@ -186,6 +186,42 @@ def test_close_drains_in_flight_requests_then_refuses(tiny_scorer):
     idle.close()
 
 
+def test_keep_alive_clients_give_their_slots_up_while_a_connection_waits(tiny_scorer):
+    """Pooled keep-alive clients held every slot between their requests, so a new connection over the cap waited until
+    they sat idle for idle_timeout (or got 503 at queue_timeout). While one waits, every answer now says
+    ``Connection: close``, and the client that reads it gives its slot up: the waiting one is admitted at once."""
+    from http.client import HTTPConnection
+
+    config = ServerConfig(port=0, max_connections=2, queue_timeout=10.0, idle_timeout=30.0)
+    with RewardServer(tiny_scorer, config) as server:
+        host, port = server.httpd.server_address[:2]
+        pooled = [HTTPConnection(host, port, timeout=30) for _ in range(2)]
+
+        def ask(conn: HTTPConnection) -> str | None:
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+            return response.getheader("Connection")
+
+        assert [ask(conn) for conn in pooled] == [None, None]  # kept alive: both slots held, idle
+        answers = []
+        t0 = time.monotonic()
+        third = threading.Thread(
+            target=lambda: answers.append((http(server.url, "GET", "/health")[0], time.monotonic() - t0))
+        )
+        third.start()
+        deadline = time.monotonic() + 2  # until the accept loop holds it in _admit
+        while not getattr(server, "waiters", 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not answers and ask(pooled[0]) == "close"
+        third.join(5)
+        assert answers and answers[0][0] == 200 and answers[0][1] < 3.0, answers  # queue_timeout is 10 s
+        assert server.waiters == 0 and ask(pooled[1]) is None  # nobody waits: kept alive again
+        for conn in pooled:
+            conn.close()
+
+
 def test_load_8_clients_x_200_requests(reward_server):
     """Bounded load on loopback: 1600 requests of 4 pairs; every answer complete, none failed."""
     n = 8 * 200 * 4

@@ -183,7 +183,7 @@ def test_reward_loop(reward_server, tiny_scorer, path, caplog):
     # verl makes a column of each result key, from the first sample's keys: every result has the same ones
     assert all(set(r["reward_extra_info"]) == {"score", "pmi_no_context"} for r in results)
     assert [r["reward_extra_info"]["pmi_no_context"] for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
-    assert "without a conversation in extra_info" in caplog.text and "'index', 'num_turns'" in caplog.text
+    assert "without a readable conversation in extra_info" in caplog.text and "'index', 'num_turns'" in caplog.text
 
 
 def _agent_row(raw_prompt, extra_info: dict | None = None) -> dict:
@@ -328,3 +328,52 @@ def test_an_empty_context_field_is_no_conversation(tiny_scorer, monkeypatch):
     )
     verl_adapter._load_reward.cache_clear()
     assert blank == {"score": -5.0, "pmi_no_context": 1.0} and system_only["score"] == -5.0
+
+
+def test_rows_without_a_readable_turn_are_flagged_as_the_reward_path_reads_them(tiny_scorer, monkeypatch, caplog):
+    """``pmi_no_context`` was ``context_of(...) is None``: a row whose conversation the reward path cannot read (a
+    system message alone, an image-only user turn, a lone surrogate) got ``empty_score`` and the path's "no readable
+    context" warning, but the flag said 0. The flag and the adapter's warning now follow the path's own reading."""
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", lambda *a, **k: tiny_scorer)
+    monkeypatch.setattr(verl_adapter, "_warned", [])
+    verl_adapter._load_reward.cache_clear()
+    infos = [
+        {"messages": [{"role": "system", "content": "You are helpful."}]},
+        {"raw_prompt": np.array([{"role": "user", "content": [{"type": "image"}]}], dtype=object)},
+        {"context": "\ud800"},
+        {"messages": [{"role": "user", "content": "I love jazz."}]},
+        {"split": "train"},
+    ]
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.verl"):
+        batch = verl_adapter.compute_score_batch(["d"] * 5, ["Me too, Coltrane!"] * 5, [None] * 5, infos, scorer="s-nc")
+        one = [verl_adapter.compute_score("d", "Me too, Coltrane!", None, info, scorer="s-nc") for info in infos]
+    verl_adapter._load_reward.cache_clear()
+    assert [r["pmi_no_context"] for r in batch] == [1.0, 1.0, 1.0, 0.0, 1.0] and one == batch
+    assert [r["score"] for r in batch if r["pmi_no_context"]] == [-5.0] * 4 and batch[3]["score"] != -5.0
+    assert "4 of 5 responses come without a readable conversation" in caplog.text and "['messages']" in caplog.text
+
+
+def test_the_missing_conversation_warning_is_recorded_once(monkeypatch):
+    """``_warned`` grew by one entry on every call with a row lacking a conversation: for a whole run."""
+    monkeypatch.setattr(verl_adapter, "_warned", [])
+    for _ in range(50):
+        verl_adapter._warn_missing({"index": 0}, 1, 1)
+    assert verl_adapter._warned == [True]
+
+
+def test_misspelt_reward_kwargs_are_warned_about_once(reward_server, monkeypatch, caplog):
+    """A misspelt ``reward_kwargs`` key (``emtpy_score``, ``clip_range``, ``centre``) was dropped without a word; it
+    is now named in a warning (once), not refused, and none of the keywords verl passes itself is warned about."""
+    monkeypatch.setattr(verl_adapter, "_unknown_warned", set(), raising=False)
+    typos = {"emtpy_score": -1.0, "clip_range": 2.0, "centre": "group"}
+    verl_own = {"reward_router_address": "127.0.0.1:1", "reward_model_tokenizer": object(), "strict_box_verify": False}
+    fn = get_custom_reward_fn(PATHS[0], "compute_score", {"url": reward_server.url, "clip": 2.0, **typos})
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.verl"):
+        first = fn(data_source="d", solution_str="Coltrane.", ground_truth="", extra_info={"context": CONTEXT})
+        again = fn(
+            data_source="d", solution_str="Coltrane.", ground_truth="", extra_info={"context": CONTEXT}, **verl_own
+        )
+    warnings = [r.getMessage() for r in caplog.records if "unknown keyword" in r.getMessage()]
+    # one warning, from the first call: the second's verl keywords are not unknown
+    assert len(warnings) == 1 and "'centre', 'clip_range', 'emtpy_score' (" in warnings[0], warnings
+    assert first == again and isinstance(first["score"], float)

@@ -17,6 +17,7 @@ used them); a key sent over plain http beyond loopback is warned about.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import http.client
 import ipaddress
@@ -24,10 +25,12 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -137,6 +140,51 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
         raise RemoteRewardError(f"{url}: {getattr(err, 'reason', err)}") from None
 
 
+# requests at once per event loop: as many as asyncio's default executor ran (its size); a slot is taken before a
+# try's time starts and given back when the try ends or is given up on (a thread left trickling holds none)
+MAX_REQUESTS = min(32, (os.cpu_count() or 1) + 4)
+_LOOP_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _request_slots() -> asyncio.Semaphore:
+    """The running event loop's request slots (one loop per ``run_sync`` call: verl's sync calls do not share)."""
+    loop = asyncio.get_running_loop()
+    slots = _LOOP_SLOTS.get(loop)
+    if slots is None:
+        slots = _LOOP_SLOTS[loop] = asyncio.Semaphore(MAX_REQUESTS)
+    return slots
+
+
+async def _in_daemon_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """``await function(*args)`` run on a daemon thread, its result or exception handed back to this event loop.
+
+    Not ``asyncio.to_thread``: ``asyncio.run`` (``run_sync``, ``score_sync``: verl's path) waits for the default
+    executor's threads before it returns, and the interpreter joins every ``concurrent.futures`` thread at exit, so a
+    try given up on (a server trickling its answer) held the call, and the process, until the answer ended. A daemon
+    thread is waited for by neither; given up on, it ends by itself (the answer completes or a socket operation
+    times out) and its result is dropped."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def hand_back(ok: bool, value: Any) -> None:
+        if not future.done():  # cancelled when the try was given up on
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def work() -> None:
+        try:
+            outcome = (True, function(*args))
+        except BaseException as err:  # noqa: BLE001 - handed back to the awaiting coroutine, raised there
+            outcome = (False, err)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
+            loop.call_soon_threadsafe(hand_back, *outcome)
+
+    threading.Thread(target=work, name="pmi-reward-request", daemon=True).start()
+    return await future
+
+
 def run_sync(coroutine: Any) -> Any:
     """Run a coroutine to completion from synchronous code, even where an event loop is already running."""
     try:
@@ -185,14 +233,15 @@ class RemotePMIReward(RewardPath):
     async def _request(self, path: str, payload: dict | None = None) -> dict:
         """One request with retries (connection errors, timeouts, 429 and 5xx; not other 4xx), each try given
         ``timeout`` seconds in all: the socket timeout alone bounds each read, and a server trickling its answer
-        would never be cut off. A try given up on leaves its worker thread to end by itself (the answer completes
-        or a socket operation times out); its result is dropped."""
+        would never be cut off. A try given up on leaves its daemon thread to end by itself (the answer completes
+        or a socket operation times out), its result dropped; nothing waits for it (``_in_daemon_thread``)."""
         url = self.url + path
         for attempt in range(self.retries + 1):
             try:
                 try:
-                    thread = asyncio.to_thread(request_json, url, payload, self.timeout, self.api_key)
-                    return await asyncio.wait_for(thread, self.timeout)
+                    async with _request_slots():  # the wait for a slot is not the try's time
+                        thread = _in_daemon_thread(request_json, url, payload, self.timeout, self.api_key)
+                        return await asyncio.wait_for(thread, self.timeout)
                 except asyncio.TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
                     raise RemoteRewardError(f"{url}: no complete answer within {self.timeout} s") from None
             except RemoteRewardError as err:

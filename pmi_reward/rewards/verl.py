@@ -11,18 +11,21 @@ scores each sample (no colocated reward model): the agent loop keeps the row's p
 ``prompt`` column) as ``extra_fields["raw_prompt"]`` (``verl/experimental/agent_loop/agent_loop.py``) and the reward
 loop's ``naive``, ``rate_limited`` and ``remote`` managers merge those fields into ``extra_info``
 (``verl/experimental/reward_loop/reward_manager/naive.py``), so verl's standard data layout needs no copy. Elsewhere
-(``dapo``, the legacy managers) the row must carry its conversation. A row without any gets ``empty_score``, a
-warning in the log and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that
+(``dapo``, the legacy managers) the row must carry its conversation. A row without any, or whose conversation
+holds no readable user or assistant turn (system only, an image alone), gets ``empty_score``, a warning in the log
+and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that
 flag), which every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes from is set
 through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
 and ``api_key`` for a server that requires one (better: ``$PMI_REWARD_API_KEY`` in the workers' environment, out
-of the config files). Either way the rewards come from the one reward path (``pmi_reward.rewards.path``), as
-``PMIReward``'s do; ``center: group`` needs a whole group per call, so it works with ``compute_score_batch`` only
-and is refused with a clear error by ``compute_score``. verl loads this file by path (or as
-``pkg://pmi_reward.rewards.verl``), so it imports the library by absolute name. ``docs/serving.md`` has the configs.
+of the config files). Any other key is ignored with a warning naming it (a misspelling; not an error, so that a
+keyword a later verl passes does not stop a run), except those verl passes itself (``reward_router_address``, ...).
+Either way the rewards come from the one reward path (``pmi_reward.rewards.path``), as ``PMIReward``'s do;
+``center: group`` needs a whole group per call, so it works with ``compute_score_batch`` only and is refused with a
+clear error by ``compute_score``. verl loads this file by path (or as ``pkg://pmi_reward.rewards.verl``), so it
+imports the library by absolute name. ``docs/serving.md`` has the configs.
 """
 
 from __future__ import annotations
@@ -55,6 +58,31 @@ CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 # reward_manager/naive.py ``run_single``: ``extra_info.update(tool_extra_fields.items())``); read after CONTEXT_KEYS
 RAW_PROMPT_KEY = "raw_prompt"
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
+# what _settings reads besides the RewardOptions fields
+_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS}
+# keywords verl itself adds to a reward function's call (verl @ b178a3c): the reward loop's managers pass
+# reward_router_address and reward_model_tokenizer when a reward model's router runs (reward_loop/reward_manager/
+# naive.py, limited.py, dapo.py), its dapo manager strict_box_verify; the legacy batch manager passes on
+# reward_model.reward_kwargs, which DAPO recipes fill with overlong_buffer_cfg and max_resp_len. The call's own
+# arguments (data_source, solution_str, ...) are listed too, should a manager pass them by keyword to the other
+# function. None of them is a misspelt setting.
+_VERL_KEYWORDS = {
+    "data_source",
+    "solution_str",
+    "ground_truth",
+    "extra_info",
+    "data_sources",
+    "solution_strs",
+    "ground_truths",
+    "extra_infos",
+    "reward_router_address",
+    "reward_model_tokenizer",
+    "strict_box_verify",
+    "overlong_buffer_cfg",
+    "max_resp_len",
+}
+_KNOWN = _OPTIONS | _SETTINGS | _VERL_KEYWORDS
+_unknown_warned: set[str] = set()
 
 
 def _conversation(value: Any) -> Any:
@@ -120,6 +148,7 @@ def _settings(kwargs: dict) -> tuple:
             "scorer directory), in custom_reward_function.reward_kwargs or as $PMI_REWARD_URL / "
             "$PMI_REWARD_SCORER"
         )
+    _warn_unknown(kwargs)
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
@@ -134,6 +163,23 @@ def _settings(kwargs: dict) -> tuple:
     )
 
 
+def _warn_unknown(kwargs: Mapping[str, Any]) -> None:
+    """A warning, once per key, for keywords that are neither a setting of this adapter nor one verl passes: a
+    misspelt ``reward_kwargs`` key (``emtpy_score``, ``centre``) was ignored without a word. Not an error, so that a
+    keyword a later verl adds does not stop a run."""
+    unknown = sorted(k for k in kwargs if k not in _KNOWN and k not in _unknown_warned)
+    if not unknown:
+        return
+    _unknown_warned.update(unknown)
+    logger.warning(
+        "pmi_reward verl: ignoring unknown keyword(s) %s (misspelt in custom_reward_function.reward_kwargs?); the "
+        "adapter reads %s and the RewardOptions fields %s",
+        ", ".join(map(repr, unknown)),
+        ", ".join(sorted(_SETTINGS)),
+        ", ".join(sorted(_OPTIONS)),
+    )
+
+
 def compute_score_batch(
     data_sources: Sequence[Any],
     solution_strs: Sequence[str],
@@ -142,19 +188,22 @@ def compute_score_batch(
     **kwargs: Any,
 ) -> list[Result]:
     """PMI rewards of a batch of responses (verl's legacy ``batch`` reward manager); contexts from ``extra_infos``.
-    Each result is ``{"score": reward, "pmi_no_context": 1.0 if the row held no conversation else 0.0}``."""
+    Each result is ``{"score": reward, "pmi_no_context": 1.0 if the row held no readable conversation else 0.0}``:
+    as the reward path reads it, so a conversation of no user or assistant turn (system only, an image alone) or
+    of text no tokenizer can encode (a lone surrogate) counts, as it gets ``empty_score`` too."""
     reward = _reward(*_settings(kwargs))
     responses = [clean_reply(s) if isinstance(s, str) else s for s in solution_strs]
     infos = list(extra_infos) if extra_infos is not None else [None] * len(responses)
     if len(infos) != len(responses):
         raise ValueError(f"pmi_reward verl: {len(responses)} responses but {len(infos)} extra_infos")
     contexts = [context_of(info) for info in infos]
-    missing = [i for i, c in enumerate(contexts) if c is None]
-    if missing:
-        _warn_missing(infos[missing[0]], len(missing), len(infos))
     out = reward.score_sync(contexts, responses) if isinstance(reward, RemotePMIReward) else reward(contexts, responses)
+    # the samples the path found no context in, read after the call: a remote reward learns max_context_turns then
+    missing = set(reward.texts(contexts, responses).no_context)
+    if missing:
+        _warn_missing(infos[min(missing)], len(missing), len(infos))
     return [  # empty_score is a number (see _settings): no reward is None
-        {"score": float(cast(float, x)), "pmi_no_context": float(c is None)} for x, c in zip(out, contexts, strict=True)
+        {"score": float(cast(float, x)), "pmi_no_context": float(i in missing)} for i, x in enumerate(out)
     ]
 
 
@@ -165,20 +214,22 @@ def compute_score(
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
 
 
-_warned: list[bool] = []
+_warned: list[bool] = []  # one entry once the warning has been given
 
 
 def _warn_missing(info: Any, n: int, total: int) -> None:
-    """A warning the first time rows come without a conversation (then at debug level)."""
+    """A warning the first time rows come without a readable conversation (then at debug level)."""
     keys = sorted(info) if isinstance(info, Mapping) else type(info).__name__
     logger.log(
         logging.DEBUG if _warned else logging.WARNING,
-        "pmi_reward verl: %d of %d responses come without a conversation in extra_info (one of %s; this row has %s); "
-        "they get empty_score. Put the prompt's conversation in each row's extra_info (verl >= 0.7's reward loop "
-        "adds raw_prompt by itself; the legacy managers and the reward loop's dapo manager do not).",
+        "pmi_reward verl: %d of %d responses come without a readable conversation in extra_info (a user or "
+        "assistant turn of text under one of %s; this row has %s); they get empty_score. Put the prompt's "
+        "conversation in each row's extra_info (verl >= 0.7's reward loop adds raw_prompt by itself; the legacy "
+        "managers and the reward loop's dapo manager do not).",
         n,
         total,
         "/".join((*CONTEXT_KEYS, RAW_PROMPT_KEY)),
         keys,
     )
-    _warned.append(True)
+    if not _warned:
+        _warned.append(True)

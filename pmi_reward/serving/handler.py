@@ -8,8 +8,9 @@ JSON values are counted before it is parsed (``json_values``: the parser holds t
 answer is JSON with a status line, errors as ``{"error": message, "status": code}``; each request is logged once
 at INFO on ``pmi_reward.serving.access`` (client, method, path, status, items, milliseconds; never a body or key).
 A connection over the server's cap is held by the accept loop until a slot frees (it waits in the app's
-``_admit``), up to its ``queue_timeout``; one still over the cap then, and every new one while the server drains,
-gets a ``503`` from ``Refuser`` without a thread of its own.
+``_admit``), up to its ``queue_timeout``; meanwhile every answer carries ``Connection: close`` and ends its
+connection, so that keep-alive clients free their slots. One still over the cap then, and every new one while the
+server drains, gets a ``503`` from ``Refuser`` without a thread of its own.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class App(Protocol):
     routes: dict[str, tuple[str, Callable[[dict, float, Callable[[], bool]], dict]]]
     config: ServerConfig
     closing: bool
+    waiters: int  # connections waiting for a slot over the cap: answers close their connection meanwhile
 
     def _admit(self, conn: Any) -> str | None: ...
 
@@ -429,7 +431,10 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _send(self, status: int, payload: dict) -> None:
-        if self.app.closing:
+        """The answer; ``Connection: close`` (and the connection closed after it) while the server drains, or while
+        a connection over the cap waits for a slot: a keep-alive client reads the header before it reuses the
+        connection, so it gives the slot up without a request lost to a connection closed under it."""
+        if self.app.closing or self.app.waiters:
             self.close_connection = True
         extra = {"Retry-After": "1"} if status == 503 else {}
         if status == 401:

@@ -6,8 +6,9 @@ Routes: ``POST /get_reward`` (OpenRLHF), ``POST /score``, ``POST /rerank`` (``en
 Concurrent requests are merged into bounded encoder batches, filled fairly (``MicroBatcher``); bodies, JSON
 values, items and characters per request are bounded (413), malformed input gets a 4xx with a message naming the
 field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (one over the cap
-waits for a free one, up to ``queue_timeout``, then 503) and closed when idle, and ``close()`` drains in-flight
-requests, answering new ones 503, before it stops. Built on the standard library's threaded HTTP server
+waits for a free one, up to ``queue_timeout``, then 503; meanwhile every answer closes its keep-alive connection, and
+an idle one keeps its slot until its next request or ``idle_timeout``) and closed when idle, and ``close()`` drains
+in-flight requests, answering new ones 503, before it stops. Built on the standard library's threaded HTTP server
 (``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
 """
 
@@ -62,6 +63,7 @@ class RewardServer:
         self._connections: dict[socket.socket, bool] = {}  # open connection -> busy with a request
         self._deadlines: dict[socket.socket, float] = {}  # connection -> when it must have sent its request
         self._full_since: float | None = None  # when a connection first found the cap full, none admitted since
+        self.waiters = 0  # connections waiting in _admit for a slot: while any do, every answer closes its connection
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
@@ -146,14 +148,22 @@ class RewardServer:
         from when a connection first found the server full, not from each one's accept: once the server has been
         full that long (overloaded, or its clients stuck), each new connection is refused at once until one closes,
         rather than every queued one waiting ``queue_timeout`` in turn. ``close()`` wakes the wait, to refuse it at
-        once."""
+        once. While it waits (``waiters``), every answer the server sends says ``Connection: close`` and closes its
+        connection, so that keep-alive clients (a pooled ``requests.Session`` or aiohttp session) give their slots
+        up: they read that header before they reuse a connection, so no request is sent on a connection
+        being closed (closing idle ones from here raced with clients sending on them). A connection already idle
+        when the cap filled keeps its slot until its next request is answered or ``idle_timeout`` closes it."""
         cap = self.config.max_connections
         with self._lock:
             if not self.closing and len(self._connections) >= cap:
                 if self._full_since is None:
                     self._full_since = time.monotonic()
                 left = self._full_since + self.config.queue_timeout - time.monotonic()
-                self._lock.wait_for(lambda: self.closing or len(self._connections) < cap, timeout=max(0.0, left))
+                self.waiters += 1
+                try:
+                    self._lock.wait_for(lambda: self.closing or len(self._connections) < cap, timeout=max(0.0, left))
+                finally:
+                    self.waiters -= 1
             if self.closing:
                 return "the server is shutting down; retry on another"
             if len(self._connections) >= cap:
