@@ -58,6 +58,22 @@ def test_parse_score_gives_none_without_a_usable_number(text):
     assert parse_score(text) is None
 
 
+def test_meep_scores_the_mean_of_the_parsed_samples_and_falls_back_per_row(tiny_policy, smol_tokenizer):
+    """A row's score is the mean of its samples that parse (the others are left out, not counted as 0); a row none of
+    whose samples parses gets ``fallback``; parse_rate is the share of all samples that parsed."""
+    meep = MEEPScorer(
+        MEEPConfig(n_samples=3, batch_size=2, fallback=37.5), model=tiny_policy(0), tokenizer=smol_tokenizer
+    )
+    contexts, responses = ["Hi there!", "I like tea.\nMe too.", ""], ["Hello!", "Green or black?", "Hm."]
+    given = [["80", "x", "60/100"], ["junk"] * 3, ["8/10", "Score: 90", "4.5/5"]]
+    by_prompt = dict(zip(meep.prompts(contexts, responses), given, strict=True))
+    meep._sample = lambda prompts, generator: [by_prompt[p] for p in prompts]
+    scores = meep.score(contexts, responses)
+    assert scores.dtype == np.float32 and scores.tolist() == pytest.approx([70.0, 37.5, (80 + 90 + 90) / 3])
+    assert meep.parse_rate == pytest.approx(5 / 9)
+    assert meep.score(contexts[1:2], responses[1:2]).tolist() == [37.5] and meep.parse_rate == 0.0
+
+
 def test_meep_samples_from_a_shared_prefill_and_falls_back(tiny_policy, smol_tokenizer, tmp_path):
     model, chat_tokenizer = tiny_policy(0).eval(), smol_tokenizer
     config = MEEPConfig(n_samples=3, max_new_tokens=4, batch_size=2, fallback=50.0)
@@ -68,6 +84,8 @@ def test_meep_samples_from_a_shared_prefill_and_falls_back(tiny_policy, smol_tok
     assert [len(a) for a in answers] == [3, 3, 3] and all(isinstance(t, str) for a in answers for t in a)
     scores = meep.score(contexts, responses)  # an untrained model answers garbage: the fallback, never NaN
     assert scores.shape == (3,) and np.isfinite(scores).all() and 0.0 <= meep.parse_rate <= 1.0
+    parsed = [[v for v in map(parse_score, a) if v is not None] for a in answers]
+    assert scores.tolist() == pytest.approx([np.mean(p) if p else 50.0 for p in parsed])
     # greedy decoding from the shared cache matches transformers' own generate()
     greedy = MEEPScorer(
         MEEPConfig(n_samples=2, temperature=0.0, max_new_tokens=5), model=model, tokenizer=chat_tokenizer

@@ -50,19 +50,19 @@ def _problem():
     return train, val, _topic_features(train, 0), _topic_features(val, 1)
 
 
-def _train(checkpoint_dir=None, kill_at_round=None, **overrides):
-    """train_head on the topic problem; ``kill_at_round``: SIGKILL this process as that round starts."""
+def _train(checkpoint_dir=None, kill_at_round=None, rounds=None, **overrides):
+    """train_head on the topic problem; ``kill_at_round``: SIGKILL this process as that round starts; ``rounds``: a
+    list that gets one item per round trained (not resumed from the checkpoint)."""
     train, val, ft, fv = _problem()
-    if kill_at_round is not None:
-        rounds, prepare = [0], ft.prepare
+    rounds, prepare = [] if rounds is None else rounds, ft.prepare
 
-        def dying_prepare(ctx, resp):
-            rounds[0] += 1
-            if rounds[0] == kill_at_round:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return prepare(ctx, resp)
+    def counting_prepare(ctx, resp):
+        rounds.append(len(rounds) + 1)
+        if len(rounds) == kill_at_round:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return prepare(ctx, resp)
 
-        ft.prepare = dying_prepare
+    ft.prepare = counting_prepare
     config = TrainConfig(**{**CONFIG, **overrides}, checkpoint_dir=checkpoint_dir)
     return train_head(HEAD, ft, train, fv, val, config, progress=False, negatives=NEGATIVES)
 
@@ -122,8 +122,9 @@ def test_a_checkpoint_of_another_run_or_a_corrupted_one_is_refused(tmp_path):
     _train(str(tmp_path), epochs=2)
     with pytest.raises(ValueError, match="other data or settings"):
         _train(str(tmp_path), seed=8)
-    longer = _train(str(tmp_path), epochs=3)  # only stopping later: resumes
-    assert len(longer.history) == 3
+    rounds: list[int] = []
+    _same(_train(str(tmp_path), epochs=3, rounds=rounds), _train(epochs=3))  # only stopping later: resumes
+    assert rounds == [1]  # round 3 alone was trained
     (tmp_path / checkpoint.CHECKPOINT_NAME).write_bytes(b"\x00" * 64)
     with pytest.raises(ValueError, match="corrupted training checkpoint"):
         _train(str(tmp_path))
@@ -262,4 +263,6 @@ def test_a_run_that_stops_sooner_does_not_resume_a_longer_one(tmp_path):
     _train(str(tmp_path), epochs=5, patience=10)
     with pytest.raises(ValueError, match="ran 5 rounds; with epochs=3"):
         _train(str(tmp_path), epochs=3, patience=10)
-    assert len(_train(str(tmp_path), epochs=6, patience=10).history) == 6
+    rounds: list[int] = []
+    _same(_train(str(tmp_path), epochs=6, patience=10, rounds=rounds), _train(epochs=6, patience=10))
+    assert rounds == [1]  # round 6 alone was trained

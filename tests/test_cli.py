@@ -297,19 +297,41 @@ def test_score_reads_rows_as_pmi_reward_reads_them(tmp_path, tiny_scorer_dir, ca
     assert json.loads(capsys.readouterr().out)["mean_pmi"] == pytest.approx(np.mean([pmi[0], pmi[1], pmi[5], pmi[6]]))
 
 
-def test_evaluate_makes_its_output_folder_and_train_refuses_a_dim_it_would_ignore(tmp_path, tiny_scorer_dir):
-    """evaluate's --output in a new folder failed after the whole evaluation (score makes the folder); --dim was
-    replaced by the encoder's width without a word."""
-    from pmi_reward.scoring.head import HeadConfig
-
+def test_evaluate_makes_its_output_folder(tmp_path, tiny_scorer_dir):
+    """evaluate's --output in a new folder failed after the whole evaluation (score makes the folder)."""
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("context,response\n" + "".join(f"I like topic {i}.,Tell me about {i}!\n" for i in range(6)))
     out = tmp_path / "new" / "folder" / "eval.json"
     argv = ["evaluate", "--scorer", str(tiny_scorer_dir), "--input", str(pairs), "--output", str(out)]
     assert main([*argv, "--k_random", "1", "--k_context", "0", "--n_boot", "10"]) == 0 and out.is_file()
+
+
+def test_train_refuses_a_dim_it_would_ignore(tmp_path, tiny_encoder, capsys, monkeypatch):
+    """--dim was replaced by the encoder's width without a word: a width below 1, or other than the encoder's, is
+    refused with its reason, by fit_scorer and by ``train`` on real training data (without data, train exits 2 for
+    the missing data whatever --dim says)."""
+    import pmi_reward.training.job as job
+    from pmi_reward.data.pairs import load_pairs
+    from pmi_reward.scoring.head import HeadConfig
+    from pmi_reward.scoring.templates import TEMPLATES
+    from pmi_reward.training.fit import fit_scorer
+    from pmi_reward.training.loop import TrainConfig
+
     with pytest.raises(ValueError, match="dim must be >= 1"):
         HeadConfig(dim=-5)
-    assert main(["train", "--dim", "0"]) == 2
+    train, val = _pair_file(tmp_path / "train.csv", 8, 0), _pair_file(tmp_path / "val.csv", 4, 1)
+    wide, width = HeadConfig(dim=tiny_encoder.dim + 1), f"dim {tiny_encoder.dim + 1} is not the encoder's width"
+    with pytest.raises(ValueError, match=f"{width} {tiny_encoder.dim}: leave it out"):
+        fit_scorer(load_pairs(train), load_pairs(val), tiny_encoder, TEMPLATES["en"], TrainConfig(epochs=1), wide)
+    monkeypatch.setattr(job, "TextEncoder", lambda *args, **kwargs: tiny_encoder)
+    out = tmp_path / "scorer"
+    argv = ["train", "--train_file", str(train), "--val_file", str(val), "--output_dir", str(out)]
+    argv += ["--cache_dir", str(tmp_path / "cache"), "--epochs", "1", "--progress", "false"]
+    assert main([*argv, "--dim", "0"]) == 2
+    assert "pmi-reward train: dim must be >= 1 (or left out: the encoder's width), got 0" in capsys.readouterr().err
+    assert main([*argv, "--dim", str(tiny_encoder.dim + 1)]) == 2
+    assert f"pmi-reward train: {width} {tiny_encoder.dim}" in capsys.readouterr().err and not out.exists()
+    assert main([*argv, "--dim", str(tiny_encoder.dim)]) == 0 and (out / "config.json").is_file()
 
 
 def test_debug_keeps_exit_code_2_and_false_turns_it_off(tmp_path, capsys, monkeypatch):

@@ -5,6 +5,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import os
 import pkgutil
 from pathlib import Path
 
@@ -207,9 +208,30 @@ def test_study_dtypes_are_one_or_one_per_model():
         StudyArguments(models=["minilm", "minilm"], dtypes=["float32", "bfloat16"])
 
 
+def _imported_stages(node, parts: tuple[str, ...]) -> list[str]:
+    """The top-level packages of pmi_reward that an import statement in the module at ``parts`` (its path under
+    pmi_reward/) reaches: relative (``from ..policy import x``, ``from .. import policy``) or absolute
+    (``from pmi_reward.policy import x``, ``from pmi_reward import policy``, ``import pmi_reward.policy.x``)."""
+    import ast
+
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[1] for alias in node.names if alias.name.startswith("pmi_reward.")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    module = [name for name in (node.module or "").split(".") if name]
+    if node.level:
+        dotted = [*list(parts[:-1])[: len(parts) - node.level], *module]
+    elif module[:1] == ["pmi_reward"]:
+        dotted = module[1:]
+    else:
+        return []
+    return dotted[:1] if dotted else [alias.name for alias in node.names]
+
+
 def test_imports_follow_the_stages():
     """CONTRIBUTING.md: a stage imports earlier stages, never later ones (data, scoring, training, rewards, serving,
-    evaluation, policy, cli); an import only for type hints (under TYPE_CHECKING) is no import."""
+    evaluation, policy, cli), by relative or absolute import; an import only for type hints (under TYPE_CHECKING)
+    is no import."""
     import ast
     from pathlib import Path
 
@@ -228,9 +250,7 @@ def test_imports_follow_the_stages():
             for n in ast.walk(node)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level and id(node) not in typing_only:
-                package = list(parts[:-1])[: len(parts) - node.level]
-                target = [*package, *(node.module or "").split(".")][0]
+            for target in [] if id(node) in typing_only else _imported_stages(node, parts):
                 if target in order and order.index(target) > order.index(parts[0]):
                     later.append(f"{path.relative_to(root)}:{node.lineno} imports {target}")
     assert not later, later
@@ -318,3 +338,4 @@ def test_config_files_are_checked_by_name(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PMI_REWARD_TEST_VAR", "0")  # (restored after the test)
     typo.write_text("env: {PMI_REWARD_TEST_VAR: '1'}\nk_random: 2\n")  # TRL's own key: environment variables
     assert parse_args((NegativeSpec,), ["--config", str(typo)]) == (NegativeSpec(k_random=2),)
+    assert os.environ["PMI_REWARD_TEST_VAR"] == "1"  # set, not taken for an option

@@ -72,6 +72,13 @@ def test_cache_round_trip_and_hits(tiny_encoder_factory, tmp_path):
     # another template or truncation side is another key
     enc2.encode(["one"], template="Context: {context}")
     assert enc2.stats.texts == 1
+    long = "word " * 300 + "end"  # over max_length: its start and its end are different texts to the model
+    start, end = enc2.encode([long], keep="start"), enc2.encode([long], keep="end")
+    assert enc2.stats.texts == 3 and not np.allclose(start, end)
+    enc3 = tiny_encoder_factory(cache=EmbeddingCache(tmp_path))
+    np.testing.assert_array_equal(enc3.encode([long], keep="end"), end)
+    np.testing.assert_array_equal(enc3.encode([long], keep="start"), start)
+    assert enc3.stats.texts == 0 and enc3.stats.cache_hits == 2
 
 
 def test_bad_template_rejected(tiny_encoder):

@@ -40,6 +40,22 @@ def test_the_penalty_falls_on_replies_above_the_threshold_and_keeps_the_trl_cont
         penalty(prompts=[PROMPT], completions=_completions("a", "b"))
 
 
+def test_a_call_that_scores_nothing_reports_no_penalised_share():
+    """``penalised`` kept the previous call's share when a call had nothing to score (rft's round log reported it
+    as that round's): it is None then, as the log's ``score`` is for a round that scored nothing."""
+
+    class EveryReplyUnlikely:  # 10 nats a token for every reply: each one scored is penalised
+        def log_likelihoods(self, context, replies):
+            return [(-10.0, 1) for _ in replies]
+
+    penalty = FluencyPenalty(EveryReplyUnlikely(), max_nll=3.0)
+    assert penalty(prompts=["I love jazz."], completions=["Coltrane!"]) == [-10.0] and penalty.penalised == 1.0
+    assert penalty(prompts=["I love jazz.", ""], completions=[None, "Hi"]) == [None, None]
+    assert penalty.penalised is None
+    assert penalty(prompts=["I love jazz.", "Hi"], completions=[None, "Hello"]) == [None, -10.0]
+    assert penalty.penalised == 1.0  # the share of the replies scored, the unscorable one left out
+
+
 def test_the_penalty_abstains_on_unreadable_text_and_takes_numpy_arrays(tiny_policy, smol_tokenizer):
     """Inside a TRL call a lone surrogate (in the reply or the prompt) made the tokenizer raise, and numpy arrays
     of prompts and completions (a dataset's columns) raised on ``prompts or []``: None for the unreadable sample,

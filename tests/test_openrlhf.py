@@ -136,9 +136,10 @@ def update_samples_with_rewards(rewards_info, samples_list):
 
 # -- fixtures and helpers ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def group_server(tiny_scorer):
-    """A server that centres rewards per group (``pmi-reward serve --center group``)."""
-    server = RewardServer(tiny_scorer, ServerConfig(port=0), RewardOptions(center="group")).start()
+def group_server(spread_scorer):
+    """A server that centres rewards per group (``pmi-reward serve --center group``), on the spread scorer (whose
+    replies score apart, so that centring shows)."""
+    server = RewardServer(spread_scorer, ServerConfig(port=0), RewardOptions(center="group")).start()
     yield server
     server.close()
 
@@ -154,29 +155,30 @@ def _reply_ids(tokenizer, reply: str, finished: bool = True) -> list[int]:
 
 
 # -- >= 0.9.1: one sample per request ----------------------------------------------------------------------------
-def test_current_one_sample_per_request(reward_server, tiny_scorer, smol_tokenizer):
+def test_current_one_sample_per_request(spread_server, spread_scorer, smol_tokenizer):
     """``n_samples_per_prompt`` concurrent executions per prompt, each its own request, as ``generate_responses``
     runs them; the rewards OpenRLHF reads equal PMIReward's on the same conversation and reply."""
 
     async def rollout():
         jobs = [
-            _execute(smol_tokenizer, [reward_server.url + "/get_reward"], _prompt(smol_tokenizer, conv), "",
+            _execute(smol_tokenizer, [spread_server.url + "/get_reward"], _prompt(smol_tokenizer, conv), "",
                      _reply_ids(smol_tokenizer, reply))
             for conv, replies in zip(CONVERSATIONS, REPLIES, strict=True) for reply in replies
         ]  # fmt: skip
         return await asyncio.gather(*jobs)
 
-    before = reward_server.batcher.stats.requests
+    before = spread_server.batcher.stats.requests
     experiences = asyncio.run(rollout())
-    expected = PMIReward(tiny_scorer)([c for c, rs in zip(CONVERSATIONS, REPLIES, strict=True) for _ in rs],
-                                      [r for rs in REPLIES for r in rs])  # fmt: skip
+    expected = PMIReward(spread_scorer)([c for c, rs in zip(CONVERSATIONS, REPLIES, strict=True) for _ in rs],
+                                        [r for rs in REPLIES for r in rs])  # fmt: skip
+    assert len({round(x, 4) for x in expected}) == 6  # every sample scores apart: a mixed-up answer would show
     got = [e.rewards.flatten().item() for e in experiences]
     assert got == pytest.approx(expected, abs=1e-5)
     assert all(e.rewards.shape == (1, 1) and e.scores.shape == (1, 1) for e in experiences)  # lists of one
     assert got[2] == -5.0 and experiences[2].info["pmi_scored"].item() == 0.0  # the empty reply
     assert all(0 <= e.scores.item() <= 1 for e in experiences)
     assert {k for e in experiences for k in e.info} == {"pmi_raw", "pmi_scored", "pmi_no_context"}
-    assert reward_server.batcher.stats.requests - before <= 6  # the empty reply is not sent to the scorer
+    assert spread_server.batcher.stats.requests - before <= 6  # the empty reply is not sent to the scorer
 
 
 def test_current_a_rollout_burst_over_the_connection_cap(tiny_scorer, smol_tokenizer):
@@ -244,11 +246,11 @@ def test_current_left_truncated_prompt_and_truncated_reply(reward_server, smol_t
     assert math.isfinite(cut.rewards.item()) and cut.info["pmi_scored"].item() == 1.0
 
 
-def test_current_reasoning_reply_with_an_opened_think_block(reward_server, tiny_scorer, smol_tokenizer):
+def test_current_reasoning_reply_with_an_opened_think_block(spread_server, spread_scorer, smol_tokenizer):
     """Templates such as Qwen3.5's end the prompt with ``<think>\\n``: the reply's answer follows ``</think>``, and a
     reply that never closes the block (cut at ``max_tokens``) is empty."""
     prompt = _prompt(smol_tokenizer, CONVERSATIONS[0]) + "<think>\n"
-    endpoints = [reward_server.url + "/get_reward"]
+    endpoints = [spread_server.url + "/get_reward"]
     replies = ["They ask about jazz; name one.\n</think>\n\nColtrane, for sure.", "They ask about jazz; hmm"]
 
     async def both():
@@ -256,7 +258,10 @@ def test_current_reasoning_reply_with_an_opened_think_block(reward_server, tiny_
                                       for r, f in zip(replies, (True, False), strict=True)))  # fmt: skip
 
     done, unfinished = asyncio.run(both())
-    assert done.rewards.item() == pytest.approx(PMIReward(tiny_scorer)([CONVERSATIONS[0]], ["Coltrane, for sure."])[0])
+    answer = PMIReward(spread_scorer)([CONVERSATIONS[0]], ["Coltrane, for sure."])[0]
+    with_reasoning = PMIReward(spread_scorer, strip_think=False)([CONVERSATIONS[0]], [replies[0]])[0]
+    assert abs(answer - with_reasoning) > 1e-3  # the reasoning would move the score: scoring it would show
+    assert done.rewards.item() == pytest.approx(answer, abs=1e-5)
     assert unfinished.rewards.item() == -5.0
 
 
@@ -297,15 +302,18 @@ def _rollout_v090(tokenizer, n: int):
 
 
 @pytest.mark.parametrize("center", ["none", "group"])
-def test_v090_batch_request(reward_server, group_server, tiny_scorer, smol_tokenizer, center):
+def test_v090_batch_request(spread_server, group_server, spread_scorer, smol_tokenizer, center):
     queries, prompts, replies = _rollout_v090(smol_tokenizer, n=3)
-    url = (group_server if center == "group" else reward_server).url + "/get_reward"
+    url = (group_server if center == "group" else spread_server).url + "/get_reward"
     answer = request_api_wrapper(url, {"query": queries, "prompts": prompts, "labels": [""] * len(queries)})
     samples = [SimpleNamespace(sequences=torch.zeros(3, 4), info={}) for _ in range(2)]  # two micro-batches of 3
     update_samples_with_rewards([answer], samples)
     got = torch.cat([s.rewards for s in samples]).tolist()
     conversations = [c for c in CONVERSATIONS for _ in range(3)]
-    expected = PMIReward(tiny_scorer, center=center)(conversations, replies)
+    raw = PMIReward(spread_scorer)(conversations, replies)
+    # the replies score apart and the two prompts' means differ: order, pairing and centring all show
+    assert len({round(x, 4) for x in raw}) == 6 and abs(sum(raw[:2]) / 2 - sum(raw[3:]) / 3) > 1e-2
+    expected = PMIReward(spread_scorer, center=center)(conversations, replies)
     assert got == pytest.approx(expected, abs=1e-5)
     assert set(samples[0].info) == {"score", "reward", "pmi_raw", "pmi_scored", "pmi_no_context"}
     if center == "group":  # each prompt's scored replies are centred on their mean

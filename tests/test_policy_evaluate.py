@@ -128,19 +128,24 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     assert plot_distributions(out["scores"]["twin"], tmp_path / "h.png").stat().st_size > 1000
 
 
-def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokenizer, tiny_scorer, tmp_path):
+def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokenizer, spread_scorer, tmp_path):
     """--from_samples: an evaluation's samples.jsonl, read back and judged by the same panel, reproduces its
     rows (gains, lengths, cut shares, diversity) without sampling; only the KL needs the policies."""
     prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "I flew to Rome.\nHow was it?")]
     policies = {"base": (tiny_policy(0), smol_tokenizer), "other": (tiny_policy(1), smol_tokenizer)}
-    judges, refs = _judges(tiny_scorer), ["Coltrane.", "Great."]
+    judges, refs = _judges(spread_scorer), ["Coltrane.", "Great."]
     args = EvalArguments(samples=3)
     settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=7)
-    first = evaluate_policies(policies, prompts, judges, tiny_scorer, args, settings, references=refs)
+    first = evaluate_policies(policies, prompts, judges, spread_scorer, args, settings, references=refs)
+    scores = np.concatenate([np.ravel(v) for v in first["scores"]["twin"].values()])
+    # the replies score apart (two sampled alike) and the gains are not 0: rows read back against the wrong reply or
+    # context would show
+    assert len(scores) == 14 and len(set(np.round(scores, 4))) >= 12
+    assert all(abs(r["judges"]["twin"]["gain"]) > 1e-3 for r in first["rows"][1:])
     write_samples(tmp_path, first, refs, n_contexts=2)
     contexts, references, replies = read_samples(tmp_path / "samples.jsonl")
     assert references == refs and list(replies) == ["base", "other", "human reference"]
-    again = evaluate_policies({}, contexts, judges, tiny_scorer, args, settings, references, replies)
+    again = evaluate_policies({}, contexts, judges, spread_scorer, args, settings, references, replies)
     assert [r["policy"] for r in again["rows"]] == ["base", "other", "human reference"]
     for old, new in zip(first["rows"], again["rows"], strict=True):
         for key in ("words", "distinct_2", "tokens", "cut", "reward_pmi"):
@@ -161,7 +166,7 @@ def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokeniz
 
 
 def test_a_base_drawn_more_often_is_paired_by_its_mean_and_read_back(
-    tiny_policy, smol_tokenizer, tiny_scorer, tmp_path
+    tiny_policy, smol_tokenizer, spread_scorer, tmp_path
 ):
     """--base_samples: the base samples 4 replies a context, the policies 2; each gain is the policy's context mean
     minus the base's mean over its 4, the base's diversity is read on its first 2 (as many as a policy's), the
@@ -171,18 +176,21 @@ def test_a_base_drawn_more_often_is_paired_by_its_mean_and_read_back(
 
     prompts = [turns_to_messages(t) for t in ("I love jazz.\nWho do you like?", "I flew to Rome.\nHow was it?")]
     policies = {"base": (tiny_policy(0), smol_tokenizer), "other": (tiny_policy(1), smol_tokenizer)}
-    judges = _judges(tiny_scorer)
+    judges = _judges(spread_scorer)
     args = EvalArguments(samples=2, base_samples=4, kl=False)
     settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=7)
-    out = evaluate_policies(policies, prompts, judges, tiny_scorer, args, settings)
+    out = evaluate_policies(policies, prompts, judges, spread_scorer, args, settings)
     assert [len(r) for r in out["replies"]["base"].texts] == [4, 4]
     assert [len(r) for r in out["replies"]["other"].texts] == [2, 2]
     rows = {r["policy"]: r for r in out["rows"]}
     assert rows["base"]["replies"] == 4 and rows["other"]["replies"] == 2
     base, other = (np.asarray(out["scores"]["twin"][n]) for n in ("base", "other"))
     assert base.shape == (2, 4) and other.shape == (2, 2)
+    assert len(set(np.round(np.r_[base.ravel(), other.ravel()], 4))) == 12  # the replies score apart
     expected = float(np.mean(other.mean(1) - base.mean(1)))
-    assert rows["other"]["judges"]["twin"]["gain"] == pytest.approx(expected)
+    # pairing with the base's first 2 replies, or unpaired means, would give another gain
+    assert abs(expected - float(np.mean(other.mean(1) - base[:, :2].mean(1)))) > 1e-3
+    assert rows["other"]["judges"]["twin"]["gain"] == pytest.approx(expected, abs=1e-6)
     first_two = text_metrics([row[:2] for row in out["replies"]["base"].texts], out["contexts"])
     assert rows["base"]["distinct_2"] == pytest.approx(first_two["distinct_2"])
     assert rows["base"]["reward_pmi"] == pytest.approx(float(base.mean()))  # the reward reads all 4
@@ -190,7 +198,7 @@ def test_a_base_drawn_more_often_is_paired_by_its_mean_and_read_back(
     assert "2 contexts (chitchat dialogues 3700+) x 2 samples per policy, 4 for the base (T=" in text
     write_samples(tmp_path, out, None, n_contexts=2)
     contexts, _, replies = read_samples(tmp_path / "samples.jsonl")
-    again = evaluate_policies({}, contexts, judges, tiny_scorer, EvalArguments(), settings, None, replies)
+    again = evaluate_policies({}, contexts, judges, spread_scorer, EvalArguments(), settings, None, replies)
     for old, new in zip(out["rows"], again["rows"], strict=True):
         assert new["distinct_2"] == pytest.approx(old["distinct_2"]) and new["replies"] == old["replies"]
         assert new["judges"]["twin"].get("gain") == pytest.approx(old["judges"]["twin"].get("gain"), abs=1e-4)

@@ -34,6 +34,15 @@ def test_a_shipped_name_keeps_its_name_beside_a_folder_of_that_name(tiny_policy,
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "smollm2-135m-instruct").mkdir()  # an unrelated folder of the shipped name
-    monkeypatch.setattr(loading, "load_causal_lm", lambda name, *a, **k: tiny_policy(0))
+    asked = []
+
+    def load_causal_lm(name, *args, **kwargs):
+        asked.append(name)
+        model = tiny_policy(0)
+        model.name_or_path = model.config._name_or_path = name  # as transformers names what it loads
+        return model
+
+    monkeypatch.setattr(loading, "load_causal_lm", load_causal_lm)
     model, _ = loading.load_policy("smollm2-135m-instruct", device="cpu")
-    assert model.name_or_path == tiny_policy(0).name_or_path  # the loaded model's own name, not the folder's
+    assert asked == ["smollm2-135m-instruct"]  # the shipped name is loaded, not the folder
+    assert model.name_or_path == model.config._name_or_path == "smollm2-135m-instruct"  # and kept, not the folder's

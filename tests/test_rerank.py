@@ -16,48 +16,68 @@ CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
 CANDIDATES = ["Coltrane, no doubt.", "ok", "", "I like pizza.", "Miles Davis and Bill Evans.", "   "]
 
 
-def test_rerank_sorts_by_score_and_puts_unscorable_last(tiny_scorer):
-    ranked = rerank(tiny_scorer, CONTEXT, CANDIDATES)
+def _apart(scores) -> None:
+    """The scores differ, and the candidates' own order is not already best first: an ordering has to be checked."""
+    scores = [s for s in scores if s is not None]
+    assert len(set(np.round(scores, 4))) == len(scores) and scores != sorted(scores, reverse=True), scores
+
+
+def test_rerank_sorts_by_score_and_puts_unscorable_last(spread_scorer):
+    direct = spread_scorer.score([CONTEXT] * 4, [c for c in CANDIDATES if c.strip()])
+    _apart(direct.tolist())
+    ranked = rerank(spread_scorer, CONTEXT, CANDIDATES)
     assert sorted(t for t, _ in ranked) == sorted(CANDIDATES)
     scored = [s for _, s in ranked if s is not None]
     assert scored == sorted(scored, reverse=True) and len(scored) == 4
     assert [t for t, s in ranked if s is None] == ["", "   "]
-    direct = tiny_scorer.score([CONTEXT] * 4, [c for c in CANDIDATES if c.strip()])
     assert scored == pytest.approx(sorted(direct.tolist(), reverse=True), abs=1e-5)
+    by_text = dict(zip([c for c in CANDIDATES if c.strip()], direct.tolist(), strict=True))
+    assert all(s == pytest.approx(by_text[t], abs=1e-5) for t, s in ranked if s is not None)  # each its own score
 
 
-def test_chat_context_ranks_like_plain_context(tiny_scorer):
+def test_chat_context_ranks_like_plain_context(spread_scorer):
     chat = turns_to_messages(CONTEXT, system_prompt="Be nice.")
     assert chat[-1] == {"role": "user", "content": "Who is your favourite?"} and chat[0]["role"] == "system"
-    assert rerank(tiny_scorer, chat, CANDIDATES) == rerank(tiny_scorer, CONTEXT, CANDIDATES)
+    plain = rerank(spread_scorer, CONTEXT, CANDIDATES)
+    _apart(spread_scorer.score([CONTEXT] * 4, [c for c in CANDIDATES if c.strip()]).tolist())
+    assert [t for t, _ in rerank(spread_scorer, chat, CANDIDATES)] == [t for t, _ in plain]
+    assert [s for _, s in rerank(spread_scorer, chat, CANDIDATES)] == pytest.approx([s for _, s in plain], abs=1e-5)
 
 
-def test_rerank_many_matches_one_by_one(tiny_scorer):
+def test_rerank_many_matches_one_by_one(spread_scorer):
     contexts = [CONTEXT, "Did you watch the match?", "我喜欢音乐"]
-    cands = [CANDIDATES[:3], ["Yes, what a goal!", "No."], ["我也是", "🎵"]]
-    many = rerank_many(tiny_scorer, contexts, cands)
+    cands = [CANDIDATES[:3], ["No.", "Yes, what a goal!"], ["我也是", "🎵"]]
+    many = rerank_many(spread_scorer, contexts, cands)
     for ctx, c, ranked in zip(contexts, cands, many, strict=True):
-        assert ranked == rerank(tiny_scorer, ctx, c)
-    assert rerank(tiny_scorer, CONTEXT, []) == []
+        scorable = [x for x in c if x.strip()]
+        direct = spread_scorer.score([ctx] * len(scorable), scorable).tolist()
+        assert len(set(np.round(direct, 4))) == len(direct)  # the order is something to check
+        one = rerank(spread_scorer, ctx, c)
+        assert [t for t, _ in ranked] == [t for t, _ in one]
+        assert [s for _, s in ranked] == pytest.approx([s for _, s in one], abs=1e-5)
+        assert [s for _, s in ranked if s is not None] == pytest.approx(sorted(direct, reverse=True), abs=1e-5)
+    assert any(c != [t for t, _ in ranked] for c, ranked in zip(cands, many, strict=True))  # some list was reordered
+    assert rerank(spread_scorer, CONTEXT, []) == []
     with pytest.raises(ValueError):
-        rerank_many(tiny_scorer, contexts, cands[:1])
+        rerank_many(spread_scorer, contexts, cands[:1])
 
 
-def test_sampling_is_seeded_and_best_of_n_ranks_n_replies(tiny_scorer, tiny_policy, smol_tokenizer):
+def test_sampling_is_seeded_and_best_of_n_ranks_n_replies(spread_scorer, tiny_policy, smol_tokenizer):
     model = tiny_policy()
     settings = SamplingSettings(max_new_tokens=5, batch_size=3, seed=7)
     prompts = [turns_to_messages(CONTEXT), "plain prompt"]
     first = sample_replies(model, smol_tokenizer, prompts, n=2, settings=settings)
     assert len(first) == 2 and all(len(r) == 2 for r in first)
     assert sample_replies(model, smol_tokenizer, prompts, n=2, settings=settings) == first
-    ranked = best_of_n(tiny_scorer, model, smol_tokenizer, CONTEXT, n=4, settings=settings)
+    ranked = best_of_n(spread_scorer, model, smol_tokenizer, CONTEXT, n=4, settings=settings)
     assert len(ranked) == 4
     scores = [s for _, s in ranked if s is not None]
+    assert len(set(np.round(scores, 4))) == len(scores) >= 2  # the replies score apart: the order is checked
     assert scores == sorted(scores, reverse=True)
 
 
-def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: tiny_scorer))
+def test_cli_inline_and_file(spread_scorer, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: spread_scorer))
     assert (
         main(
             [
@@ -86,8 +106,9 @@ def test_cli_inline_and_file(tiny_scorer, tmp_path, monkeypatch, capsys):
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["id"] for g in got] == [1, 2]
     pmis = [r["pmi"] for r in got[0]["ranked"] if r["pmi"] is not None]
+    _apart(spread_scorer.score([CONTEXT] * 3, [c for c in CANDIDATES[:4] if c.strip()]).tolist())
     assert got[0]["best"] == got[0]["ranked"][0]["text"] and pmis == sorted(pmis, reverse=True)
-    assert np.isfinite(pmis).all()
+    assert np.isfinite(pmis).all() and len(pmis) == 3
 
 
 def test_cli_errors_name_the_row(tiny_scorer, tmp_path, monkeypatch, capsys):

@@ -41,53 +41,60 @@ class SlowScorer:
         return getattr(self.inner, name)
 
 
-def test_score_matches_the_scorer(reward_server, tiny_scorer):
+def test_score_matches_the_scorer(spread_server, spread_scorer):
     contexts, responses = ["hi there\nhow are you?", "I like jazz", "", "我喜欢音乐"], ["fine", "me too", "hello", "🎵"]
+    expected = spread_scorer.score(contexts, responses).tolist()
+    assert len(set(np.round(expected, 4))) == 4  # the pairs score apart: an answer in another order would show
     status, answer = http(
-        reward_server.url,
+        spread_server.url,
         "POST",
         "/score",
         {"pairs": [{"context": c, "response": r} for c, r in zip(contexts, responses, strict=True)]},
     )
     assert status == 200
-    assert answer["scores"] == tiny_scorer.score(contexts, responses).tolist()
-    assert http(reward_server.url, "POST", "/score", {"pairs": []}) == (200, {"scores": []})
+    assert answer["scores"] == pytest.approx(expected, abs=1e-5)
+    assert http(spread_server.url, "POST", "/score", {"pairs": []}) == (200, {"scores": []})
 
 
-def test_get_reward_speaks_openrlhf(reward_server, tiny_scorer):
+def test_get_reward_speaks_openrlhf(spread_server, spread_scorer):
     replies = ["Coltrane, for sure.", "That's interesting.", ""]
     queries = [CHATML_PROMPT + r + "<|im_end|>\n<|endoftext|>" for r in replies]
     status, answer = http(
-        reward_server.url,
+        spread_server.url,
         "POST",
         "/get_reward",
         {"query": queries, "prompts": [CHATML_PROMPT] * 3, "labels": ["", "", ""]},
     )
     assert status == 200 and set(answer) == {"rewards", "scores", "extra_logs"}
-    expected = PMIReward(tiny_scorer)([MESSAGES] * 3, replies)
-    assert answer["rewards"] == pytest.approx(expected, abs=1e-6)
+    expected = PMIReward(spread_scorer)([MESSAGES] * 3, replies)
+    assert abs(expected[0] - expected[1]) > 1e-3  # the replies score apart: swapped answers would show
+    assert answer["rewards"] == pytest.approx(expected, abs=1e-5)
     assert answer["rewards"][2] == -5.0  # empty reply: empty_score
     raw = answer["extra_logs"]["pmi_raw"]
     assert answer["scores"][:2] == pytest.approx([1 / (1 + math.exp(-x)) for x in raw[:2]])
     assert answer["scores"][2] == 0.0 and answer["extra_logs"]["pmi_scored"] == [1.0, 1.0, 0.0]
     # without prompts the last assistant turn of the query is the reply
-    status, alone = http(reward_server.url, "POST", "/get_reward", {"query": queries[:2]})
-    assert status == 200 and alone["rewards"] == pytest.approx(answer["rewards"][:2], abs=1e-6)
+    status, alone = http(spread_server.url, "POST", "/get_reward", {"query": queries[:2]})
+    assert status == 200 and alone["rewards"] == pytest.approx(answer["rewards"][:2], abs=1e-5)
 
 
-def test_rerank_puts_the_best_first(reward_server, tiny_scorer):
-    candidates = ["Coltrane.", "ok", "", "Miles Davis, Kind of Blue"]
+def test_rerank_puts_the_best_first(spread_server, spread_scorer):
+    candidates = ["ok", "Coltrane.", "", "Miles Davis, Kind of Blue"]
+    context = "I love jazz.\nMe too!\nWho is your favourite?"
+    scorable = [c for c in candidates if c]
+    direct = dict(zip(scorable, spread_scorer.score([context] * 3, scorable).tolist(), strict=True))
+    best_first = sorted(direct, key=direct.get, reverse=True)
+    # the candidates score apart, and their own order is not best first: the ranking has to sort them
+    assert len(set(np.round(list(direct.values()), 4))) == 3 and best_first != scorable
     status, answer = http(
-        reward_server.url, "POST", "/rerank", {"context": MESSAGES, "candidates": candidates, "top_k": 3}
+        spread_server.url, "POST", "/rerank", {"context": MESSAGES, "candidates": candidates, "top_k": 3}
     )
     assert status == 200 and len(answer["ranked"]) == 3 and len(answer["scores"]) == 4
     assert answer["scores"][2] is None
-    finite = [s for s in answer["scores"] if s is not None]
-    assert [r["score"] for r in answer["ranked"]] == sorted(finite, reverse=True)
-    context = "I love jazz.\nMe too!\nWho is your favourite?"
-    assert answer["ranked"][0]["score"] == pytest.approx(
-        float(tiny_scorer.score([context], [answer["ranked"][0]["response"]])[0]), abs=1e-6
-    )
+    assert [r["response"] for r in answer["ranked"]] == best_first
+    assert [r["score"] for r in answer["ranked"]] == pytest.approx([direct[c] for c in best_first], abs=1e-5)
+    finite = [s for s in answer["scores"] if s is not None]  # scores in the candidates' order
+    assert finite == pytest.approx([direct[c] for c in scorable], abs=1e-5)
 
 
 def test_health_describes_the_scorer(reward_server):
@@ -146,16 +153,19 @@ def _sentences(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(words, rng.integers(1, 12))) for _ in range(n)]
 
 
-def test_concurrent_requests_are_merged_and_each_gets_its_own_scores(tiny_scorer):
+def test_concurrent_requests_are_merged_and_each_gets_its_own_scores(spread_scorer):
     bodies = score_bodies(_sentences(64, 0), _sentences(64, 1), 4)
-    slow = SlowScorer(tiny_scorer, 0.05)
+    slow = SlowScorer(spread_scorer, 0.05)
     with RewardServer(slow, ServerConfig(port=0, max_batch_pairs=64)) as server:
         result = run_load(server.url, bodies, clients=16)
         stats = server.batcher.stats
     assert not result.errors and stats.requests == 16 and stats.batches < 16
-    for body, scores in zip(bodies, result.scores, strict=True):
-        contexts, responses = [p["context"] for p in body["pairs"]], [p["response"] for p in body["pairs"]]
-        np.testing.assert_allclose(scores, tiny_scorer.score(contexts, responses), atol=1e-4)
+    pairs = [([p["context"] for p in b["pairs"]], [p["response"] for p in b["pairs"]]) for b in bodies]
+    expected = [spread_scorer.score(contexts, responses) for contexts, responses in pairs]
+    # the pairs score apart: a request answered with another's scores, or its own in another order, would show
+    assert len(set(np.round(np.concatenate(expected), 4))) > 60
+    for scores, own in zip(result.scores, expected, strict=True):
+        np.testing.assert_allclose(scores, own, atol=1e-4)
 
 
 def test_a_request_that_waits_too_long_gets_503(tiny_scorer):
@@ -166,7 +176,8 @@ def test_a_request_that_waits_too_long_gets_503(tiny_scorer):
 
 
 def test_close_drains_in_flight_requests_then_refuses(tiny_scorer):
-    server = RewardServer(SlowScorer(tiny_scorer, 0.5), ServerConfig(port=0)).start()
+    slow = SlowScorer(tiny_scorer, 0.5)
+    server = RewardServer(slow, ServerConfig(port=0)).start()
     idle = socket.create_connection(server.httpd.server_address[:2])  # an idle keep-alive client
     answers = []
     worker = threading.Thread(
@@ -175,7 +186,10 @@ def test_close_drains_in_flight_requests_then_refuses(tiny_scorer):
         )
     )
     worker.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10  # until the request is being scored: in flight when the server closes
+    while not slow.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slow.calls == 1 and not answers
     t0 = time.perf_counter()
     server.close()
     worker.join()

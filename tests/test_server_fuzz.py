@@ -175,7 +175,24 @@ def test_any_bytes_get_an_answer(reward_server, path, data, method):
     assert status < 500 and isinstance(answer, dict)
 
 
+HOSTILE = [
+    ("/score", b"{not json"),
+    ("/score", b"\xff\xfe\xfa"),
+    ("/score", b'{"pairs": [{"context": "\\ud800", "response": "x"}]}'),
+    ("/score", {"pairs": [{"context": "x" * 300_000, "response": "y"}]}),
+    ("/get_reward", {"query": [None], "prompts": 5}),
+    ("/rerank", {"context": "[" * 600 + "]" * 600, "candidates": [{"role": "x"}], "top_k": -1}),
+]
+
+
 def test_the_server_is_still_healthy_and_never_answered_5xx(reward_server):
+    """On its own too: hostile requests of its own first, each answered 4xx, then the server's own count of what it
+    answered (the fuzz tests' requests included, when they ran) holds no 5xx."""
+    for path, body in HOSTILE:
+        status, answer = http(reward_server.url, "POST", path, body)
+        SENT[(f"{path} hostile", status)] += 1
+        assert 400 <= status < 500 and answer["status"] == status and answer["error"], (path, answer)
     status, health = http(reward_server.url, "GET", "/health")
     assert status == 200 and health["status"] == "ok"
+    assert sum(n for code, n in health["responses"].items() if 400 <= int(code) < 500) >= len(HOSTILE)  # counted
     assert not [code for code in health["responses"] if int(code) >= 500]

@@ -58,7 +58,16 @@ def test_grpo_masks_or_penalises_truncated_completions(
     from pmi_reward.rewards.truncation import TruncationPenalty
 
     model = tiny_policy()
-    penalty = TruncationPenalty(stop_ids(model, smol_tokenizer), -2.0)
+    stops = set(stop_ids(model, smol_tokenizer))
+    penalty = TruncationPenalty(stops, -2.0)
+    calls = []
+
+    def spy(**kwargs):  # the penalty as TRL calls it, its answers kept beside the completions' ids
+        out = penalty(**kwargs)
+        calls.append((out, [list(map(int, ids)) for ids in kwargs["completion_ids"]]))
+        return out
+
+    spy.__name__ = penalty.__name__
     summary = _run(
         GRPOTrainer,
         GRPOConfig,
@@ -66,12 +75,17 @@ def test_grpo_masks_or_penalises_truncated_completions(
         dialogue_file,
         model,
         smol_tokenizer,
-        [tiny_reward, penalty],
+        [tiny_reward, spy],
         mask_truncated_completions=True,
     )
     # a random tiny policy rarely stops within 6 tokens: TRL's clipped ratio is logged and summarised
-    assert 0.0 <= summary["clipped_ratio_last10"] <= 1.0
+    assert 0.0 < summary["clipped_ratio_last10"] <= 1.0
     assert summary["settings"]["mask_truncated_completions"] is True
+    # every step's completions reached the penalty: -2.0 for each one cut at the limit (no stop token last), 0.0 else
+    assert len(calls) == 2 and all(len(out) == 4 for out, _ in calls)
+    rewards = [r for out, _ in calls for r in out]
+    cut = [bool(ids) and ids[-1] not in stops for _, rows in calls for ids in rows]
+    assert any(cut) and rewards == [-2.0 if c else 0.0 for c in cut]
 
 
 def test_rloo_two_steps(tmp_path, dialogue_file, tiny_policy, smol_tokenizer, tiny_reward):

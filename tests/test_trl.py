@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from accelerate import PartialState
@@ -17,6 +18,7 @@ from trl.trainer.utils import is_async_callable, shutdown_event_loop_in_daemon, 
 from pmi_reward.rewards.reward import PMIReward
 
 PROMPT = [{"role": "user", "content": "I just got back from a hiking trip in Yosemite."}]
+OTHER = [{"role": "user", "content": "I love jazz."}]
 REPLIES = ["Did you see Half Dome?", "That's interesting.", "", "<think>They hiked.</think>Was it crowded?"]
 
 
@@ -52,21 +54,27 @@ def trl_loop():
     shutdown_event_loop_in_daemon(thread, loop)
 
 
-def test_grpo_calls_sync_and_async_rewards(reward_server, tiny_scorer, trl_loop):
-    local = PMIReward(tiny_scorer, center="group", name="pmi")
-    remote = PMIReward.remote(reward_server.url, center="group", name="pmi_remote")
+def test_grpo_calls_sync_and_async_rewards(spread_server, spread_scorer, trl_loop):
+    local = PMIReward(spread_scorer, center="group", name="pmi")
+    remote = PMIReward.remote(spread_server.url, center="group", name="pmi_remote")
     assert not is_async_callable(local) and is_async_callable(remote)
     trainer = StandIn([local, remote], trl_loop)
-    inputs = [{"prompt": PROMPT, "topic": "hiking"} for _ in REPLIES]  # one GRPO group, a dataset column
-    completions = [[{"role": "assistant", "content": r}] for r in REPLIES]
-    rewards = GRPOTrainer._calculate_rewards(trainer, inputs, [PROMPT] * 4, completions, [[1, 2]] * 4)
-    assert rewards.shape == (4, 2)
+    prompts = [PROMPT] * 4 + [OTHER] * 4  # two GRPO groups
+    inputs = [{"prompt": p, "topic": "hiking"} for p in prompts]  # a dataset column
+    completions = [[{"role": "assistant", "content": r}] for r in REPLIES * 2]
+    rewards = GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, [[1, 2]] * 8)
+    assert rewards.shape == (8, 2)
     torch.testing.assert_close(rewards[:, 0], rewards[:, 1])  # the remote reward equals the in-process one
-    expected = PMIReward(tiny_scorer, center="group")([PROMPT] * 4, ["Did you see Half Dome?", "That's interesting.",
-                                                                     "", "Was it crowded?"])  # fmt: skip
-    torch.testing.assert_close(rewards[:, 0], torch.tensor(expected, dtype=torch.float32))
-    assert rewards[2, 0] == -5.0  # the empty reply: empty_score, not centred
-    assert sum(expected[i] for i in (0, 1, 3)) == pytest.approx(0.0, abs=1e-5)  # a group centred on its mean
+    answers = ["Did you see Half Dome?", "That's interesting.", "", "Was it crowded?"] * 2  # the think block stripped
+    raw = np.array(PMIReward(spread_scorer)(prompts, answers))
+    scored = [0, 1, 3, 4, 5, 7]
+    # the replies score apart and the groups' means differ: order, grouping and centring all show
+    assert len(set(np.round(raw[scored], 4))) == 6 and abs(raw[[0, 1, 3]].mean() - raw[[4, 5, 7]].mean()) > 1e-2
+    expected = raw.copy()
+    for group in ([0, 1, 3], [4, 5, 7]):
+        expected[group] -= raw[group].mean()  # each group centred on its scored replies' mean
+    torch.testing.assert_close(rewards[:, 0], torch.tensor(expected, dtype=torch.float32), atol=1e-5, rtol=0)
+    assert rewards[2, 0] == rewards[6, 0] == -5.0  # the empty replies: empty_score, not centred
     for name in ("pmi", "pmi_remote"):
         assert trainer.metrics[f"{name}/empty_frac"] == [0.25] and trainer.metrics[f"{name}/no_context_frac"] == [0]
     assert trainer.metrics["pmi/seconds"][0] > 0

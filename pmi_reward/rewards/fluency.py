@@ -47,7 +47,8 @@ class FluencyPenalty:
     """``reward(prompts, completions, **kwargs) -> list[float | None]``: ``penalty`` for a reply whose NLL per token
     under ``lm`` (the starting model, frozen) is above ``max_nll``, 0 otherwise, None for a prompt with no turns or a
     completion with no text, and for text no tokenizer reads (a lone surrogate). Prompts and completions may be numpy
-    arrays (a dataset's columns). ``penalised`` is the share penalised in the last call (round logs report it)."""
+    arrays (a dataset's columns). ``penalised`` is the share penalised in the last call (round logs report it), None
+    when that call scored nothing (not the share of an earlier call)."""
 
     def __init__(
         self, lm: LMPMIScorer, max_nll: float = BASE_NLL_P95, penalty: float = -10.0, name: str = "fluency_penalty"
@@ -74,6 +75,7 @@ class FluencyPenalty:
             if c and t is not None and readable(c) and readable(t)
         ]
         out: list[float | None] = [None] * len(completions)
+        self.penalised = None
         if pairs:
             rows = [i for i, _, _ in pairs]
             nll = self.nll([c for _, c, _ in pairs], [t for _, _, t in pairs])
