@@ -29,10 +29,11 @@ CHAT_PROMPT = [
 ]
 
 
-def test_plain_and_chat_formats_give_the_same_scores(scorer):
-    reward = PMIReward(scorer)
+def test_plain_and_chat_formats_give_the_same_scores(spread_scorer):
+    reward = PMIReward(spread_scorer)
     assert reward.__name__ == "pmi_reward" and not isinstance(reward, torch.nn.Module)
     plain = reward(["I love jazz.\nMe too!\nWho is your favourite?"] * 2, ["Coltrane.", "Miles Davis"])
+    assert abs(plain[0] - plain[1]) > 1e-3  # the replies score apart: a swapped or misread pair would show
     chat = reward(
         [CHAT_PROMPT] * 2,
         [[{"role": "assistant", "content": "Coltrane."}], [{"role": "assistant", "content": "Miles Davis"}]],
@@ -85,16 +86,22 @@ def test_none_policy_returns_none_for_unscorable(scorer):
     assert out[0] is None and isinstance(out[1], float)
 
 
-def test_group_centering_scale_and_clip(scorer):
+def test_group_centering_scale_and_clip(spread_scorer):
     prompts = ["ctx one"] * 3 + ["ctx two"] * 3
     completions = ["a reply", "another reply", "yet another", "b", "c c", "d d d"]
-    raw = np.array(PMIReward(scorer)(prompts, completions))
-    centred = np.array(PMIReward(scorer, center="group", scale=2.0)(prompts, completions))
+    raw = np.array(PMIReward(spread_scorer)(prompts, completions))
+    # distinct scores, and groups of different means: centring on the whole call's mean would show
+    assert len(set(np.round(raw, 4))) == 6 and abs(raw[:3].mean() - raw[3:].mean()) > 1e-2
+    centred = np.array(PMIReward(spread_scorer, center="group", scale=2.0)(prompts, completions))
     expected = 2 * np.r_[raw[:3] - raw[:3].mean(), raw[3:] - raw[3:].mean()]
     np.testing.assert_allclose(centred, expected, atol=1e-5)
-    clipped = np.array(PMIReward(scorer, clip=0.5)(prompts, completions))
-    np.testing.assert_allclose(clipped, np.clip(raw, -0.5, 0.5), atol=1e-6)
-    assert np.all(np.abs(clipped) <= 0.5)
+    cut = float(np.median(raw))  # some rewards above the clip, some below
+    clipped = np.array(PMIReward(spread_scorer, clip=cut)(prompts, completions))
+    np.testing.assert_allclose(clipped, np.clip(raw, -cut, cut), atol=1e-6)
+    assert (raw > cut).any() and (raw < cut).any()
+    both = np.array(PMIReward(spread_scorer, center="group", scale=2.0, clip=0.2)(prompts, completions))
+    np.testing.assert_allclose(both, np.clip(expected, -0.2, 0.2), atol=1e-5)  # centred and scaled, then clipped
+    assert (np.abs(expected) > 0.2).any() and (np.abs(expected) < 0.2).any()
 
 
 def test_group_centring_refuses_a_lonely_completion(scorer):
@@ -120,8 +127,8 @@ def test_group_centring_refuses_several_processes(scorer, monkeypatch):
     assert PMIReward(scorer)(["a", "a"], ["x", "y"]) != both  # center='none' is unaffected
 
 
-def test_think_blocks_are_not_scored(scorer):
-    reward = PMIReward(scorer)
+def test_think_blocks_are_not_scored(spread_scorer):
+    reward = PMIReward(spread_scorer)
     logged = {}
     out = reward(
         ["I love jazz."] * 4,
@@ -135,12 +142,17 @@ def test_think_blocks_are_not_scored(scorer):
     )
     assert out[0] == out[1] == out[3] and out[2] == -5.0  # the answer is scored; unfinished reasoning is empty
     assert logged["pmi_reward/think_unfinished_frac"] == 0.25
-    kept = PMIReward(scorer, strip_think=False).texts(["I love jazz."], ["<think>x</think>Coltrane!"])
-    assert kept.replies == ["<think>x</think>Coltrane!"]  # the option off: the reasoning is part of the reply
-    opened = PMIReward(scorer, think_opened=True)(["I love jazz."] * 2, ["hmm</think>Coltrane!", "hmm, jazz"])
-    assert opened == [out[1], -5.0]  # the template opened the block: no </think> means unfinished
+    kept = PMIReward(spread_scorer, strip_think=False)
+    assert kept.texts(["I love jazz."], ["<think>x</think>Coltrane!"]).replies == ["<think>x</think>Coltrane!"]
+    # the option off: the reasoning is part of the reply and moves its score, so the scores above did strip it
+    assert abs(kept(["I love jazz."], ["<think>\nThey like jazz.\n</think>\n\nColtrane!"])[0] - out[1]) > 1e-3
+    opened = PMIReward(spread_scorer, think_opened=True)(["I love jazz."] * 2, ["hmm</think>Coltrane!", "hmm, jazz"])
+    # the template opened the block: no </think> means unfinished
+    assert opened == pytest.approx([out[1], -5.0], abs=1e-5)
     history = [{"role": "user", "content": "I love jazz."}, {"role": "assistant", "content": "<think>x</think>Me too!"}]
-    assert reward([history], ["Coltrane!"]) == reward(["I love jazz.\nMe too!"], ["Coltrane!"])
+    stripped = reward([history], ["Coltrane!"])
+    assert stripped == pytest.approx(reward(["I love jazz.\nMe too!"], ["Coltrane!"]), abs=1e-5)
+    assert abs(stripped[0] - kept([history], ["Coltrane!"])[0]) > 1e-3  # kept, the reasoning moves the score
     # a user's literal <think> is their words, not reasoning: it cut the conversation, the turn answered included
     asked = [
         {"role": "user", "content": "My parser chokes on the <think> tag."},
@@ -294,12 +306,41 @@ def test_invisible_replies_are_rewarded_as_empty(scorer, invisible):
     assert rewards[:2] == [-5.0, -5.0] and rewards[2] != -5.0
 
 
-def test_numpy_arrays_are_accepted_as_inputs(scorer):
+def test_numpy_arrays_are_accepted_as_inputs(spread_scorer):
     """TRL datasets (and verl's parquet rows) can hand numpy arrays of strings or of chat messages."""
-    reward = PMIReward(scorer)
+    reward = PMIReward(spread_scorer)
     expected = reward(["I love jazz.", "Hi"], ["Me too!", "Hello"])
+    assert abs(expected[0] - expected[1]) > 1e-3  # the pairs score apart: a reordered array would show
     assert reward(np.array(["I love jazz.", "Hi"]), np.array(["Me too!", "Hello"])) == expected
     chats = np.array([np.array([{"role": "user", "content": p}], dtype=object) for p in ("I love jazz.", "Hi")])
     replies = np.empty(2, dtype=object)
     replies[:] = [[{"role": "assistant", "content": "Me too!"}], [{"role": "assistant", "content": "Hello"}]]
     assert reward(prompts=chats, completions=replies) == expected
+
+
+def test_from_pretrained_takes_the_scorers_loading_options_and_checks_names_before_loading(
+    tiny_scorer_dir, monkeypatch
+):
+    """Every keyword went to RewardOptions, so revision, token, dtype or backend (docs/serving.md gives them) failed
+    with "RewardOptions.__init__() got an unexpected keyword", after the scorer had loaded."""
+    from pmi_reward.scoring.scorer import PMIScorer
+
+    seen = {}
+    load = PMIScorer.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return load(*args, **{k: v for k, v in kwargs.items() if k not in ("revision", "token")})
+
+    monkeypatch.setattr(PMIScorer, "from_pretrained", spy)
+    reward = PMIReward.from_pretrained(
+        tiny_scorer_dir, revision="main", token=False, dtype="float32", local_files_only=True, empty_score=-1.0
+    )
+    assert reward.options.empty_score == -1.0 and reward.scorer.encoder.spec.dtype == "float32"
+    assert {"revision": "main", "token": False, "dtype": "float32", "local_files_only": True}.items() <= seen.items()
+    seen.clear()
+    with pytest.raises(TypeError, match=r"unexpected arguments \['revison'\]; loading takes \['revision'"):
+        PMIReward.from_pretrained(tiny_scorer_dir, revison="main")
+    with pytest.raises(TypeError, match="either options or keyword options"):
+        PMIReward.from_pretrained(tiny_scorer_dir, options=RewardOptions(), clip=1.0)
+    assert not seen  # refused before anything loaded

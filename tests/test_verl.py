@@ -169,17 +169,22 @@ def _rows() -> list[dict]:
 RESPONSES = ["Coltrane, for sure.", "Miles Davis.<|im_end|>", "ok", "", "Coltrane."]
 
 
-def _expected(tiny_scorer, **options) -> list[float]:
+def _expected(scorer, **options) -> list[float]:
+    """PMIReward's rewards for ``_rows()`` and ``RESPONSES``; on ``spread_scorer`` the scored ones differ, so that a
+    reward handed to the wrong row would show."""
     contexts = [CONTEXT] * 4 + [None]
-    return PMIReward(tiny_scorer, **options)(contexts, ["Coltrane, for sure.", "Miles Davis.", "ok", "", "Coltrane."])
+    rewards = PMIReward(scorer, **options)(contexts, ["Coltrane, for sure.", "Miles Davis.", "ok", "", "Coltrane."])
+    assert len({round(r, 4) for r in rewards[:3]}) == 3
+    return rewards
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_reward_loop(reward_server, tiny_scorer, path, caplog):
-    fn = get_custom_reward_fn(path, "compute_score", {"url": reward_server.url, "empty_score": -1.0})
+def test_reward_loop(spread_server, spread_scorer, path, caplog):
+    fn = get_custom_reward_fn(path, "compute_score", {"url": spread_server.url, "empty_score": -1.0})
     with caplog.at_level(logging.DEBUG, logger="pmi_reward"):  # a warning the first time, then debug
         results = reward_loop(fn, _rows(), RESPONSES)
-    assert [r["reward_score"] for r in results] == pytest.approx(_expected(tiny_scorer, empty_score=-1.0), abs=1e-6)
+    expected = _expected(spread_scorer, empty_score=-1.0)
+    assert [r["reward_score"] for r in results] == pytest.approx(expected, abs=1e-5)
     # verl makes a column of each result key, from the first sample's keys: every result has the same ones
     assert all(set(r["reward_extra_info"]) == {"score", "pmi_no_context"} for r in results)
     assert [r["reward_extra_info"]["pmi_no_context"] for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
@@ -194,7 +199,7 @@ def _agent_row(raw_prompt, extra_info: dict | None = None) -> dict:
     return {**_row(extra_info or {"split": "train", "index": 0}), "tool_extra_fields": {"raw_prompt": raw_prompt}}
 
 
-def test_reward_loop_reads_the_prompt_verl_passes(reward_server, tiny_scorer):
+def test_reward_loop_reads_the_prompt_verl_passes(spread_server, spread_scorer):
     """verl >= 0.7's reward loop passes the row's prompt messages as ``extra_info["raw_prompt"]``; with only that, every
     row got empty_score (a constant reward). A conversation the row itself carries in ``extra_info`` comes first."""
     system = {"role": "system", "content": "Be nice."}
@@ -206,11 +211,14 @@ def test_reward_loop_reads_the_prompt_verl_passes(reward_server, tiny_scorer):
         _agent_row([system, {"role": "user", "content": "Hello?"}], {"context": CONTEXT}),  # the row's own first
         _agent_row([]),  # no conversation anywhere: empty_score, flagged
     ]
-    fn = get_custom_reward_fn(PATHS[1], "compute_score", {"url": reward_server.url, "empty_score": -1.0})
+    fn = get_custom_reward_fn(PATHS[1], "compute_score", {"url": spread_server.url, "empty_score": -1.0})
     responses = ["Coltrane, for sure.", "Miles Davis.<|im_end|>", "ok", "Coltrane.", "Coltrane."]
     got = reward_loop(fn, rows, responses)
-    expected = PMIReward(tiny_scorer, empty_score=-1.0)([CONTEXT] * 4 + [None], [clean_reply(r) for r in responses])
-    assert [r["reward_score"] for r in got] == pytest.approx(expected, abs=1e-6)
+    expected = PMIReward(spread_scorer, empty_score=-1.0)([CONTEXT] * 4 + [None], [clean_reply(r) for r in responses])
+    assert len({round(r, 4) for r in expected[:4]}) == 4  # the rows score apart: a mixed-up answer would show
+    # row 3's raw_prompt ("Hello?") would score another reward than its own context, which comes first
+    assert abs(PMIReward(spread_scorer)(["Hello?"], ["Coltrane."])[0] - expected[3]) > 1e-3
+    assert [r["reward_score"] for r in got] == pytest.approx(expected, abs=1e-5)
     assert [r["reward_extra_info"]["pmi_no_context"] for r in got] == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert verl_adapter.context_of(rows[3]["extra_info"]) == CONTEXT
 
@@ -236,19 +244,29 @@ def test_reward_loop_refuses_group_centring(reward_server):
         reward_loop(fn, _rows()[:1], RESPONSES[:1])
 
 
-def test_legacy_naive(reward_server, tiny_scorer):
-    fn = get_custom_reward_fn(PATHS[0], "compute_score", {"url": reward_server.url})
-    assert legacy_naive(fn, _rows(), RESPONSES) == pytest.approx(_expected(tiny_scorer), abs=1e-6)
+def test_legacy_naive(spread_server, spread_scorer):
+    fn = get_custom_reward_fn(PATHS[0], "compute_score", {"url": spread_server.url})
+    assert legacy_naive(fn, _rows(), RESPONSES) == pytest.approx(_expected(spread_scorer), abs=1e-5)
 
 
 @pytest.mark.parametrize("center", ["none", "group"])
-def test_legacy_batch(reward_server, tiny_scorer, center):
+def test_legacy_batch(spread_server, spread_scorer, center):
     """``custom_reward_function.reward_kwargs`` through the partial, ``reward_model.reward_kwargs`` from the manager."""
-    fn = get_custom_reward_fn(PATHS[0], "compute_score_batch", {"url": reward_server.url})
-    got = legacy_batch(fn, _rows(), RESPONSES, {"center": center})
-    assert got == pytest.approx(_expected(tiny_scorer, center=center), abs=1e-6)
-    if center == "group":  # the four rows share a conversation: a group, centred on its scored replies
-        assert sum(got[:3]) == pytest.approx(0.0, abs=1e-5) and got[3] == got[4] == -5.0
+    fn = get_custom_reward_fn(PATHS[0], "compute_score_batch", {"url": spread_server.url})
+    other = "Did you watch the match?"  # a second group, whose mean differs from the first's
+    rows = [*_rows(), _row({"context": other}), _row({"context": other})]
+    got = legacy_batch(fn, rows, [*RESPONSES, "Yes, what a goal!", "No."], {"center": center})
+    contexts = [CONTEXT] * 4 + [None, other, other]
+    replies = ["Coltrane, for sure.", "Miles Davis.", "ok", "", "Coltrane.", "Yes, what a goal!", "No."]
+    raw = np.array(PMIReward(spread_scorer)(contexts, replies))
+    scored = [0, 1, 2, 5, 6]
+    assert len(set(np.round(raw[scored], 4))) == 5 and abs(raw[:3].mean() - raw[5:].mean()) > 1e-2
+    assert got == pytest.approx(PMIReward(spread_scorer, center=center)(contexts, replies), abs=1e-5)
+    if center == "group":  # the first four rows share a conversation: a group, centred on its scored replies
+        expected = np.r_[raw[:3] - raw[:3].mean(), -5.0, -5.0, raw[5:] - raw[5:].mean()]
+        assert got == pytest.approx(expected.tolist(), abs=1e-5)
+    else:
+        assert got == pytest.approx(raw.tolist(), abs=1e-5)
 
 
 def test_settings_errors(reward_server, monkeypatch):
@@ -262,6 +280,20 @@ def test_settings_errors(reward_server, monkeypatch):
         verl_adapter.compute_score_batch(["d"], ["x", "y"], [None], [{}], url=reward_server.url)
     monkeypatch.setenv("PMI_REWARD_URL", reward_server.url)
     assert isinstance(verl_adapter.compute_score("d", "x", None, {"context": "c"})["score"], float)
+    # reward_kwargs win over the environment ($PMI_REWARD_URL is what OpenRLHF's shim reads on the same workers):
+    # a scorer given there was "exactly one of url or scorer" refused
+    verl_adapter._load_reward.cache_clear()
+    try:
+        got = verl_adapter.compute_score("d", "x", None, {"context": "c"}, scorer="/no/such/scorer")
+    except Exception as err:  # the kwargs' scorer was chosen: it does not exist
+        assert "exactly one" not in str(err) and "no/such/scorer" in str(err)
+    else:
+        raise AssertionError(f"the environment's server answered {got}")
+    finally:
+        verl_adapter._load_reward.cache_clear()
+    monkeypatch.setenv("PMI_REWARD_SCORER", "/no/such/scorer")
+    with pytest.raises(ValueError, match=r"the environment \(\$PMI_REWARD_URL, \$PMI_REWARD_SCORER\) gave both"):
+        verl_adapter.compute_score("d", "x", None, {"context": "c"})
 
 
 def test_in_process_reward_is_safe_from_a_thread_pool(tiny_scorer):

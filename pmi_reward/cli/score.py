@@ -25,7 +25,12 @@ from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 
 @dataclass
 class ScoreArguments:
-    input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON file with context and response columns"})
+    input: str = field(
+        metadata={
+            "help": "CSV/TSV/JSONL/JSON file with context and response columns (a context as text, one turn per "
+            "line, oldest first; chat messages: `rerank --input`)"
+        }
+    )
     output: str = field(metadata={"help": "where to write the rows with the added column (.csv/.tsv/.jsonl/.json)"})
     scorer: str = field(
         default=DEFAULT_SCORER,

@@ -14,19 +14,21 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..scoring.encoder import missing_device
+from ..scoring.encoder import RUNTIME_FIELDS, missing_device
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .options import RewardOptions
 from .path import RewardPath, score_robustly
 from .remote import RemotePMIReward
 
 __all__ = ["PMIReward"]
+
+_LOADING = ("revision", "token", "hub_cache_dir", "local_files_only", "cache_dir")  # PMIScorer.from_pretrained's
 
 
 class PMIReward(RewardPath):
@@ -53,9 +55,20 @@ class PMIReward(RewardPath):
         options: RewardOptions | None = None,
         **kwargs: Any,
     ) -> PMIReward:
-        """Load a saved scorer as a reward (options as ``RewardOptions`` or as keywords); by default the
-        recommended scorer that `make scorer` trains."""
-        return cls(PMIScorer.from_pretrained(scorer_dir, device=device), options, **kwargs)
+        """Load a saved scorer as a reward; by default the recommended scorer that `make scorer` trains. Keywords
+        are the reward's options (``RewardOptions``; or ``options``) and ``PMIScorer.from_pretrained``'s own (a Hub
+        id's ``revision``, ``token``, ``hub_cache_dir``, ``local_files_only``; the embedding ``cache_dir``; the
+        encoder's runtime: ``backend``, ``quantize``, ``dtype``, ``encode_batch_size``), checked before it loads."""
+        loading = {k: kwargs.pop(k) for k in (*_LOADING, *RUNTIME_FIELDS) if k in kwargs}
+        bad = sorted(set(kwargs) - {f.name for f in fields(RewardOptions)})
+        if bad:
+            raise TypeError(
+                f"PMIReward.from_pretrained: unexpected arguments {bad}; loading takes {[*_LOADING, *RUNTIME_FIELDS]}, "
+                f"the reward's options are RewardOptions' fields ({sorted(f.name for f in fields(RewardOptions))})"
+            )
+        if options is not None and kwargs:
+            raise TypeError("pass either options or keyword options, not both")
+        return cls(PMIScorer.from_pretrained(scorer_dir, device=device, **loading), options, **kwargs)
 
     # -- the TRL contract ---------------------------------------------------------------------------
     def __call__(

@@ -15,7 +15,7 @@ loop's ``naive``, ``rate_limited`` and ``remote`` managers merge those fields in
 holds no readable user or assistant turn (system only, an image alone), gets ``empty_score``, a warning in the log
 and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that
 flag), which every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes from is set
-through ``custom_reward_function.reward_kwargs`` (or the environment): ``url`` of a
+through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
@@ -140,13 +140,16 @@ def _load_reward(
 
 
 def _settings(kwargs: dict) -> tuple:
-    url = kwargs.get("url") or os.environ.get("PMI_REWARD_URL")
-    scorer = kwargs.get("scorer") or os.environ.get("PMI_REWARD_SCORER")
+    url, scorer = kwargs.get("url"), kwargs.get("scorer")
+    where = "custom_reward_function.reward_kwargs"
+    if not (url or scorer):  # reward_kwargs win: $PMI_REWARD_URL may be set on the same workers for OpenRLHF's shim
+        url, scorer = os.environ.get("PMI_REWARD_URL"), os.environ.get("PMI_REWARD_SCORER")
+        where = "the environment ($PMI_REWARD_URL, $PMI_REWARD_SCORER)"
     if bool(url) == bool(scorer):
         raise ValueError(
-            "pmi_reward verl: give exactly one of url (a `pmi-reward serve` server) or scorer (a saved "
-            "scorer directory), in custom_reward_function.reward_kwargs or as $PMI_REWARD_URL / "
-            "$PMI_REWARD_SCORER"
+            "pmi_reward verl: give exactly one of url (a `pmi-reward serve` server) or scorer (a saved scorer "
+            f"directory), in custom_reward_function.reward_kwargs or as $PMI_REWARD_URL / $PMI_REWARD_SCORER; "
+            f"{where} gave {'both' if url else 'neither'}"
         )
     _warn_unknown(kwargs)
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from pmi_reward.data.dialogues import load_dialogues
-from pmi_reward.rewards.remote import RemotePMIReward, request_json
+from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env, request_json
 from pmi_reward.scoring.models import load_causal_lm, load_tokenizer
 
 
@@ -173,7 +173,7 @@ def main() -> int:
                     }
                 )
             )
-        health = request_json(url + "/health")
+        health = request_json(url + "/health", api_key=api_key_from_env())  # the key the server was started with
         print(
             json.dumps(
                 {
