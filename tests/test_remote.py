@@ -382,6 +382,50 @@ def test_a_try_given_up_on_frees_its_request_slot(serve, monkeypatch):
     assert handler.calls == 3 and elapsed < 5.0
 
 
+def test_request_json_reads_an_answer_within_its_timeout(serve):
+    """The socket timeout bounds each read, not the answer: a server trickling its answer held the request's thread,
+    socket and a server slot for as long as it kept sending (20 s here); the answer is read within ``timeout``."""
+    from pmi_reward.rewards.remote import request_json
+
+    handler = type("Handler", (_Trickle,), {"stop": threading.Event()})
+    url = serve(handler)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RemoteRewardError, match="longer than the timeout"):
+            request_json(url + "/score", {"pairs": []}, timeout=1.0)
+        elapsed = time.monotonic() - t0
+    finally:
+        handler.stop.set()
+    assert elapsed < 3.0
+
+
+def test_finished_event_loops_do_not_stay_in_the_request_slots(monkeypatch):
+    """A semaphore that made a caller wait holds its loop, so the weak key never let a finished asyncio.run's loop
+    go: verl's sync calls (one loop each) left one entry per call."""
+    import pmi_reward.rewards.remote as remote
+
+    monkeypatch.setattr(remote, "MAX_REQUESTS", 1)
+    monkeypatch.setattr(remote, "_LOOP_SLOTS", type(remote._LOOP_SLOTS)())
+
+    async def contended():
+        slots = remote._request_slots()
+
+        async def hold():
+            async with slots:
+                await asyncio.sleep(0.01)
+
+        await asyncio.gather(hold(), hold())  # the second waits: the semaphore takes hold of the loop
+
+    for _ in range(3):
+        asyncio.run(contended())
+
+    async def entries():
+        remote._request_slots()
+        return len(remote._LOOP_SLOTS)
+
+    assert asyncio.run(entries()) == 1
+
+
 def test_a_request_given_up_on_does_not_hold_the_process_at_exit(serve):
     """Nor does the thread of a try given up on keep the interpreter from exiting (it would join a
     ``concurrent.futures`` thread at exit): a script that calls ``score_sync`` exits as soon as the call raises."""

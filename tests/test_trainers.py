@@ -295,6 +295,31 @@ def test_the_length_baseline_reads_contexts_as_the_reward_does(tiny_scorer, monk
     assert (fit.scale, fit.clip, fit.empty_score, fit.center) == (1.0, None, None, "none")  # raw PMI
 
 
+def test_the_length_baseline_reads_the_prompts_the_policy_trains_on(tiny_scorer, smol_tokenizer, monkeypatch, tmp_path):
+    """Under a chat template that refuses a conversation opening with an assistant turn, training fits such prompts
+    (their oldest turn dropped); the baseline was fitted on the unfitted ones, other contexts than the reward reads."""
+    import copy
+
+    import datasets
+    from test_policy_prompts import GEMMA
+
+    from pmi_reward.policy import trainers
+
+    prompts = [[{"role": "assistant", "content": "Hi."}, {"role": "user", "content": f"I love {t}."}] for t in "ab"]
+    monkeypatch.setattr(
+        trainers, "build_prompts", lambda args: datasets.Dataset.from_dict({"prompt": prompts, "reference": ["w", "x"]})
+    )
+    read = []
+    monkeypatch.setattr(trainers.PMIReward, "__call__", lambda self, p, c, **kw: read.append(p) or [0.0] * len(c))
+    gemma = copy.deepcopy(smol_tokenizer)
+    gemma.chat_template = GEMMA
+    reward = trainers.PMIReward(tiny_scorer)
+    trainers.fit_prompt_length_baseline(ScriptArguments(), reward, tmp_path / "b.json", gemma)
+    assert read[-1] == [p[1:] for p in prompts]
+    trainers.fit_prompt_length_baseline(ScriptArguments(), reward, tmp_path / "c.json", smol_tokenizer)
+    assert read[-1] == prompts  # ChatML takes them as they are
+
+
 def test_an_unscorable_reply_stays_unscorable_beside_other_rewards(tiny_reward, monkeypatch):
     """TRL counts PMI's None as 0 once another function scores the sample: an empty or unfinished reply would beat
     every reply of negative PMI. empty_score None with extra rewards is refused for TRL before anything loads; our

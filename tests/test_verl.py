@@ -409,3 +409,14 @@ def test_misspelt_reward_kwargs_are_warned_about_once(reward_server, monkeypatch
     # one warning, from the first call: the second's verl keywords are not unknown
     assert len(warnings) == 1 and "'centre', 'clip_range', 'emtpy_score' (" in warnings[0], warnings
     assert first == again and isinstance(first["score"], float)
+
+
+def test_a_hub_scorer_can_be_pinned_from_reward_kwargs(monkeypatch, caplog):
+    """revision, token, hub_cache_dir and local_files_only were "unknown keywords" (warned about and dropped): the
+    worker loaded the Hub repo's main, whatever the config pinned."""
+    monkeypatch.delenv("PMI_REWARD_URL", raising=False)
+    monkeypatch.delenv("PMI_REWARD_SCORER", raising=False)
+    pinned = {"revision": "v1", "token": False, "hub_cache_dir": "/tmp/hub", "local_files_only": True}
+    settings = verl_adapter._settings({"scorer": "org/scorer", **pinned, "dtype": "float32"})
+    assert dict(settings[4]) == {**pinned, "dtype": "float32"}
+    assert "unknown" not in caplog.text

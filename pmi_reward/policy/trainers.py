@@ -160,10 +160,15 @@ def _import(spec: str) -> Callable:
     return function
 
 
-def fit_prompt_length_baseline(args: ScriptArguments, reward: PMIReward, path: str | Path) -> Path:
+def fit_prompt_length_baseline(
+    args: ScriptArguments, reward: PMIReward, path: str | Path, tokenizer: PreTrainedTokenizerBase | None = None
+) -> Path:
     """Fit the reward scorer's mean PMI of the training prompts' human replies by length and save it (the
-    baseline of the length-neutral reward; no judge involved)."""
+    baseline of the length-neutral reward; no judge involved); with the policy's ``tokenizer``, on the prompts as its
+    chat template takes them (``fit_prompt_column``), the contexts the reward then reads in training."""
     data = build_prompts(args)
+    if tokenizer is not None:
+        data = fit_prompt_column(data, tokenizer)
     if "reference" not in data.column_names:
         raise ValueError(
             "--length_neutral needs prompts cut from dialogues (their human replies); give --length_baseline"
@@ -206,7 +211,7 @@ def build_rewards(
     options = options or RewardOptions()
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
-        path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json")
+        path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json", tokenizer)
         pmi = PMIReward(pmi.scorer, replace(pmi.options, length_baseline=str(path)))
     rewards: list[Callable] = [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
     if args.truncation_penalty is not None:

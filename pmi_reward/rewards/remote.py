@@ -95,6 +95,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _read_within(response: Any, deadline: float) -> bytes:
+    """The answer's body, read in pieces until ``deadline`` (each piece bounded by the socket timeout): an answer
+    sent a byte at a time held its thread, its socket and a server slot for as long as the server kept sending."""
+    chunks = []
+    while chunk := response.read1(1 << 16):
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the answer took longer than the timeout to arrive ({sum(map(len, chunks))} bytes)")
+    return b"".join(chunks)
+
+
 class RemoteRewardError(RuntimeError):
     """The reward server refused a request, or could not be reached after the retries."""
 
@@ -113,7 +124,8 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
     """POST ``payload`` (or GET when None) as JSON and return the JSON answer, sending ``api_key`` as a bearer
     token, directly (environment proxies are ignored, redirects are not followed); RemoteRewardError on a non-2xx
     answer (with the server's message) or on a connection failure (status None; also an answer cut short, not HTTP
-    at all or not JSON). ``timeout`` bounds each socket operation, not the whole request."""
+    at all or not JSON). ``timeout`` bounds each socket operation and the reading of the answer as a whole (a
+    server trickling its answer is cut off once it has taken ``timeout`` in all)."""
     # UTF-8 as is: escaped, a CJK character took 6 bytes of the server's body limit
     data = None if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
     headers = {"Content-Type": "application/json"}
@@ -122,7 +134,7 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            return json.loads(_read_within(response, time.monotonic() + timeout))
     except urllib.error.HTTPError as err:
         retry_after = _retry_after(err.headers.get("Retry-After")) if err.headers is not None else None
         if 300 <= err.code < 400:
@@ -147,7 +159,11 @@ _LOOP_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaph
 
 
 def _request_slots() -> asyncio.Semaphore:
-    """The running event loop's request slots (one loop per ``run_sync`` call: verl's sync calls do not share)."""
+    """The running event loop's request slots (one loop per ``run_sync`` call: verl's sync calls do not share).
+    Closed loops' entries are dropped here: a semaphore that made a caller wait holds its loop, so the weak key
+    alone never let a finished ``asyncio.run``'s loop go."""
+    for closed in [loop for loop in list(_LOOP_SLOTS) if loop.is_closed()]:
+        _LOOP_SLOTS.pop(closed, None)
     loop = asyncio.get_running_loop()
     slots = _LOOP_SLOTS.get(loop)
     if slots is None:

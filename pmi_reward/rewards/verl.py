@@ -17,7 +17,8 @@ and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``
 flag), which every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes from is set
 through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
-once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs);
+once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs,
+``revision``, ``token``, ``hub_cache_dir`` and ``local_files_only`` which Hub copy it is);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
 and ``api_key`` for a server that requires one (better: ``$PMI_REWARD_API_KEY`` in the workers' environment, out
 of the config files). Any other key is ignored with a warning naming it (a misspelling; not an error, so that a
@@ -59,7 +60,9 @@ CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 RAW_PROMPT_KEY = "raw_prompt"
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
 # what _settings reads besides the RewardOptions fields
-_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS}
+# a Hub scorer's loading options (PMIScorer.from_pretrained), passed on with the encoder's runtime ones
+_HUB_LOADING = ("revision", "token", "hub_cache_dir", "local_files_only")
+_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS, *_HUB_LOADING}
 # keywords verl itself adds to a reward function's call (verl @ b178a3c): the reward loop's managers pass
 # reward_router_address and reward_model_tokenizer when a reward model's router runs (reward_loop/reward_manager/
 # naive.py, limited.py, dapo.py), its dapo manager strict_box_verify; the legacy batch manager passes on
@@ -155,7 +158,7 @@ def _settings(kwargs: dict) -> tuple:
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
-    runtime = {k: v for k, v in kwargs.items() if k in RUNTIME_FIELDS and v is not None}
+    runtime = {k: v for k, v in kwargs.items() if k in (*RUNTIME_FIELDS, *_HUB_LOADING) and v is not None}
     return (
         url,
         scorer,

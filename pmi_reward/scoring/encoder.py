@@ -45,7 +45,9 @@ _UNSAVED = ("backend", "quantize")  # machine choices that config.json never rec
 class EncoderSpec:
     """Which frozen model embeds text, and how; saved with a scorer."""
 
-    model: str = field(default="minilm", metadata={"help": "minilm | smollm2-135m-instruct | any HF model id/path"})
+    model: str = field(
+        default="minilm", metadata={"help": "minilm | mpnet | smollm2-135m-instruct | any HF model id/path"}
+    )
     pooling: str | None = field(default=None, metadata={"help": "mean | last (default: by model type)"})
     normalize: bool = field(default=True, metadata={"help": "L2-normalize embeddings"})
     max_length: int = field(default=256, metadata={"help": "encoder token budget per input"})

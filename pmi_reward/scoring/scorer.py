@@ -371,8 +371,10 @@ def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str,
     if spec.model != LOCAL_ENCODER:
         return {}
     path = Path(directory or "") / LOCAL_ENCODER
-    if directory is None or not (path / "config.json").is_file():
+    if directory is None or not path.is_dir():
         raise ScorerLoadError(f"{source}: its fine-tuned encoder should be in {path}, which is missing")
+    if not (path / "config.json").is_file():
+        raise ScorerLoadError(f"{path / 'config.json'}: missing from the fine-tuned encoder; re-download or save again")
     _check_encoder_files(path, digests, source)
     from .models import load_backbone, load_tokenizer
 
