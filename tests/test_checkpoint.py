@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import TOPICS
-from test_training import _topic_features
+from safetensors import safe_open
+from test_training import _Diverging, _topic_features
 
 import pmi_reward.training.checkpoint as checkpoint
 from pmi_reward.data.dialogues import Dialogue
@@ -25,6 +26,7 @@ from pmi_reward.data.pairs import PairSet
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.fit import fit_scorer
 from pmi_reward.training.loop import TrainConfig, train_head
 
 TESTS = Path(__file__).resolve().parent
@@ -266,3 +268,63 @@ def test_a_run_that_stops_sooner_does_not_resume_a_longer_one(tmp_path):
     rounds: list[int] = []
     _same(_train(str(tmp_path), epochs=6, patience=10, rounds=rounds), _train(epochs=6, patience=10))
     assert rounds == [1]  # round 6 alone was trained
+
+
+def test_a_run_that_diverged_resumes_to_its_result(tmp_path):
+    """A round that diverges after good ones is checkpointed (val_auc null) and ends the run with the best round; a
+    resume returns that result at once (it repeated the diverging round, bit for bit, and raised again)."""
+    train, val, ft, fv = _problem()
+    config = TrainConfig(**CONFIG, checkpoint_dir=str(tmp_path))
+
+    def run():
+        features = _Diverging(ft, 3)
+        with pytest.warns(UserWarning, match="round 3: .*training diverged"):
+            result = train_head(HEAD, features, train, fv, val, config, progress=False, negatives=NEGATIVES)
+        return result, features.rounds
+
+    first, trained = run()
+    assert trained == 3 and first.history[-1]["val_auc"] is None and first.best_epoch in (1, 2)
+    with safe_open(str(tmp_path / checkpoint.CHECKPOINT_NAME), "pt") as f:
+        saved = json.loads(f.metadata()["state"])
+    assert saved["epoch"] == 3 and saved["history"][-1]["val_auc"] is None and saved["best_epoch"] == first.best_epoch
+    rounds: list[int] = []
+    resumed = _train(str(tmp_path), rounds=rounds)  # the same run, its features not yet diverging: nothing trains
+    assert rounds == []
+    _same(resumed, first)
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_a_resumed_encoder_fine_tune_equals_the_uninterrupted_one(tmp_path, tiny_encoder_factory, mode):
+    """An encoder fine-tune (warm-up, dropout on, random negatives from the batch) stopped after round 1 and resumed
+    to round 3 gives the uninterrupted run's rounds, head and encoder weights."""
+    train, val, _, _ = _problem()
+
+    def run(epochs, directory=None):
+        config = TrainConfig(
+            batch_size=16,
+            encoder_batch_size=8,
+            epochs=epochs,
+            patience=5,
+            warmup_rounds=1,
+            steps_per_round=2,
+            train_encoder=mode,
+            encoder_lr=1e-3,
+            bf16=False,
+            checkpoint_dir=directory,
+            seed=3,
+        )
+        encoder = tiny_encoder_factory()
+        return fit_scorer(
+            train, val, encoder, TEMPLATES["en"], config, HeadConfig(hidden=[16]), NegativeSpec(2, 0, 1), False
+        )
+
+    full, uninterrupted = run(3)
+    run(1, str(tmp_path))
+    resumed, result = run(3, str(tmp_path))
+    _same(result, uninterrupted)
+    assert [h["epoch"] for h in result.history] == [0, 1, 2, 3]
+    tuned, pretrained = (e.model.state_dict() for e in (full.encoder, tiny_encoder_factory()))
+    assert not all(torch.equal(tuned[k], pretrained[k]) for k in pretrained)  # the encoder did train
+    for a, b in zip(tuned.values(), resumed.encoder.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert resumed.encoder.spec.revision == full.encoder.spec.revision  # the weights' digest

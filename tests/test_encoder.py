@@ -215,3 +215,45 @@ def test_a_folder_named_like_a_shipped_model_does_not_take_its_cache_key(tmp_pat
     assert shipped == elsewhere and shipped != folder and str(tmp_path.resolve() / "minilm") in folder
     (tmp_path / "all-MiniLM-L6-v2").mkdir()  # an alias of a shipped model, too
     assert str(tmp_path.resolve()) not in EncoderSpec(model="all-MiniLM-L6-v2").fingerprint("mean")
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_embeddings(tiny_encoder_factory, tmp_path, caplog):
+    """A cache the process can read but not write (a read-only mount, another user's file, a full disk) raised
+    'attempt to write a readonly database' from every put: every new reply's score failed and got empty_score, so
+    an RL reward became constant with only warnings. Now its writes are skipped (one warning), its rows still read."""
+    import logging
+    import sqlite3
+
+    texts = ["seen before", "new one", "another new one"]
+    writer = EmbeddingCache(tmp_path)
+    expected = tiny_encoder_factory(cache=writer).encode(texts)
+    writer._db.execute("DELETE FROM emb WHERE rowid > 1")  # the cache now holds only the first text
+    writer._db.commit()
+    writer.close()
+    cache = EmbeddingCache(tmp_path)
+    cache._db.close()  # as a process that may read the file but not write it opens it (root ignores chmod 0444)
+    cache._db = sqlite3.connect(f"file:{cache.path}?mode=ro", uri=True, check_same_thread=False)
+    enc = tiny_encoder_factory(cache=cache)
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.scoring.cache"):
+        np.testing.assert_allclose(enc.encode(texts), expected, atol=1e-6)
+        np.testing.assert_allclose(enc.encode(texts[1:]), expected[1:], atol=1e-6)
+    assert enc.stats.cache_hits == 1 and not cache.writable and len(cache) == 1
+    warned = [r.getMessage() for r in caplog.records if "cannot write it" in r.getMessage()]
+    assert len(warned) == 1 and "embeddings.sqlite" in warned[0] and "readonly" in warned[0]
+
+
+def test_a_cache_write_that_finds_it_locked_is_skipped_not_raised(tmp_path):
+    """Another process holding the write lock past the busy timeout: that write is dropped, later ones still go."""
+    import sqlite3
+
+    cache = EmbeddingCache(tmp_path)
+    cache._db.close()
+    cache._db = sqlite3.connect(cache.path, timeout=0.05, check_same_thread=False)
+    other = sqlite3.connect(cache.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    cache.put([b"a"], np.ones((1, 4), dtype=np.float32))
+    other.execute("ROLLBACK")
+    assert cache.writable and len(cache) == 0
+    cache.put([b"b"], np.ones((1, 4), dtype=np.float32))
+    assert len(cache) == 1
+    other.close()

@@ -2,6 +2,7 @@
 penalty each keep TRL's contract (one float or None per completion, a ``__name__``, numpy inputs, picklable)
 and do what they are for."""
 
+import json
 import math
 import pickle
 
@@ -12,7 +13,6 @@ from pmi_reward.rewards.combined import CombinedReward
 from pmi_reward.rewards.diversity import DiversityReward, diversity_reward, opening, repeated_ngram_share
 from pmi_reward.rewards.length import LengthBaseline, fit_length_baseline, reply_words
 from pmi_reward.rewards.options import RewardOptions
-from pmi_reward.rewards.path import RewardPath
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.rewards.truncation import TruncationPenalty, is_truncated
 
@@ -55,6 +55,34 @@ def test_length_baseline_fits_bins_and_round_trips(baseline_file):
         LengthBaseline((2.0, 1.0), (0.0, 0.0), (1, 1))
 
 
+def test_a_length_baseline_is_saved_whole_or_not_at_all(baseline_file, monkeypatch):
+    """Under DDP with --length_neutral every rank saves output_dir/length_baseline.json and loads it back; the file
+    was truncated, then written, so a rank could read another's half-written file (and a write cut short, by a full
+    disk, left one behind). A save now moves a complete file into place."""
+    import errno
+    from pathlib import Path
+
+    before = LengthBaseline.load(baseline_file)
+    reader = open(baseline_file)  # noqa: SIM115 - a rank that opened the file before another rank's save
+    other = LengthBaseline((1.0, 2.0), (0.5, 0.6), (3, 4))
+    other.save(baseline_file)
+    assert LengthBaseline.load(baseline_file) == other
+    assert json.loads(reader.read())["pmi"] == list(before.pmi)  # the old file, whole
+    reader.close()
+
+    def cut_short(self, text, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write(text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(OSError, match="No space left"):
+        before.save(baseline_file)
+    monkeypatch.undo()
+    assert LengthBaseline.load(baseline_file) == other
+    assert sorted(p.name for p in Path(baseline_file).parent.iterdir()) == ["length_baseline.json"]
+
+
 def test_a_longer_reply_with_the_same_content_is_not_rewarded_more(baseline_file):
     content = "Did you see Half Dome?"
     padded = content + " It is a really really really really really really really big rock you know."
@@ -73,10 +101,11 @@ def test_length_neutral_reward_keeps_the_contract(baseline_file, tiny_scorer):
     assert out[1] is None and out[0] + out[2] == pytest.approx(0.0, abs=1e-6)  # centred after the baseline
     real = PMIReward(tiny_scorer, length_baseline=baseline_file)
     assert _contract(real, [PROMPT], ["Half Dome!"])[0] is not None
-    # pickling keeps the options, and the path reloads the baseline from them (a full round trip rebuilds the
-    # scorer from its model files: tests/test_reward.py does it on MiniLM)
+    # pickling keeps the options and the baseline as loaded (a full round trip rebuilds the scorer from its model
+    # files: tests/test_reward.py does it)
     state = pickle.loads(pickle.dumps(real.__getstate__()))
-    assert RewardPath(RewardOptions(**state["options"])).length_baseline == LengthBaseline.load(baseline_file)
+    assert state["length_baseline"] == LengthBaseline.load(baseline_file) == real.length_baseline
+    assert RewardOptions(**state["options"]) == real.options
 
 
 def test_diversity_reward_penalises_repetition_and_alike_openings():

@@ -124,6 +124,46 @@ def test_replace_directory_swaps_in_the_complete_folder(tmp_path):
     assert [p.name for p in target.iterdir()] == ["new.txt"] and [p.name for p in tmp_path.iterdir()] == ["scorer"]
 
 
+def test_an_output_folder_that_is_a_symlink_is_replaced_at_its_target(tmp_path):
+    """outputs/scorer -> big/scorer: the link was moved aside (a dangling .old link left behind) and a real folder put
+    in its place, while the target kept the old scorer. The target is replaced; the link points at the new one."""
+    (tmp_path / "big" / "scorer").mkdir(parents=True)
+    (tmp_path / "big" / "scorer" / "f").write_text("old")
+    (tmp_path / "outputs").mkdir()
+    link = tmp_path / "outputs" / "scorer"
+    link.symlink_to(Path("..") / "big" / "scorer")
+    with pytest.raises(DataError, match="not empty"):  # the target's files count
+        check_output_dir(link)
+    check_output_dir(link, overwrite=True)
+    assert replace_directory(link, lambda folder: (folder / "f").write_text("new")) == link
+    assert link.is_symlink() and (link / "f").read_text() == "new"
+    assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["scorer"]
+    assert [p.name for p in (tmp_path / "big").iterdir()] == ["scorer"]  # the old folder and the temporary are gone
+    (tmp_path / "big" / "gone").symlink_to(tmp_path / "nowhere" / "scorer")  # dangling: the target is created
+    replace_directory(tmp_path / "big" / "gone", lambda folder: (folder / "f").write_text("new"))
+    assert (tmp_path / "big" / "gone").is_symlink() and (tmp_path / "nowhere" / "scorer" / "f").read_text() == "new"
+
+
+def test_the_current_folder_is_refused_as_an_output_folder(tmp_path, monkeypatch):
+    """--output_dir . passed the check, the whole run trained, then the save failed (Path('.').with_name); replacing
+    the current folder (or one holding it) would leave the process and its shell in a deleted folder. Refused before
+    any work; a checkpoint folder, written into, may be the current folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    for given in (".", "/", "..", tmp_path, "sub/../"):
+        with pytest.raises(DataError, match="is the current folder or holds it"):
+            check_output_dir(given, overwrite=True)
+    filled = []
+    with pytest.raises(DataError, match="is the current folder or holds it"):
+        replace_directory(".", filled.append)
+    assert filled == [] and list(run.iterdir()) == []
+    check_output_dir(".", overwrite=True, what="--checkpoint_dir", whole=False)
+    check_output_dir("scorer")
+    assert replace_directory("scorer", lambda folder: (folder / "f").write_text("new")) == Path("scorer")
+    assert (run / "scorer" / "f").read_text() == "new"
+
+
 def test_reading_names_a_folder_or_a_missing_file(tmp_path):
     with pytest.raises(DataError, match="a folder, not a file"):
         read_records(tmp_path)

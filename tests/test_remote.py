@@ -238,6 +238,21 @@ def test_gives_up_with_none_or_raises(flaky, caplog):
         RemotePMIReward(url, retries=0, on_failure="raise").score_sync(["c"], ["x"])
 
 
+def test_remote_failures_averages_to_the_share_of_calls_that_failed(flaky):
+    """``<name>/remote_failures`` was logged only by a failed call, so a trainer's mean of it (TRL: the sum over the
+    values logged) read 1.0 whenever any call failed; each answered call now logs 0.0."""
+    url, _ = flaky(failures=1)
+    reward = RemotePMIReward(url, retries=0, name="pmi")
+    logged: dict[str, list[float]] = {}
+
+    async def calls() -> None:
+        for _ in range(4):
+            await reward(["c"], ["x"], log_metric=lambda k, v: logged.setdefault(k, []).append(v))
+
+    asyncio.run(calls())
+    assert logged["pmi/remote_failures"] == [1.0, 0.0, 0.0, 0.0]
+
+
 def test_client_errors_are_not_retried(flaky):
     url, handler = flaky(failures=1, status=422)
     with pytest.raises(RemoteRewardError, match="HTTP 422"):
@@ -424,6 +439,47 @@ def test_finished_event_loops_do_not_stay_in_the_request_slots(monkeypatch):
         return len(remote._LOOP_SLOTS)
 
     assert asyncio.run(entries()) == 1
+
+
+def test_request_slots_are_safe_from_many_threads(monkeypatch):
+    """verl's reward loop calls from many threads, each in its own event loop: one thread pruning the loops' slots
+    while another added its own raised 'dictionary changed size during iteration' out of the reward call."""
+    import sys
+
+    import pmi_reward.rewards.remote as remote
+
+    class Open:
+        """A loop still running elsewhere: kept by the prune, it makes each pass over the slots longer."""
+
+        def is_closed(self) -> bool:
+            return False
+
+    others = [Open() for _ in range(1000)]
+    monkeypatch.setattr(remote, "_LOOP_SLOTS", type(remote._LOOP_SLOTS)(dict.fromkeys(others)))
+    errors: list[str] = []
+
+    async def one() -> None:
+        async with remote._request_slots():
+            await asyncio.sleep(0)
+
+    def work() -> None:
+        for _ in range(100):
+            try:
+                asyncio.run(one())
+            except Exception as err:  # noqa: BLE001 - counted, the assertion names them
+                errors.append(f"{type(err).__name__}: {err}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches between almost every bytecode: the race shows within the test
+    try:
+        threads = [threading.Thread(target=work) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
 
 
 def test_a_request_given_up_on_does_not_hold_the_process_at_exit(serve):

@@ -344,3 +344,46 @@ def test_from_pretrained_takes_the_scorers_loading_options_and_checks_names_befo
     with pytest.raises(TypeError, match="either options or keyword options"):
         PMIReward.from_pretrained(tiny_scorer_dir, options=RewardOptions(), clip=1.0)
     assert not seen  # refused before anything loaded
+
+
+def test_a_pickled_reward_keeps_the_length_baseline_it_loaded(tiny_scorer_dir, tmp_path, monkeypatch):
+    """The copy re-read its baseline from the path as given (``--length_baseline`` is often relative): a worker in
+    another folder raised FileNotFoundError, and one whose file had been refitted since scored with another baseline.
+    It carries the baseline it ran with, as RemotePMIReward does."""
+    import json
+
+    run, worker = tmp_path / "run", tmp_path / "worker"
+    run.mkdir()
+    worker.mkdir()
+    (run / "baseline.json").write_text(json.dumps({"lengths": [1, 5, 10], "pmi": [0.1, 0.5, 1.0], "counts": [9] * 3}))
+    monkeypatch.chdir(run)
+    reward = PMIReward.from_pretrained(tiny_scorer_dir, device="cpu", length_baseline="baseline.json")
+    blob = pickle.dumps(reward)
+    (run / "baseline.json").write_text(json.dumps({"lengths": [1, 2], "pmi": [7.0, 8.0], "counts": [1, 1]}))
+    args = (["I love jazz.\nMe too!"] * 2, ["Coltrane, surely.", "Miles Davis and his quintet of the sixties."])
+    for folder in (worker, run):  # a worker elsewhere; here, after a refit
+        monkeypatch.chdir(folder)
+        clone = pickle.loads(blob)
+        assert clone.length_baseline == reward.length_baseline and clone.options == reward.options
+        assert clone(*args) == pytest.approx(reward(*args))
+
+
+def test_a_pickled_reward_whose_encoder_is_missing_fails_once_naming_it(tiny_scorer_dir, tmp_path):
+    """Every error rebuilding the scorer was taken for an unusable embedding cache: a warning blaming the cache, the
+    encoder loaded a second time without one, and the same error raised twice (one during the other's handling)."""
+    import json
+    import shutil
+    import warnings
+
+    root = tmp_path / "copy"
+    shutil.copytree(tiny_scorer_dir.parent, root)
+    config = json.loads((root / "scorer" / "config.json").read_text())
+    config["encoder"]["model"] = str(root / "encoder")
+    (root / "scorer" / "config.json").write_text(json.dumps(config))
+    blob = pickle.dumps(PMIReward.from_pretrained(root / "scorer", device="cpu", cache_dir=tmp_path / "emb"))
+    shutil.rmtree(root / "encoder")
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(FileNotFoundError, match="encoder") as error:
+        warnings.simplefilter("always")
+        pickle.loads(blob)
+    assert not [w for w in caught if "cache" in str(w.message)]
+    assert error.value.__context__ is None  # raised once, not again while handling itself

@@ -1,3 +1,7 @@
+import copy
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -6,10 +10,12 @@ from conftest import TOPICS
 from pmi_reward.data.negatives import NegativeSpec
 from pmi_reward.data.pairs import PairSet
 from pmi_reward.scoring.features import TensorFeatures
-from pmi_reward.scoring.head import HeadConfig
+from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training import loop
 from pmi_reward.training.fit import evaluate_auc, fit_scorer
-from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
+from pmi_reward.training.job import TrainData, build_pairs
+from pmi_reward.training.loop import TrainConfig, default_lr, score_index_pairs, train_head
 
 TOPIC_OF = {t: i for i, (name, turns) in enumerate(TOPICS.items()) for t in turns}
 
@@ -187,10 +193,120 @@ def test_train_config_refuses_options_out_of_range(option, value):
 
 
 def test_a_diverged_head_is_a_clear_error(split):
-    """Scores that are not numbers (a learning rate far too high) say so, not sklearn's 'Input contains NaN'."""
+    """Scores that are not numbers (a learning rate far too high) say so, not sklearn's 'Input contains NaN', and
+    name the round; with no finite round to keep, an error. A start head that is not finite is round 0."""
     train, val = split
     config = TrainConfig(batch_size=16, epochs=2, lr=1e30, objective="chi2")
-    with pytest.raises(ValueError, match="training diverged"):
-        train_head(
-            HeadConfig(8, hidden=[16]), _topic_features(train, 0), train, _topic_features(val, 1), val, config, False
+    ft, fv = _topic_features(train, 0), _topic_features(val, 1)
+    with pytest.raises(ValueError, match="round 1: .*training diverged"):
+        train_head(HeadConfig(8, hidden=[16]), ft, train, fv, val, config, False)
+    start = PMIHead(HeadConfig(8, hidden=[16]))
+    with torch.no_grad():
+        next(start.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match="round 0: .*training diverged.*the head training starts from"):
+        train_head(HeadConfig(8, hidden=[16]), ft, train, fv, val, replace(config, lr=1e-3), False, head=start)
+
+
+class _Diverging(TensorFeatures):
+    """Training batches that turn to NaN from round ``at`` on, as a bf16 overflow or an lr spike leaves them."""
+
+    def __init__(self, base: TensorFeatures, at: int) -> None:
+        super().__init__(base.u, base.v)
+        self.at, self.rounds = at, 0
+
+    def prepare(self, ctx, resp) -> None:  # once per training round
+        self.rounds += 1
+
+    def __call__(self, ctx, resp):
+        u, v = super().__call__(ctx, resp)
+        return (u * float("nan"), v) if torch.is_grad_enabled() and self.rounds >= self.at else (u, v)
+
+
+def test_a_round_that_diverges_after_good_ones_ends_the_run_with_the_best(split):
+    """One non-finite round after good ones raised 'training diverged' and returned nothing (a resume repeated it):
+    it is recorded (val_auc None, JSON null), a warning names it and the best round, and the result is the one of a
+    run that stopped before it. A start head validated as round 0 is a finite round too."""
+    train, val = split
+    config = TrainConfig(batch_size=16, epochs=6, patience=6, seed=0, lr=3e-3)
+    ft, fv, negatives = _topic_features(train, 0), _topic_features(val, 1), NegativeSpec(4, 0, 0)
+    with pytest.warns(UserWarning, match=r"round 3: .*training diverged.*; stopping with round \d, the best so far"):
+        result = train_head(HeadConfig(dim=8), _Diverging(ft, 3), train, fv, val, config, False, negatives=negatives)
+    before = train_head(HeadConfig(dim=8), ft, train, fv, val, replace(config, epochs=2), False, negatives=negatives)
+    assert result.untimed_history()[:2] == before.untimed_history()
+    assert result.untimed_history()[2] == {"epoch": 3, "loss": None, "val_auc": None, "val_loss": None}
+    assert (result.best_epoch, result.best_val_auc) == (before.best_epoch, before.best_val_auc)
+    for a, b in zip(result.head.state_dict().values(), before.head.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert result.summary()["diverged_round"] == 3 and result.summary()["epochs_run"] == 3
+    assert "diverged_round" not in before.summary()
+    assert json.loads(json.dumps(result.history, allow_nan=False))[2]["val_auc"] is None
+    start = copy.deepcopy(before.head.state_dict())
+    with pytest.warns(UserWarning, match="round 1: .*stopping with round 0"):
+        kept = train_head(
+            HeadConfig(dim=8), _Diverging(ft, 1), train, fv, val, config, False, negatives=negatives, head=before.head
         )
+    assert kept.best_epoch == 0 and [h["val_auc"] is None for h in kept.history] == [False, True]
+    for a, b in zip(kept.head.state_dict().values(), start.values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_encoder_and_head_train_at_their_own_lrs_recorded_as_used(split, tiny_encoder, monkeypatch):
+    """While the encoder trains, the head's lr is scaled by encoder_batch_size / batch_size and the encoder's weights
+    take encoder_lr without weight decay; the warm-up trains the head alone at lr. The metadata records the lrs used
+    (lr None recorded null, not default_lr's value)."""
+    groups = []
+    init = loop._Run.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        groups.append([(len(g["params"]), g["lr"], g["weight_decay"]) for g in self.optim.param_groups])
+
+    monkeypatch.setattr(loop._Run, "__init__", spy)
+    train, val = split
+    config = TrainConfig(
+        batch_size=16,
+        encoder_batch_size=8,
+        epochs=1,
+        warmup_rounds=1,
+        steps_per_round=1,
+        train_encoder="lora",
+        encoder_lr=1e-4,
+        weight_decay=0.05,
+        bf16=False,
+    )
+    scorer, _ = fit_scorer(
+        train, val, tiny_encoder, TEMPLATES["en"], config, HeadConfig(hidden=[16]), NegativeSpec(2, 0, 0), False
+    )
+    lr, n_head = default_lr(tiny_encoder.dim), len(list(scorer.head.parameters()))
+    assert groups[0] == [(n_head, lr, 0.05)]  # the warm-up: the head alone at batch_size
+    (head_group, encoder_group) = groups[1]
+    assert head_group == (n_head, lr * 8 / 16, 0.05) and encoder_group[0] > 0 and encoder_group[1:] == (1e-4, 0.0)
+    training = scorer.metadata["training"]
+    assert (training["lr"], training["head_lr_with_encoder"], training["encoder_lr"]) == (lr, lr * 8 / 16, 1e-4)
+
+
+def test_the_data_provenance_names_every_option_that_shaped_the_pairs(tmp_path, topic_dialogues):
+    """max_pairs_per_dialogue, the split's fractions and seed and max_dialogues decide which pairs a scorer was
+    trained on: the metadata's source names them (it named only the file, the skip and the context turns)."""
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("".join(json.dumps({"id": d.id, "turns": list(d.turns)}) + "\n" for d in topic_dialogues))
+    data = TrainData(
+        dialogues=str(path),
+        max_dialogues=50,
+        max_pairs_per_dialogue=2,
+        val_fraction=0.2,
+        test_fraction=0.1,
+        split_seed=3,
+    )
+    *_, source = build_pairs(data)
+    assert source == {
+        "dialogues": str(path),
+        "skip_dialogues": 0,
+        "max_dialogues": 50,
+        "n_dialogues": [35, 10, 5],
+        "max_context_turns": 3,
+        "max_pairs_per_dialogue": 2,
+        "val_fraction": 0.2,
+        "test_fraction": 0.1,
+        "split_seed": 3,
+    }

@@ -259,15 +259,36 @@ def check_output(
     return path
 
 
-def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "--output_dir") -> Path:
+def _replaced_folder(path: str | Path, what: str) -> Path:
+    """The folder that replacing ``path`` whole puts in place: ``.`` and ``..`` resolved, and a symlink's target (the
+    link keeps pointing at the new folder; moving the link aside left the target's old contents in use). The current
+    folder and every folder that holds it (``/`` too) are refused: moved aside and deleted, it would leave the running
+    process and the shell it was started from in a deleted folder (and ``.`` or ``/`` have no name to rename)."""
+    try:
+        target = Path(path).resolve()
+    except (OSError, RuntimeError) as err:  # a symlink loop
+        raise DataError(f"{what} {path}: {err}") from None
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise DataError(
+            f"{what} {path} is the current folder or holds it ({target}), and it is replaced whole: name a folder "
+            f"inside it, e.g. {Path(path) / 'scorer'}"
+        )
+    return target
+
+
+def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "--output_dir", whole: bool = True) -> Path:
     """Check an output folder before any work starts: not a file, empty or absent unless ``overwrite``, and in a
-    folder we may write into."""
+    folder we may write into. ``whole``: the folder is replaced whole (``replace_directory``), so what is checked is
+    the folder a symlink points at, and the current folder (or one holding it) is refused; False for a folder that
+    files are written into (a checkpoint folder)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    target = _replaced_folder(path, what) if whole else path
+    if target.exists() and not target.is_dir():
         raise DataError(f"{what} {path} is a file, not a folder")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise DataError(f"{what} {path} exists and is not empty; pass --overwrite to replace it")
-    _writable_folder(path, what)
+    _writable_folder(target, what)
     return path
 
 
@@ -290,8 +311,11 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
 
 def replace_directory(path: str | Path, fill: Callable[[Path], object]) -> Path:
     """Call ``fill(tmp)`` on a fresh folder beside ``path``, then put it in ``path``'s place, so that ``path`` holds
-    the old folder or the complete new one (a folder it replaces is moved aside first, then deleted)."""
-    path = Path(path)
+    the old folder or the complete new one (a folder it replaces is moved aside first, then deleted). A symlink's
+    target is replaced, beside it (the link then points at the new folder); the current folder is refused (see
+    ``check_output_dir``). Returns ``path`` as given."""
+    given = Path(path)
+    path = _replaced_folder(given, "output folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.mkdir(0o777)  # the kernel applies the umask
@@ -307,4 +331,4 @@ def replace_directory(path: str | Path, fill: Callable[[Path], object]) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return given

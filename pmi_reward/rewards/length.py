@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data.records import atomic_write
+
 __all__ = ["LengthBaseline", "reply_words", "fit_length_baseline"]
 
 
@@ -49,9 +51,12 @@ class LengthBaseline:
         return np.interp(np.asarray(n_words, dtype=np.float64), self.lengths, self.pmi)
 
     def save(self, path: str | Path) -> Path:
+        """Write the baseline to ``path`` in one step (a temporary file moved into place): under DDP every rank
+        fits and saves the same file, then loads it, and a rank could read another's half-written one."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"unit": "words", **asdict(self)}, indent=1))
+        text = json.dumps({"unit": "words", **asdict(self)}, indent=1)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
         return path
 
     @classmethod

@@ -156,19 +156,23 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
 # try's time starts and given back when the try ends or is given up on (a thread left trickling holds none)
 MAX_REQUESTS = min(32, (os.cpu_count() or 1) + 4)
 _LOOP_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+# verl's reward loop runs calls on many threads, each in its own event loop: one thread pruning _LOOP_SLOTS while
+# another added its loop raised "dictionary changed size during iteration" out of the reward call
+_LOOP_SLOTS_LOCK = threading.Lock()
 
 
 def _request_slots() -> asyncio.Semaphore:
     """The running event loop's request slots (one loop per ``run_sync`` call: verl's sync calls do not share).
     Closed loops' entries are dropped here: a semaphore that made a caller wait holds its loop, so the weak key
-    alone never let a finished ``asyncio.run``'s loop go."""
-    for closed in [loop for loop in list(_LOOP_SLOTS) if loop.is_closed()]:
-        _LOOP_SLOTS.pop(closed, None)
+    alone never let a finished ``asyncio.run``'s loop go. Safe from any thread."""
     loop = asyncio.get_running_loop()
-    slots = _LOOP_SLOTS.get(loop)
-    if slots is None:
-        slots = _LOOP_SLOTS[loop] = asyncio.Semaphore(MAX_REQUESTS)
-    return slots
+    with _LOOP_SLOTS_LOCK:
+        for closed in [other for other in list(_LOOP_SLOTS) if other.is_closed()]:
+            _LOOP_SLOTS.pop(closed, None)
+        slots = _LOOP_SLOTS.get(loop)
+        if slots is None:
+            slots = _LOOP_SLOTS[loop] = asyncio.Semaphore(MAX_REQUESTS)
+        return slots
 
 
 async def _in_daemon_thread(function: Callable[..., Any], *args: Any) -> Any:
@@ -335,6 +339,8 @@ class RemotePMIReward(RewardPath):
             if log_metric is not None:
                 log_metric(f"{self.__name__}/remote_failures", 1.0)
             return [None] * len(completions)
+        if log_metric is not None:  # 0.0 too, so that a trainer's mean of the metric is the share of calls that failed
+            log_metric(f"{self.__name__}/remote_failures", 0.0)
         return result.rewards
 
     def score_sync(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float | None]:

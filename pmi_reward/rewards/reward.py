@@ -14,12 +14,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import RUNTIME_FIELDS, missing_device
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .options import RewardOptions
@@ -101,7 +102,8 @@ class PMIReward(RewardPath):
     def __getstate__(self) -> dict:
         """The scorer as its config and numpy head weights, with what was chosen when it was loaded: the encoder's
         full runtime spec (backend, quantize, dtype, batch; config.json leaves the machine's choices out), its
-        device, its embedding cache's directory and the dtype it was saved in."""
+        device, its embedding cache's directory and the dtype it was saved in; and the length baseline as loaded
+        (its file's path may be relative to this process's folder, or the file refitted since)."""
         encoder = self.scorer.encoder
         head = {k: v.detach().cpu().numpy() for k, v in self.scorer.head.state_dict().items()}
         return {
@@ -119,6 +121,7 @@ class PMIReward(RewardPath):
             "device": str(encoder.device),
             "cache_dir": str(encoder.cache.path.parent.resolve()) if encoder.cache is not None else None,
             "saved_dtype": self.scorer.saved_dtype,
+            "length_baseline": self.length_baseline,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -126,23 +129,30 @@ class PMIReward(RewardPath):
         if state.get("encoder_spec") is not None:  # the spec it ran with, not only the saved one
             config = {**config, "encoder": state["encoder_spec"]}
         device, cache_dir = _device_here(state.get("device")), state.get("cache_dir")
-
-        def rebuild(cache: str | None) -> PMIScorer:
-            return PMIScorer.from_config(
-                config, state["head"], device, cache, metadata=state.get("metadata"), directory=state.get("directory")
-            )
-
+        cache = None
+        if cache_dir is not None:
+            try:
+                cache = EmbeddingCache(cache_dir)
+            except (OSError, sqlite3.Error) as error:  # the cache's folder cannot be made or opened here
+                warnings.warn(
+                    f"PMIReward: embedding cache {cache_dir} unusable here ({error}); scoring without one", stacklevel=2
+                )
         try:
-            self.scorer = rebuild(cache_dir)
-        except (OSError, sqlite3.Error) as error:  # the cache's folder cannot be made or written here
-            if cache_dir is None:
-                raise
-            warnings.warn(
-                f"PMIReward: embedding cache {cache_dir} unusable here ({error}); scoring without one", stacklevel=2
+            self.scorer = PMIScorer.from_config(
+                config, state["head"], device, metadata=state.get("metadata"), directory=state.get("directory")
             )
-            self.scorer = rebuild(None)
+        except BaseException:
+            if cache is not None:
+                cache.close()
+            raise
+        self.scorer.encoder.cache = cache
         self.scorer.saved_dtype = state.get("saved_dtype")
-        RewardPath.__init__(self, RewardOptions(**state["options"]))
+        options = RewardOptions(**state["options"])
+        if "length_baseline" in state:  # the baseline it ran with, not the file its path names here
+            RewardPath.__init__(self, replace(options, length_baseline=None))
+            self.options, self.length_baseline = options, state["length_baseline"]
+        else:
+            RewardPath.__init__(self, options)
         self.seconds = 0.0
         self._lock = threading.Lock()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 import threading
 import time
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["EmbeddingCache", "cache_key"]
+
+logger = logging.getLogger(__name__)
 
 _CHUNK = 900  # below SQLite's host-parameter limit
 
@@ -28,12 +31,14 @@ def cache_key(*parts: str) -> bytes:
 
 class EmbeddingCache:
     """Maps keys to float32 vectors in ``<directory>/embeddings.sqlite``; safe to share between processes and between
-    threads of one (one connection, its calls taken in turn)."""
+    threads of one (one connection, its calls taken in turn). A cache that cannot be written (a read-only mount,
+    another user's file, a full disk) still answers lookups: its writes are skipped, with one warning."""
 
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.writable = True  # False once a write failed for good: later ones are skipped
         try:
             self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self._wal()
@@ -74,9 +79,25 @@ class EmbeddingCache:
         return found
 
     def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
+        """Store the vectors; a write that fails is skipped with a warning, never raised: the embeddings were
+        computed, and a reward call must not lose them to its cache. A cache found read-only (or full, or
+        unwritable) is not written again; a write that found it locked for longer than the busy timeout is only
+        skipped."""
+        if not self.writable:
+            return
         rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
-        with self._lock, self._db:
-            self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
+        with self._lock:
+            try:
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
+            except sqlite3.DatabaseError as err:
+                if isinstance(err, sqlite3.ProgrammingError):  # a closed connection: the caller's bug
+                    raise
+                if "locked" in str(err) or "busy" in str(err):
+                    logger.warning("embedding cache %s: write skipped (%s)", self.path, err)
+                    return
+                self.writable = False
+                logger.warning("embedding cache %s: cannot write it (%s); reading it only from now on", self.path, err)
 
     def __len__(self) -> int:
         with self._lock:

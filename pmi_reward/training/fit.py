@@ -20,7 +20,7 @@ from ..scoring.head import HeadConfig, PMIHead
 from ..scoring.models import native_bf16
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
-from .loop import TrainConfig, TrainResult, score_index_pairs, train_head
+from .loop import TrainConfig, TrainResult, head_lr, score_index_pairs, train_head
 from .trainable import TrainableFeatures, check_top_layers, finish_tuning, make_trainable
 
 __all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives", "check_negative_draws"]
@@ -118,10 +118,16 @@ def fit_scorer(
         **(metadata or {}),
         **({"base_encoder": base_encoder} if config.train_encoder != "none" else {}),
         # bf16 as it ran (None asks for the machine's native support); like the CPU's float sums, it is the machine's,
-        # so a checkpoint's fingerprint keeps what was asked
+        # so a checkpoint's fingerprint keeps what was asked. lr as used (None asks for default_lr), and the head's
+        # scaled lr beside the encoder's while the encoder trained
         "training": {
             **asdict(config),
-            **({"bf16": bf16} if config.train_encoder != "none" else {}),
+            "lr": head_lr(config, head_config.dim or 1),
+            **(
+                {"bf16": bf16, "head_lr_with_encoder": head_lr(config, head_config.dim or 1, encoder_trains=True)}
+                if config.train_encoder != "none"
+                else {}
+            ),
             **asdict(negatives),
         },
         **result.summary(),

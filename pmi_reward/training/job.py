@@ -98,8 +98,13 @@ def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
     source = {
         "dialogues": args.dialogues,
         "skip_dialogues": args.skip_dialogues,
+        "max_dialogues": args.max_dialogues,
         "n_dialogues": [len(s) for s in splits],
         "max_context_turns": args.max_context_turns,
+        "max_pairs_per_dialogue": args.max_pairs_per_dialogue,
+        "val_fraction": args.val_fraction,
+        "test_fraction": args.test_fraction,
+        "split_seed": args.split_seed,  # which dialogues land in each split, and which pairs a capped dialogue gives
     }
     return made, source
 
@@ -160,7 +165,7 @@ def train_scorer(
     start = time.perf_counter()
     check_output_dir(data.output_dir, data.overwrite)
     if config.checkpoint_dir:
-        check_output_dir(config.checkpoint_dir, overwrite=True, what="--checkpoint_dir")
+        check_output_dir(config.checkpoint_dir, overwrite=True, what="--checkpoint_dir", whole=False)
     train, val, test, source = build_pairs(data)
     for split, pairs in enumerate((train, val, test)):
         if pairs is not None:  # each split's negatives, checked before anything is embedded or trained

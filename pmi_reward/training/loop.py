@@ -10,7 +10,9 @@ adapters) are trained along with the head, at ``encoder_lr``, in batches of ``en
 negatives are then drawn among the batch's other replies (``random_from_batch``: the same distribution, nothing
 more to embed), and a round is ``steps_per_round`` batches, so that validation and checkpoints come often. A head
 that training continues (``head``) is validated first as round 0, so the result is never worse on validation than
-the start. With ``graded_in_dialogue``, each round also draws other turns of each positive's dialogue, which join
+the start. A round whose head scores validation pairs as non-numbers (training diverged: an lr too high, a bf16
+overflow) ends the run with a warning and the best round so far (an error when no round was finite). With
+``graded_in_dialogue``, each round also draws other turns of each positive's dialogue, which join
 the positives at weight ``graded_weight`` (``pmi_reward.data.graded``). Checkpoints hold the head, the optimizer,
 the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded and deterministic on CPU (all
 but the rounds' wall-clock ``seconds``).
@@ -22,6 +24,7 @@ import copy
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -39,7 +42,7 @@ from ..scoring.head import HeadConfig, PMIHead
 from .checkpoint import digest, load_round, run_fingerprint, save_round
 from .objectives import get_objective
 
-__all__ = ["TrainConfig", "TrainResult", "train_head", "default_lr", "score_index_pairs"]
+__all__ = ["TrainConfig", "TrainResult", "train_head", "default_lr", "head_lr", "score_index_pairs"]
 
 
 @dataclass
@@ -166,10 +169,12 @@ class TrainResult:
         return [{k: v for k, v in h.items() if k != "seconds"} for h in self.history]
 
     def summary(self) -> dict:
+        diverged = [h["epoch"] for h in self.history if h["val_auc"] is None]  # the round that ended the run
         return {
             "best_epoch": self.best_epoch,
             "best_val_auc": self.best_val_auc,
             "epochs_run": sum(h["epoch"] > 0 for h in self.history),  # round 0 only validates a starting head
+            **({"diverged_round": diverged[0]} if diverged else {}),
             "seconds": round(self.seconds, 2),
         }
 
@@ -177,6 +182,13 @@ class TrainResult:
 def default_lr(dim: int) -> float:
     """The paper's rule: 1e-3 scaled by 1024 / embedding width."""
     return 1e-3 * 1024 / dim
+
+
+def head_lr(config: TrainConfig, dim: int, encoder_trains: bool = False) -> float:
+    """The head's AdamW learning rate: ``lr``, or ``default_lr(dim)``; while an encoder trains, scaled by
+    ``encoder_batch_size / batch_size`` (its smaller batches: the linear scaling rule)."""
+    lr = config.lr if config.lr is not None else default_lr(dim)
+    return lr * config.encoder_batch_size / config.batch_size if encoder_trains else lr
 
 
 @torch.no_grad()
@@ -188,12 +200,15 @@ def score_index_pairs(head: PMIHead, features, ctx: np.ndarray, resp: np.ndarray
     return torch.cat(out).numpy().reshape(ctx.shape) if out else np.zeros(ctx.shape, dtype=np.float32)
 
 
-def _validate(head: PMIHead, features, pairs: PairSet, negs: np.ndarray, objective: Callable) -> tuple[float, float]:
-    """Validation ROC-AUC and the objective's value (the loss) on the validation positives and negatives."""
+def _validate(
+    head: PMIHead, features, pairs: PairSet, negs: np.ndarray, objective: Callable
+) -> tuple[float, float] | None:
+    """Validation ROC-AUC and the objective's value (the loss) on the validation positives and negatives; None when
+    the scores are not numbers (NaN weights: training diverged)."""
     pos = score_index_pairs(head, features, pairs.ctx, pairs.resp)
     neg = score_index_pairs(head, features, np.repeat(pairs.ctx[:, None], negs.shape[1], 1), negs)
-    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):  # NaN weights: say why, not sklearn's "contains NaN"
-        raise ValueError("the head's validation scores are not numbers: training diverged (try a lower lr)")
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        return None
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
     loss = float(objective(torch.from_numpy(pos), torch.from_numpy(neg)))
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()])), loss
@@ -257,10 +272,16 @@ def _default_settings() -> dict:
     return run_fingerprint(head=asdict(HeadConfig()), training=asdict(TrainConfig()), negatives=asdict(NegativeSpec()))
 
 
+def _diverged(epoch: int) -> str:
+    return f"round {epoch}: the head's validation scores are not numbers: training diverged (try a lower lr)"
+
+
 def _stop_round(history: list[dict], config: TrainConfig) -> int | None:
     """The round after which a run of ``config`` stops, replayed on a checkpoint's history (None: not yet)."""
     best_key, best_epoch = -np.inf, 0
     for row in history:
+        if row["val_auc"] is None:  # diverged: the run stopped there
+            return row["epoch"]
         key = row["val_auc"] if config.select_by == "auc" else -row["val_loss"]
         if key > best_key:
             best_key, best_epoch = key, row["epoch"]
@@ -314,14 +335,13 @@ class _Run:
         self, head_config: HeadConfig, train_features: Any, config: TrainConfig, head: PMIHead | None = None
     ) -> None:
         self.head = head if head is not None else PMIHead(head_config)
-        lr = config.lr if config.lr is not None else default_lr(head_config.dim or 1)
         self.encoder = getattr(train_features, "module", None)
         self.tuned = (
             [(n, p) for n, p in self.encoder.named_parameters() if p.requires_grad] if self.encoder is not None else []
         )
         # smaller batches while the encoder trains: the head's lr follows the linear scaling rule
         self.batch_size = config.encoder_batch_size if self.tuned else config.batch_size
-        lr *= self.batch_size / config.batch_size
+        lr = head_lr(config, head_config.dim or 1, bool(self.tuned))
         prior = {id(p) for p in self.head.prior_parameters()}
         groups: list[dict] = [{"params": [p for p in self.head.parameters() if id(p) not in prior]}]
         if prior:  # a residual head's cosine scale and shift: no weight decay (it would shrink the scale to 0)
@@ -353,7 +373,7 @@ class _Run:
         """Restore the last finished round from ``directory``; the first round still to run (None: no checkpoint,
         a large number: the interrupted run had already stopped early). A run that would have stopped before the
         checkpoint's last round (fewer ``epochs``, a lower ``patience``) is refused: its best round could be one it
-        never trains."""
+        never trains; one whose last round diverged has stopped."""
         resumed = load_round(directory, fingerprint, self.saved, self.optim, rng, _default_settings())
         if resumed is None:
             return None
@@ -368,7 +388,8 @@ class _Run:
         head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
         tuned = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
         self.best = (auc, epoch, (head, tuned))
-        return sys.maxsize if resumed.epoch - epoch >= config.patience else resumed.epoch + 1
+        stopped = resumed.epoch - epoch >= config.patience or self.history[-1]["val_auc"] is None
+        return sys.maxsize if stopped else resumed.epoch + 1
 
     def epoch(
         self,
@@ -455,6 +476,10 @@ def train_head(
     protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
     ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one; it is
     validated first, as round 0, so that the result is never worse on validation than the start.
+
+    A round that diverges (validation scores that are not numbers) is recorded with ``val_auc`` and ``val_loss``
+    None and ends the run with a warning: the result is the best round before it. With no finite round before it
+    (nor a finite start head), a ValueError names the round.
     """
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise ValueError("training and validation sets must both hold pairs")
@@ -486,11 +511,20 @@ def train_head(
         )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config) or 1
     if head is not None and first == 1:  # the head it continues (e.g. warmed up on the frozen encoder) is round 0:
-        auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)  # never worse than it
+        validated = _validate(run.head, val_features, val_pairs, val_negs, objective)  # never worse than it
+        if validated is None:
+            raise ValueError(_diverged(0) + ": the head training starts from")
+        start_auc, start_loss = validated
         run.history.append(
-            {"epoch": 0, "loss": None, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
+            {
+                "epoch": 0,
+                "loss": None,
+                "val_auc": start_auc,
+                "val_loss": start_loss,
+                "seconds": time.perf_counter() - start,
+            }
         )
-        run.best = (auc if config.select_by == "auc" else -val_loss, 0, run.snapshot())
+        run.best = (start_auc if config.select_by == "auc" else -start_loss, 0, run.snapshot())
     rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
     bar = tqdm(
         rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
@@ -502,18 +536,35 @@ def train_head(
             negs = sample_negatives(train_pairs, drawn, rng) if drawn.k else np.zeros((len(train_pairs), 0), np.int64)
         partial = partial_replies(train_pairs, config.graded_in_dialogue, rng) if config.graded_in_dialogue else None
         loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress, batch_random, partial)
-        auc, val_loss = _validate(run.head, val_features, val_pairs, val_negs, objective)
+        validated = _validate(run.head, val_features, val_pairs, val_negs, objective)
+        auc, val_loss = validated if validated is not None else (None, None)
         run.history.append(
-            {"epoch": epoch, "loss": loss, "val_auc": auc, "val_loss": val_loss, "seconds": time.perf_counter() - start}
+            {
+                "epoch": epoch,
+                "loss": loss if math.isfinite(loss) else None,
+                "val_auc": auc,
+                "val_loss": val_loss,
+                "seconds": time.perf_counter() - start,
+            }
         )
-        key = auc if config.select_by == "auc" else -val_loss
-        if key > run.best[0]:
-            run.best = (key, epoch, run.snapshot())
-        bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", val_loss=f"{val_loss:.4f}")
+        if auc is None or val_loss is None:  # NaN weights: every later round would be NaN too
+            if all(h["val_auc"] is None for h in run.history):
+                raise ValueError(_diverged(epoch))
+            best_auc = next(h["val_auc"] for h in run.history if h["epoch"] == run.best[1])
+            warnings.warn(
+                f"{_diverged(epoch)}; stopping with round {run.best[1]}, the best so far (validation AUC "
+                f"{best_auc:.4f})",
+                stacklevel=2,
+            )
+        else:
+            key = auc if config.select_by == "auc" else -val_loss
+            if key > run.best[0]:
+                run.best = (key, epoch, run.snapshot())
+            bar.set_postfix(loss=f"{loss:.4f}", val_auc=f"{auc:.4f}", val_loss=f"{val_loss:.4f}")
         if config.checkpoint_dir:
             best = (run.best[0], run.best[1], run.best_state())
             save_round(config.checkpoint_dir, fingerprint, epoch, run.saved, run.optim, best, run.history, rng)
-        if epoch - run.best[1] >= config.patience:
+        if auc is None or epoch - run.best[1] >= config.patience:
             break
     run.restore_best()
     best_auc = next((h["val_auc"] for h in run.history if h["epoch"] == run.best[1]), run.best[0])

@@ -224,7 +224,7 @@ def train_or_reuse(
     )
     row: dict = {"train_pairs": len(train), "best_val_auc": result.best_val_auc, "best_epoch": result.best_epoch}
     if config.train_encoder != "none":  # round 0 is the warmed-up head on the pretrained encoder
-        row["val_auc_by_round"] = [round(h["val_auc"], 4) for h in result.history]
+        row["val_auc_by_round"] = [None if h["val_auc"] is None else round(h["val_auc"], 4) for h in result.history]
         row["seconds_by_round"] = [round(h["seconds"]) for h in result.history]
     if scorer.head.prior_parameters():  # a residual head: the cosine's learned scale and shift
         row["prior_scale_shift"] = [round(p.detach().item(), 4) for p in scorer.head.prior_parameters()]
