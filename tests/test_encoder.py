@@ -257,3 +257,45 @@ def test_a_cache_write_that_finds_it_locked_is_skipped_not_raised(tmp_path):
     cache.put([b"b"], np.ones((1, 4), dtype=np.float32))
     assert len(cache) == 1
     other.close()
+
+
+def test_a_cache_write_that_may_clear_is_skipped_once_warned_and_writes_go_on(tmp_path, caplog):
+    """A full disk, an I/O error or WAL's locking protocol (SQLITE_PROTOCOL: "locking protocol", which a match on
+    "locked" missed) turned the cache's writes off for the rest of the run; they skip that write, warned once."""
+    import logging
+    import sqlite3
+
+    cache = EmbeddingCache(tmp_path)
+    real = cache._db
+
+    class Failing:
+        def __init__(self, code, message):
+            self.code, self.message = code, message
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def executemany(self, *args):
+            err = sqlite3.OperationalError(self.message)
+            err.sqlite_errorcode = self.code
+            raise err
+
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.scoring.cache"):
+        for code, message in ((15, "locking protocol"), (13, "database or disk is full"), (10, "disk I/O error")):
+            cache._db = Failing(code, message)
+            cache.put([b"a"], np.ones((1, 4), dtype=np.float32))
+            cache.put([b"a"], np.ones((1, 4), dtype=np.float32))
+            assert cache.writable
+        cache._db = real
+        cache.put([b"b"], np.ones((1, 4), dtype=np.float32))
+        assert len(cache) == 1
+        cache._db = Failing(8, "attempt to write a readonly database")
+        cache.put([b"c"], np.ones((1, 4), dtype=np.float32))
+        assert not cache.writable
+    skipped = [r.getMessage() for r in caplog.records if "write skipped" in r.getMessage()]
+    assert len(skipped) == 3  # one per kind, not one per write
+    cache._db = real
+    cache.close()

@@ -253,7 +253,7 @@ def test_a_round_that_diverges_after_good_ones_ends_the_run_with_the_best(split)
 def test_the_encoder_and_head_train_at_their_own_lrs_recorded_as_used(split, tiny_encoder, monkeypatch):
     """While the encoder trains, the head's lr is scaled by encoder_batch_size / batch_size and the encoder's weights
     take encoder_lr without weight decay; the warm-up trains the head alone at lr. The metadata records the lrs used
-    (lr None recorded null, not default_lr's value)."""
+    (lr None was recorded null; default_lr's value is recorded now)."""
     groups = []
     init = loop._Run.__init__
 
@@ -280,9 +280,9 @@ def test_the_encoder_and_head_train_at_their_own_lrs_recorded_as_used(split, tin
     lr, n_head = default_lr(tiny_encoder.dim), len(list(scorer.head.parameters()))
     assert groups[0] == [(n_head, lr, 0.05)]  # the warm-up: the head alone at batch_size
     (head_group, encoder_group) = groups[1]
-    assert head_group == (n_head, lr * 8 / 16, 0.05) and encoder_group[0] > 0 and encoder_group[1:] == (1e-4, 0.0)
+    assert head_group == (n_head, lr * (8 / 16), 0.05) and encoder_group[0] > 0 and encoder_group[1:] == (1e-4, 0.0)
     training = scorer.metadata["training"]
-    assert (training["lr"], training["head_lr_with_encoder"], training["encoder_lr"]) == (lr, lr * 8 / 16, 1e-4)
+    assert (training["lr"], training["head_lr_with_encoder"], training["encoder_lr"]) == (lr, lr * (8 / 16), 1e-4)
 
 
 def test_the_data_provenance_names_every_option_that_shaped_the_pairs(tmp_path, topic_dialogues):

@@ -268,7 +268,10 @@ def _replaced_folder(path: str | Path, what: str) -> Path:
         target = Path(path).resolve()
     except (OSError, RuntimeError) as err:  # a symlink loop
         raise DataError(f"{what} {path}: {err}") from None
-    cwd = Path.cwd().resolve()
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current folder was deleted (during a long run): nothing of it to protect
+        return target
     if target == cwd or target in cwd.parents:
         raise DataError(
             f"{what} {path} is the current folder or holds it ({target}), and it is replaced whole: name a folder "

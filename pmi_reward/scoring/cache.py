@@ -17,6 +17,8 @@ __all__ = ["EmbeddingCache", "cache_key"]
 logger = logging.getLogger(__name__)
 
 _CHUNK = 900  # below SQLite's host-parameter limit
+# SQLite's primary result codes of a database this process cannot write at all: PERM, READONLY, CANTOPEN, AUTH
+_READ_ONLY_CODES = frozenset({3, 8, 14, 23})
 
 
 def cache_key(*parts: str) -> bytes:
@@ -39,6 +41,7 @@ class EmbeddingCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.writable = True  # False once a write failed for good: later ones are skipped
+        self._skipped: set[str] = set()  # the failures warned about that skipped one write each
         try:
             self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self._wal()
@@ -81,8 +84,9 @@ class EmbeddingCache:
     def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
         """Store the vectors; a write that fails is skipped with a warning, never raised: the embeddings were
         computed, and a reward call must not lose them to its cache. A cache found read-only (or full, or
-        unwritable) is not written again; a write that found it locked for longer than the busy timeout is only
-        skipped."""
+        unwritable: SQLite's READONLY, PERM, CANTOPEN, AUTH) is not written again; any other failure (locked or busy
+        past the timeout, WAL's locking protocol, a full disk, an I/O error: they may clear) skips only that write,
+        with one warning per kind."""
         if not self.writable:
             return
         rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
@@ -93,11 +97,13 @@ class EmbeddingCache:
             except sqlite3.DatabaseError as err:
                 if isinstance(err, sqlite3.ProgrammingError):  # a closed connection: the caller's bug
                     raise
-                if "locked" in str(err) or "busy" in str(err):
-                    logger.warning("embedding cache %s: write skipped (%s)", self.path, err)
-                    return
-                self.writable = False
-                logger.warning("embedding cache %s: cannot write it (%s); reading it only from now on", self.path, err)
+                code = getattr(err, "sqlite_errorcode", None)
+                if code is not None and code & 0xFF in _READ_ONLY_CODES or code is None and "readonly" in str(err):
+                    self.writable = False
+                    logger.warning("embedding cache %s: cannot write it (%s); reading it only now", self.path, err)
+                elif str(err) not in self._skipped:
+                    self._skipped.add(str(err))
+                    logger.warning("embedding cache %s: write skipped (%s); later writes are tried", self.path, err)
 
     def __len__(self) -> int:
         with self._lock:

@@ -188,7 +188,7 @@ def head_lr(config: TrainConfig, dim: int, encoder_trains: bool = False) -> floa
     """The head's AdamW learning rate: ``lr``, or ``default_lr(dim)``; while an encoder trains, scaled by
     ``encoder_batch_size / batch_size`` (its smaller batches: the linear scaling rule)."""
     lr = config.lr if config.lr is not None else default_lr(dim)
-    return lr * config.encoder_batch_size / config.batch_size if encoder_trains else lr
+    return lr * (config.encoder_batch_size / config.batch_size) if encoder_trains else lr  # the old rounding
 
 
 @torch.no_grad()
@@ -550,7 +550,7 @@ def train_head(
         if auc is None or val_loss is None:  # NaN weights: every later round would be NaN too
             if all(h["val_auc"] is None for h in run.history):
                 raise ValueError(_diverged(epoch))
-            best_auc = next(h["val_auc"] for h in run.history if h["epoch"] == run.best[1])
+            best_auc = next((h["val_auc"] for h in run.history if h["epoch"] == run.best[1]), run.best[0])
             warnings.warn(
                 f"{_diverged(epoch)}; stopping with round {run.best[1]}, the best so far (validation AUC "
                 f"{best_auc:.4f})",
