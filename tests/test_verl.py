@@ -416,7 +416,12 @@ def test_a_hub_scorer_can_be_pinned_from_reward_kwargs(monkeypatch, caplog):
     worker loaded the Hub repo's main, whatever the config pinned."""
     monkeypatch.delenv("PMI_REWARD_URL", raising=False)
     monkeypatch.delenv("PMI_REWARD_SCORER", raising=False)
+    import logging
+
+    monkeypatch.setattr(verl_adapter, "_unknown_warned", set())
     pinned = {"revision": "v1", "token": False, "hub_cache_dir": "/tmp/hub", "local_files_only": True}
-    settings = verl_adapter._settings({"scorer": "org/scorer", **pinned, "dtype": "float32"})
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.rewards.verl"):
+        settings = verl_adapter._settings({"scorer": "org/scorer", **pinned, "dtype": "float32", "revison": "v1"})
     assert dict(settings[4]) == {**pinned, "dtype": "float32"}
-    assert "unknown" not in caplog.text
+    warned = [r.getMessage() for r in caplog.records if "revison" in r.getMessage()]  # the check itself is on
+    assert len(warned) == 1 and not any("'revision'" in m or "'token'" in m for m in warned)

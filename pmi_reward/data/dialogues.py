@@ -31,7 +31,7 @@ __all__ = [
 CHAT_ROLES = ("user", "assistant")
 SPEAKER_ALIASES = ("human", "bot", "ai", "model", "gpt")  # other datasets' names of the two speakers
 SKIPPED_ROLES = ("system", "tool", "function", "ipython")  # not a speaker's turn
-_ASSISTANT_ALIASES = ("bot", "ai", "model", "gpt")  # the aliases that name the assistant; "human" names the user
+_ASSISTANT_ALIASES = tuple(a for a in SPEAKER_ALIASES if a != "human")  # "human" names the user; the rest the assistant
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,14 @@ import numpy as np
 
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import RUNTIME_FIELDS, missing_device
-from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
+from ..scoring.scorer import DEFAULT_SCORER, HUB_OPTIONS, PMIScorer
 from .options import RewardOptions
 from .path import RewardPath, score_robustly
 from .remote import RemotePMIReward
 
 __all__ = ["PMIReward"]
 
-_LOADING = ("revision", "token", "hub_cache_dir", "local_files_only", "cache_dir")  # PMIScorer.from_pretrained's
+_LOADING = (*HUB_OPTIONS, "cache_dir")  # PMIScorer.from_pretrained's
 
 
 class PMIReward(RewardPath):

@@ -45,7 +45,7 @@ from pmi_reward.rewards.path import plain
 from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.encoder import RUNTIME_FIELDS
-from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.scoring.scorer import HUB_OPTIONS, PMIScorer
 
 __all__ = ["compute_score", "compute_score_batch", "context_of"]
 
@@ -60,9 +60,7 @@ CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 RAW_PROMPT_KEY = "raw_prompt"
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
 # what _settings reads besides the RewardOptions fields
-# a Hub scorer's loading options (PMIScorer.from_pretrained), passed on with the encoder's runtime ones
-_HUB_LOADING = ("revision", "token", "hub_cache_dir", "local_files_only")
-_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS, *_HUB_LOADING}
+_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS, *HUB_OPTIONS}
 # keywords verl itself adds to a reward function's call (verl @ b178a3c): the reward loop's managers pass
 # reward_router_address and reward_model_tokenizer when a reward model's router runs (reward_loop/reward_manager/
 # naive.py, limited.py, dapo.py), its dapo manager strict_box_verify; the legacy batch manager passes on
@@ -158,7 +156,7 @@ def _settings(kwargs: dict) -> tuple:
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
-    runtime = {k: v for k, v in kwargs.items() if k in (*RUNTIME_FIELDS, *_HUB_LOADING) and v is not None}
+    runtime = {k: v for k, v in kwargs.items() if k in (*RUNTIME_FIELDS, *HUB_OPTIONS) and v is not None}
     return (
         url,
         scorer,

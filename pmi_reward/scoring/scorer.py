@@ -33,7 +33,7 @@ from .head import HeadConfig, PMIHead
 from .models import shipped_name
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER"]
+__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS"]
 
 FORMAT = "pmi-reward-scorer"
 VERSION = 2
@@ -52,6 +52,8 @@ TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
+# from_pretrained's options of where a Hub scorer comes from (the callers that pass them on: PMIReward, verl's adapter)
+HUB_OPTIONS = ("revision", "token", "hub_cache_dir", "local_files_only")
 DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
 
 
