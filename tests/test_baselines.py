@@ -1,5 +1,10 @@
+import copy
+import hashlib
+import json
+
 import numpy as np
 import pytest
+import torch
 
 from pmi_reward.evaluation.baselines.kde import KDEConfig, KDEScorer
 from pmi_reward.evaluation.baselines.meep import MEEPConfig, MEEPScorer, parse_score
@@ -100,3 +105,47 @@ def test_meep_samples_from_a_shared_prefill_and_falls_back(tiny_policy, smol_tok
     again = MEEPScorer(config, model=model, tokenizer=chat_tokenizer, cache_file=cache)
     again._sample = None  # would fail if called
     assert again.answers(meep.prompts(contexts, responses)) == answers
+
+
+class _Scripted(torch.nn.Module):
+    """The tiny policy's passes (so its cache), with logits that write ``script`` one token a pass."""
+
+    def __init__(self, model, script: list[int]) -> None:
+        super().__init__()
+        self.model, self.script, self.passes = model, script, 0
+
+    def forward(self, **inputs):
+        out = self.model(**inputs)
+        logits = torch.full_like(out.logits, -1e4)
+        logits[:, -1, self.script[min(self.passes, len(self.script) - 1)]] = 0.0
+        self.passes += 1
+        out.logits = logits
+        return out
+
+
+def test_meep_answers_stop_at_the_template_s_end_of_turn_where_eos_differs(tiny_policy, smol_tokenizer):
+    """A chat model ends its answer with the token its template closes turns with (Gemma's <end_of_turn>, Qwen base
+    tokenizers' <|im_end|>), not always eos: sampling stops there too, so what it writes after the turn (here
+    " 85", as if it went on in a new turn) is not read as its score. Stand-in: SmolLM2's tokenizer with its eos set
+    to <|endoftext|>."""
+    odd = copy.deepcopy(smol_tokenizer)
+    odd.eos_token = "<|endoftext|>"
+    script = [odd.convert_tokens_to_ids("<|im_end|>"), *odd(" 85", add_special_tokens=False)["input_ids"]]
+    config = MEEPConfig(n_samples=2, temperature=0.0, max_new_tokens=6, fallback=50.0)
+    meep = MEEPScorer(config, model=_Scripted(tiny_policy(0), script), tokenizer=odd)
+    assert meep.answers(meep.prompts(["Hi there!"], ["Hello!"])) == [["", ""]]
+    assert meep.score(["Hi there!"], ["Hello!"]).tolist() == [50.0]
+
+
+def test_meep_cached_answers_are_keyed_by_where_sampling_stops(tiny_policy, smol_tokenizer):
+    """Answers cached before sampling stopped at the template's end of turn ran past it where eos differs: they are
+    not served to a scorer that stops there; where eos is the end of turn (SmolLM2) the key is the one it was."""
+    odd = copy.deepcopy(smol_tokenizer)
+    odd.eos_token = "<|endoftext|>"
+    config = MEEPConfig(n_samples=1, temperature=0.0, max_new_tokens=4)
+    plain = MEEPScorer(config, model=tiny_policy(0), tokenizer=copy.deepcopy(smol_tokenizer))
+    moved = MEEPScorer(config, model=tiny_policy(0), tokenizer=odd)
+    c = config
+    old = json.dumps([c.model, c.dtype, c.n_samples, c.temperature, c.max_new_tokens, c.seed])
+    assert plain._key("p") == hashlib.sha1((old + "p").encode("utf-8")).hexdigest()
+    assert moved._key("p") != plain._key("p")

@@ -188,7 +188,7 @@ def test_yaml_values_read_as_the_same_flags_would(tmp_path, monkeypatch):
     assert opts.tuned == ["a", "b"] and opts.hidden == [256]
     for key in ("samples", "kl"):
         config.write_text(f"{key}: null\n")
-        with pytest.raises(ValueError, match=f"--config: {key}: null, but this option takes a"):
+        with pytest.raises(ValueError, match=f"--config {config}: {key}: null, but this option takes a"):
             parse_args([_Options], ["--config", str(config)])
     with pytest.raises(ValueError, match="not used"):  # an abbreviated flag is not taken for another (--tune: --tuned)
         parse_args([_Options], ["--tune", "x"])
@@ -301,7 +301,7 @@ def test_yaml_numbers_are_converted_and_checked_as_their_flags_are(tmp_path, cap
             parse_args([_Typed], ["--config", str(config)])
         assert exit_.value.code == 2 and f"argument {flag}" in capsys.readouterr().err, yaml_text
     config.write_text("best_of_n: [4, 1.5]\n")
-    with pytest.raises(ValueError, match=r"--config: best_of_n: invalid int value: 1.5"):
+    with pytest.raises(ValueError, match=rf"--config {config}: best_of_n: invalid int value: 1.5"):
         parse_args([_Typed], ["--config", str(config)])
     # the command: one line and exit code 2 before the scorer loads
     config.write_text("k_random: 1.5\n")
@@ -339,3 +339,46 @@ def test_config_files_are_checked_by_name(tmp_path, capsys, monkeypatch):
     typo.write_text("env: {PMI_REWARD_TEST_VAR: '1'}\nk_random: 2\n")  # TRL's own key: environment variables
     assert parse_args((NegativeSpec,), ["--config", str(typo)]) == (NegativeSpec(k_random=2),)
     assert os.environ["PMI_REWARD_TEST_VAR"] == "1"  # set, not taken for an option
+
+
+@dataclasses.dataclass
+class _Scorer:
+    scorer: str = "outputs/scorer"
+
+
+def test_yaml_booleans_and_containers_mean_what_the_option_s_dataclass_means(tmp_path, capsys):
+    """A YAML bool for a text option became the text "True"/"False": TRL's GRPOConfig maps ``scale_rewards: false`` to
+    "none" (the text "False" failed at GRPO's first step, after the models loaded) and transformers reads
+    ``fsdp: false`` (the text failed at parse). TRL's and transformers' options now take the YAML's value as TRL's
+    parser hands it; ours refuse a bool, list or mapping that no flag gives by name (a list or mapping had ended in a
+    traceback, exit code 1)."""
+    from trl import GRPOConfig
+
+    config = tmp_path / "c.yaml"
+    for value, scaling in (("false", "none"), ("true", "group"), ("batch", "batch")):
+        config.write_text(f"scale_rewards: {value}\nfsdp: false\nuse_cpu: true\nreport_to: none\n")
+        (cfg,) = parse_args((GRPOConfig,), ["--config", str(config), "--output_dir", str(tmp_path / "out")])
+        assert (cfg.scale_rewards, cfg.fsdp) == (scaling, False), value
+    for yaml_text in ("name: true", "name: no", "name: [a, b]", "best_of_n: {a: 1}", "best_of_n: [[1]]"):
+        config.write_text(yaml_text + "\n")
+        with pytest.raises(ValueError, match=f"--config {config}: (name|best_of_n): "):
+            parse_args([_Typed], ["--config", str(config)])
+    score = ["score", "--input", "i.csv", "--output", str(tmp_path / "o.csv"), "--config", str(config)]
+    judge = ["evaluate-policy", "--output_dir", str(tmp_path / "ep"), "--config", str(config)]
+    for argv, yaml_text, message in (
+        (score, "scorer: false", "scorer: false, but this option takes text (quote it if the text is meant)"),
+        (score, "scorer: [outputs/a, outputs/b]", "scorer: a list, but this option takes text"),
+        (judge, "judges:\n  minilm: outputs/x", "judges: a mapping, but this option takes a list"),
+        (judge, "judge_val_auc: [{lm-pmi: 0.886}]", "judge_val_auc: a mapping as an item, but this option takes"),
+        (judge, "judges: [[a, b]]", "judges: a list as an item, but this option takes a list of single values"),
+    ):
+        config.write_text(yaml_text + "\n")
+        assert main(argv) == 2, yaml_text
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--config {config}: {message}" in err, err
+    # a value a later --config overrides is not the one used: layering is not refused for it
+    later = tmp_path / "later.yaml"
+    later.write_text("scorer: outputs/x\n")
+    config.write_text("scorer: false\n")
+    (args,) = parse_args([_Scorer], ["--config", str(config), "--config", str(later)])
+    assert args.scorer == "outputs/x"

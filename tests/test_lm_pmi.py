@@ -1,10 +1,12 @@
 """The chat LM's zero-shot PMI: cached scoring equals a plain forward pass, and the score is conditional - marginal."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
+from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer, end_of_turn
 
 CONTEXT = "I just got back from Japan\nOh nice, how was it?\nAmazing, the food was great"
 REPLIES = ["What did you eat there?", "ok", "I love Japanese food, did you try the ramen in Tokyo?"]
@@ -120,3 +122,34 @@ def test_no_system_prompt_scores_the_marginal_after_the_assistant_header(tiny_po
         scorer.model, scorer.prefix(None), reply
     )
     np.testing.assert_allclose(got, [want], rtol=1e-4, atol=1e-3)
+
+
+def test_a_reply_closes_with_the_template_s_end_of_turn_where_eos_differs(tiny_policy, smol_tokenizer):
+    """Gemma's tokenizer ends assistant turns with <end_of_turn> but its eos is <eos> (Qwen's base ones: <|im_end|>
+    and <|endoftext|>): the reply is scored with the token the chat template writes after it, the one the model
+    learnt to write there, not with eos. Stand-in: SmolLM2's ChatML tokenizer with its eos set to <|endoftext|>.
+    SmolLM2 itself (eos <|im_end|>, the template's end) closes replies as before."""
+    odd = copy.deepcopy(smol_tokenizer)
+    odd.eos_token = "<|endoftext|>"
+    im_end = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    shipped = LMPMIScorer(LMPMIConfig(), model=tiny_policy(0), tokenizer=smol_tokenizer)
+    scorer = LMPMIScorer(LMPMIConfig(), model=tiny_policy(0), tokenizer=odd)
+    assert scorer.reply_ids(REPLIES[0])[-1] == im_end and odd.eos_token_id != im_end
+    assert scorer.reply_ids(REPLIES[0]) == shipped.reply_ids(REPLIES[0])
+    assert end_of_turn(smol_tokenizer) == smol_tokenizer.eos_token == "<|im_end|>"
+    np.testing.assert_allclose(scorer.score([CONTEXT], [REPLIES[0]]), shipped.score([CONTEXT], [REPLIES[0]]))
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        None,  # a text-only tokenizer: apply_chat_template raises
+        "{{ raise_exception('Conversations must start with a system turn') }}",
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",  # writes no token after a reply
+    ],
+)
+def test_end_of_turn_falls_back_to_eos_without_a_template_that_closes_the_reply(smol_tokenizer, template):
+    tokenizer = copy.deepcopy(smol_tokenizer)
+    tokenizer.eos_token = "<|endoftext|>"
+    tokenizer.chat_template = template
+    assert end_of_turn(tokenizer) == "<|endoftext|>"

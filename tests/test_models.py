@@ -138,3 +138,39 @@ def test_mpnet_unpacks_and_embeds_when_its_packages_are_installed():
     u = encoder.encode(["A man is eating food.", "A man is eating a piece of bread.", "The girl carries a baby."])
     assert u.shape == (3, 768)
     assert float(u[0] @ u[1]) > float(u[0] @ u[2]) + 0.3  # a paraphrase is nearer than an unrelated sentence
+
+
+def test_a_build_killed_outright_leaves_nothing_the_next_build_keeps(tmp_path):
+    """A conversion killed by SIGKILL (the OOM killer, kill -9) left its temporary folder, hundreds of MB, in the model
+    cache, and no later run removed it. The next build removes it, and nothing else: not another model's temporary
+    folder (a name that begins like this one's), its lock, or a folder of the user's."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    models_dir = tmp_path / "models"
+    target = models_dir / "split"
+    killed = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from pmi_reward.scoring import models
+        def build(out):
+            out.mkdir()
+            (out / "model.safetensors").write_bytes(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGKILL)  # killed while writing the weights
+        models._build_once(Path({str(target)!r}), build)
+    """)
+    assert subprocess.run([sys.executable, "-c", killed]).returncode == -signal.SIGKILL
+    left = [p.name for p in models_dir.iterdir() if p.name.startswith(".split-")]
+    assert len(left) == 1 and (models_dir / left[0] / "model" / "model.safetensors").is_file()
+    kept = [".split-instruct-abcd1234", ".split-instruct.lock", ".split-notes", "split-abcd1234", ".splitx-abcd1234"]
+    for name in kept:
+        (models_dir / name).mkdir()
+
+    def build(out: Path) -> None:
+        out.mkdir()
+        (out / "config.json").write_text("{}")
+
+    models._build_once(target, build)
+    assert sorted(p.name for p in models_dir.iterdir()) == sorted([".split.lock", "split", *kept])

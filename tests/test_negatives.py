@@ -94,6 +94,27 @@ def test_random_negatives_from_a_batch_too_small_come_from_the_whole_set():
     assert all(dialogue_of[r] != 0 for r in negs.ravel())
 
 
+def test_random_negatives_from_a_batch_smaller_than_k_fill_from_the_whole_set():
+    """A training pass's last batch may hold fewer pairs than k_random: it raised IndexError (the end of round 1 of a
+    train_encoder run). Its slots past the batch are drawn from the whole set; batches of k or more draw as before."""
+    pairs = PairSet.from_pairs(
+        [f"c{i}" for i in range(12)], [f"r{i}" for i in range(12)], [str(i // 2) for i in range(12)]
+    )
+    for batch in ([3], [3, 4]):
+        negs = random_from_batch(pairs, np.array(batch), 3, np.random.default_rng(0))
+        assert negs.shape == (len(batch), 3)
+        assert (negs >= 0).all() and not (negs == pairs.resp[batch][:, None]).any()
+        dialogue_of = dict(zip(pairs.resp.tolist(), pairs.group.tolist(), strict=True))
+        assert all(dialogue_of[int(r)] != pairs.group[i] for i, row in zip(batch, negs, strict=True) for r in row)
+    # the draws of batches of k and more rows, recorded before the fix: unchanged
+    drawn = {
+        (0, 2, 4): [[8, 4, 18], [8, 0, 0], [4, 0, 20]],
+        (0, 1, 5, 7, 9, 11): [[10, 18, 22], [14, 22, 10], [18, 0, 22], [0, 2, 18], [14, 10, 2], [2, 0, 18]],
+    }
+    for batch, expected in drawn.items():
+        assert random_from_batch(pairs, np.array(batch), 3, np.random.default_rng(1)).tolist() == expected
+
+
 def test_random_negatives_come_from_other_dialogues_even_beside_a_dominant_one():
     """One 300-turn dialogue beside five short ones: random tries mostly land in the big one, and once they ran out
     half of its negatives were its own turns. Every one now comes from another dialogue (uniform over their pairs);

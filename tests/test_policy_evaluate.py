@@ -370,6 +370,8 @@ def no_loading(monkeypatch):
         (["--best_of_n", "4", "0"], "best_of_n must be >= 1"),
         (["--best_of_n", "4"], "--best_of_n reranks with the reward: give --reward_scorer"),
         (["--batch_size", "0"], "batch_size must be >= 1"),
+        (["--top_p", "-0.1"], "top_p must be in [0, 1] (0: greedy), got -0.1"),  # generate() failed after loading
+        (["--top_p", "1.5"], "top_p must be in [0, 1] (0: greedy), got 1.5"),  # sampled as 1.0 without a word
         (["--judges", "x="], "expected name=scorer_dir"),
         (["--judges", "a=lm:"], "name the chat LM"),
         (["--judges", "a=d1", "a=d2"], "judge names must differ"),
@@ -662,3 +664,27 @@ def test_policies_are_evaluated_on_prompts_their_chat_templates_accept(smol_toke
     assert _fit_to_templates(prompts[1:], {"base": (None, named)}) == prompts[1:]
     with pytest.raises(DataError, match="accept different prompts"):
         _fit_to_templates(prompts, {"base": (None, smol_tokenizer), "t": (None, gemma)})
+
+
+def test_the_default_judge_is_the_folder_its_named_command_writes(tmp_path, capsys, monkeypatch, no_loading):
+    """The default panel named outputs/scorers/judge-minilm, a folder nothing writes (the recipe's judge (a) writes
+    outputs/scorers/eval-minilm-s1), and the error sent the user to a README section that leaves that judge out."""
+    import shlex
+    from pathlib import Path
+
+    from pmi_reward.cli.main import main
+    from pmi_reward.configs import merged_config
+    from pmi_reward.policy.evaluate import DEFAULT_JUDGE_COMMAND
+
+    root = Path(__file__).resolve().parents[1]
+    command = shlex.split(DEFAULT_JUDGE_COMMAND)
+    configs = [command[i + 1] for i, w in enumerate(command) if w == "--config"]
+    monkeypatch.chdir(root)  # the command's recipe path is the checkout's
+    written = merged_config(configs)["output_dir"]
+    assert command[:2] == ["pmi-reward", "train"] and EvalArguments().judges == [f"minilm={written}"]
+    monkeypatch.chdir(tmp_path)  # where no judge has been trained
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": t}) for t in ("I love jazz.", "I flew to Rome.")))
+    assert main(["evaluate-policy", "--prompt_file", str(prompts), "--output_dir", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert f"judge minilm={written}: no such scorer folder (train it first: {DEFAULT_JUDGE_COMMAND};" in err, err

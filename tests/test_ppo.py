@@ -261,3 +261,32 @@ def test_rollout_reads_text_prompts_left_padded_with_the_plain_sampler(tiny_poli
     p = batch["prompt_len"]
     assert batch["attention"][1, :p].tolist()[-1] == 1 and batch["attention"][1, 0] == 0  # pads before "Hi."
     assert all(isinstance(c, str) for c in seen[0])  # text prompts get text completions, as TRL passes them
+
+
+def test_rollout_logprobs_are_the_samplers_at_its_temperature(tiny_policy, smol_tokenizer):
+    """The old log-probs that PPO's ratios and KL start from are those of the distribution the replies were drawn
+    from: generate()'s processed (tempered) scores at the sampled tokens, on every real reply token of two left-padded
+    prompts of different lengths. A recompute that ignored the temperature or read the logits one position late
+    passed every other test here."""
+    lm = tiny_policy()
+    generate, seen = lm.generate, {}
+
+    def generate_with_scores(**kwargs):
+        out = generate(**kwargs, output_scores=True, return_dict_in_generate=True)
+        seen["scores"] = torch.stack(out.scores, 1)
+        return out.sequences
+
+    lm.generate = generate_with_scores
+    policy = PolicyWithValue(lm).eval()
+    prompts = [
+        [{"role": "user", "content": "I love jazz and Coltrane's records, do you?"}],
+        [{"role": "user", "content": "Hi."}],
+    ]
+    cfg = PPOConfig(max_new_tokens=8, temperature=0.7)
+    torch.manual_seed(0)
+    batch = rollout(policy, policy, smol_tokenizer, prompts, lambda p, c, **k: [1.0, 1.0], cfg, Accelerator(cpu=True))
+    assert batch["attention"][1, 0] == 0 and batch["attention"][0, 0] == 1  # the short prompt is left-padded
+    mask = batch["mask"].bool()
+    assert mask.sum(1).min() >= 2, mask
+    sampler = torch.log_softmax(seen["scores"].float(), -1).gather(-1, batch["response"].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(batch["logprobs"][mask], sampler[mask], atol=1e-4, rtol=0)

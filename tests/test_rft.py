@@ -352,6 +352,22 @@ def test_settings_that_would_fail_after_loading_are_refused_when_read(name, valu
     assert f"{name} must be >= " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["rft", "dpo"])
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_a_rollout_top_p_outside_zero_to_one_is_refused_when_read(command, value, monkeypatch, capsys):
+    """A negative top_p failed inside generate() once the policy and the scorer had loaded; one above 1 sampled as
+    1.0 without a word. 0 (greedy) and 1 (no cut) stay allowed."""
+    from pmi_reward.cli.main import main
+    from pmi_reward.policy import rft
+
+    monkeypatch.setattr(rft, "policy_from", lambda *a, **k: pytest.fail("the policy loaded before the check"))
+    with pytest.raises(ValueError, match=rf"rollout_top_p must be in \[0, 1\] \(0: greedy\), got {value}"):
+        RFTConfig(rollout_top_p=value)
+    assert main([command, "--use_cpu", "true", "--bf16", "false", "--rollout_top_p", str(value)]) == 2
+    assert "rollout_top_p must be in [0, 1]" in capsys.readouterr().err
+    assert [RFTConfig(rollout_top_p=v).rollout_top_p for v in (0.0, 1.0)] == [0.0, 1.0]
+
+
 def test_a_round_with_nothing_scorable_logs_no_nan(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
     """Every reply unscorable (the reward returns None): the round keeps nothing and logs a null score, not a
     NaN (which is not JSON) from the mean of no scores."""

@@ -20,6 +20,7 @@ from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
 from ..scoring.models import cache_root
 from ..scoring.scorer import PMIScorer
+from .score import scorer_files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")
     if args.output:
-        check_output(args.output, args.overwrite, inputs=[args.input], suffixes=(".json",))
+        check_output(args.output, args.overwrite, inputs=[args.input, *scorer_files(args.scorer)], suffixes=(".json",))
 
     def read(turns: int | None = None) -> PairSet:
         return load_pairs(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..configs import parse_args
 from ..data.conversation import message_text, turns_to_messages
@@ -22,6 +23,7 @@ from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
+from .score import scorer_files
 
 
 @dataclass
@@ -98,12 +100,32 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
         row[args.candidates_column] = replies
 
 
+# the JSON files of a chat model's folder that loading it reads by name (an output of ours is JSON)
+_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "chat_template.json",
+    "adapter_config.json",
+)
+
+
+def _model_files(model: str | None) -> list[Path]:
+    """The files of a local ``--model`` folder that an output must not replace; a report beside them may be."""
+    return [Path(model) / name for name in _MODEL_FILES] if model else []
+
+
 def main(argv: list[str] | None = None) -> int:
     args, settings, runtime = parse_args(
         (RerankArguments, SamplingSettings, EncoderRuntime), argv, prog="pmi-reward rerank"
     )
     if args.output:  # ranked rows hold lists: JSON only
-        check_output(args.output, args.overwrite, inputs=[args.input], suffixes=(".jsonl", ".ndjson", ".json"))
+        inputs = [args.input, *_model_files(args.model), *scorer_files(args.scorer)]
+        check_output(args.output, args.overwrite, inputs=inputs, suffixes=(".jsonl", ".ndjson", ".json"))
     rows = _rows(args)
     _sample_missing(args, settings, rows)
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from ..configs import parse_args
 from ..data.records import DataError, check_output, read_records, require_text, write_records
 from ..rewards.options import RewardOptions
 from ..rewards.path import RewardPath
-from ..scoring.encoder import EncoderRuntime
-from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
+from ..scoring.encoder import LOCAL_ENCODER, EncoderRuntime
+from ..scoring.scorer import CONFIG_NAME, DEFAULT_SCORER, METADATA_NAME, PMIScorer
 
 
 @dataclass
@@ -57,9 +58,16 @@ class ScoreArguments:
             raise ValueError(f"context_turns must be >= 0 (0: every line), got {self.context_turns}")
 
 
+def scorer_files(scorer: str) -> list[Path]:
+    """The files of a local scorer folder that loading it reads and that an output could name (its config, its
+    metadata, a fine-tuned encoder's folder): inputs that ``check_output`` refuses to write over, as the input file
+    (one absent, or a Hub id, is skipped there)."""
+    return [Path(scorer) / name for name in (CONFIG_NAME, METADATA_NAME, LOCAL_ENCODER)]
+
+
 def main(argv: list[str] | None = None) -> int:
     args, runtime = parse_args((ScoreArguments, EncoderRuntime), argv, prog="pmi-reward score")
-    check_output(args.output, args.overwrite, inputs=[args.input])
+    check_output(args.output, args.overwrite, inputs=[args.input, *scorer_files(args.scorer)])
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
     responses = require_text(records, args.input, args.response_column, allow_empty=True)

@@ -24,6 +24,11 @@ from typing import Any
 __all__ = ["CONFIG_DIR", "config_path", "shipped_configs", "load_config", "merged_config", "parse_args"]
 
 CONFIG_DIR = Path(__file__).resolve().parent
+# Libraries whose dataclasses give a YAML value no flag gives a meaning of their own (TRL's GRPOConfig maps
+# ``scale_rewards: false`` to "none", transformers' TrainingArguments reads ``fsdp: false``): their options take it
+# as TRL's own parser hands it over; the options of every other dataclass (pmi_reward's, the recipes', a caller's)
+# refuse it.
+_LIBRARIES = ("trl", "transformers")
 
 
 def shipped_configs() -> list[str]:
@@ -86,7 +91,7 @@ def _check_keys(types: Sequence[Any], names: Sequence[str]) -> None:
 
 def _resolve_configs(args: list[str], stack: ExitStack, types: Sequence[Any] = ()) -> list[str]:
     """``args`` with one ``--config FILE``: a path for a shipped name, a merged temporary file for several; each
-    file checked first (a mapping whose keys are options of ``types``)."""
+    file checked first (a mapping whose keys are options of ``types``, with values they can take)."""
     names, rest, i = [], [], 0
     while i < len(args):
         if args[i].startswith("--config="):  # argparse's other spelling, which TRL's parser did not read
@@ -103,6 +108,12 @@ def _resolve_configs(args: list[str], stack: ExitStack, types: Sequence[Any] = (
     if not names:
         return rest
     _check_keys(types, names)
+    configs = [load_config(name) for name in names]
+    for i, (name, values) in enumerate(zip(names, configs, strict=True)):
+        # each file's values checked alone, so that an error names the file that holds the value; a key a later
+        # file sets is not checked here (its value is not the one used: layered configs override a value)
+        later = set().union(*configs[i + 1 :])
+        _yaml_values(types, {k: v for k, v in values.items() if k not in later}, f"--config {name}")
     if len(names) == 1:
         return ["--config", config_path(names[0]), *rest]
     import yaml
@@ -112,10 +123,11 @@ def _resolve_configs(args: list[str], stack: ExitStack, types: Sequence[Any] = (
     return ["--config", str(merged), *rest]
 
 
-def _field_types(types: Sequence[Any]) -> dict[str, tuple[Any, bool]]:
-    """Each option's type hint, and whether None is a value it may take (its hint allows it, or None is its
-    default); a dataclass whose hints cannot be resolved is left out (its YAML values go unchecked)."""
-    out: dict[str, tuple[Any, bool]] = {}
+def _field_types(types: Sequence[Any]) -> dict[str, tuple[Any, bool, bool]]:
+    """Each option's type hint, whether None is a value it may take (its hint allows it, or None is its default),
+    and whether a value no flag gives is refused (the dataclass that declares it is not one of ``_LIBRARIES``); a
+    dataclass whose hints cannot be resolved is left out (its YAML values go unchecked)."""
+    out: dict[str, tuple[Any, bool, bool]] = {}
     for cls in types:
         try:
             hints = typing.get_type_hints(cls)
@@ -123,7 +135,9 @@ def _field_types(types: Sequence[Any]) -> dict[str, tuple[Any, bool]]:
             continue
         for f in dataclasses.fields(cls):
             hint = hints.get(f.name)
-            out[f.name] = (hint, hint is Any or type(None) in typing.get_args(hint) or f.default is None)
+            owner = next((c for c in cls.__mro__ if f.name in vars(c).get("__annotations__", {})), cls)
+            nullable = hint is Any or type(None) in typing.get_args(hint) or f.default is None
+            out[f.name] = (hint, nullable, owner.__module__.split(".")[0] not in _LIBRARIES)
     return out
 
 
@@ -145,50 +159,79 @@ def _scalar_kind(hint: Any) -> Any:
     return members[0] if members[0] in (int, float, bool, str) else None
 
 
-def _as_flag(value: Any, kind: Any) -> Any:
+def _shown(value: Any) -> str:
+    """A YAML value as an error names it: ``true``/``false``, ``a list``, ``a mapping``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "a mapping" if isinstance(value, dict) else "a list"
+
+
+def _text(source: str, key: str, value: Any, strict: bool) -> Any:
+    """A YAML value for a text option, or for an item of a list of text: a number as its flag's text. A bool, list
+    or mapping, which no flag gives, is refused by name where ``strict`` (it reached the code: a bool as the text
+    "True", a list or mapping as a traceback), and handed over as it is to a dataclass of ``_LIBRARIES``, whose
+    ``__post_init__`` says what it means, as it does given the same YAML by TRL's own parser: TRL's
+    ``scale_rewards: false`` is "none", transformers' ``fsdp: false`` no FSDP (the text "False" failed at GRPO's first
+    step, and at parse)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if strict and isinstance(value, (bool, list, dict)):
+        hint = " (quote it if the text is meant)" if isinstance(value, bool) else ""
+        raise ValueError(f"{source}: {key}: {_shown(value)}, but this option takes text{hint}")
+    return value
+
+
+def _as_flag(source: str, key: str, value: Any, kind: Any, strict: bool) -> Any:
     """A YAML scalar as its flag would be written, for argparse to convert and check as it does a flag's (it converts
     a string default only: ``k_random: 1.5`` reached the code as a float). Ints stay good floats (``lr: 1`` -> 1.0)."""
     if kind is None or value is None or isinstance(value, str) or (kind is bool and isinstance(value, bool)):
         return value
-    if kind is str:  # a number or a bool where a flag would give its text
-        return str(value) if isinstance(value, (bool, int, float)) else value
+    if kind is str:
+        return _text(source, key, value, strict)
     return str(value)  # int, float, bool: argparse's type check names the option (`invalid int value: '1.5'`)
 
 
-def _list_item(key: str, item: Any, kind: Any) -> Any:
-    """An item of a YAML list as the same flag's item would be (argparse leaves a list default unconverted)."""
+def _list_item(source: str, key: str, item: Any, kind: Any, strict: bool) -> Any:
+    """An item of a YAML list as the same flag's item would be (argparse leaves a list default unconverted); a list
+    or mapping as an item is refused by name where ``strict``."""
+    if strict and isinstance(item, (list, dict)):
+        raise ValueError(f"{source}: {key}: {_shown(item)} as an item, but this option takes a list of single values")
     if kind is None or item is None or kind is bool:
         return item
     if kind is str:
-        return str(item) if isinstance(item, (bool, int, float)) else item
+        return _text(source, key, item, strict)
     try:
         if isinstance(item, bool):
             raise ValueError
         return kind(str(item))
     except ValueError:
-        raise ValueError(f"--config: {key}: invalid {kind.__name__} value: {item!r}") from None
+        raise ValueError(f"{source}: {key}: invalid {kind.__name__} value: {item!r}") from None
 
 
-def _yaml_values(types: Sequence[Any], values: dict) -> dict:
+def _yaml_values(types: Sequence[Any], values: dict, source: str = "--config") -> dict:
     """YAML values made what the same flags would give: a scalar for a list option becomes a one-item list (argparse
     applies ``nargs`` to flags only: ``tuned: outputs/run`` was read letter by letter; not where the option takes a
     single value too), a null for an option that takes no None is refused by name (it reached the code as None), and
     a number, bool or list item is converted and checked by the option's type as its flag is (``k_random: 1.5`` was
-    accepted and failed deep in the run)."""
+    accepted and failed deep in the run); a value no flag gives (a bool, list or mapping for text, a mapping for a
+    list) is refused by name, except where a dataclass of ``_LIBRARIES`` declares the option (see ``_text``).
+    ``source`` begins an error's message (``--config FILE``)."""
     fields = _field_types(types)
     out = {}
     for key, value in values.items():
-        hint, nullable = fields.get(key, (None, True))
+        hint, nullable, strict = fields.get(key, (None, True, False))
         if value is None and not nullable:
             kind = getattr(hint, "__name__", str(hint))
-            raise ValueError(f"--config: {key}: null, but this option takes a {kind}; leave the key out (its default)")
+            raise ValueError(f"{source}: {key}: null, but this option takes a {kind}; leave the key out (its default)")
         if _list_only(hint):
+            if strict and isinstance(value, dict):
+                raise ValueError(f"{source}: {key}: a mapping, but this option takes a list")
             items = [value] if value is not None and not isinstance(value, list) else value
             lists = (hint,) if typing.get_origin(hint) is list else typing.get_args(hint)
             item_kind = _scalar_kind(next((typing.get_args(a)[0] for a in lists if typing.get_args(a)), None))
-            out[key] = None if items is None else [_list_item(key, item, item_kind) for item in items]
+            out[key] = None if items is None else [_list_item(source, key, item, item_kind, strict) for item in items]
         else:
-            out[key] = _as_flag(value, _scalar_kind(hint))
+            out[key] = _as_flag(source, key, value, _scalar_kind(hint), strict)
     return out
 
 

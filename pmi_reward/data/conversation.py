@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .dialogues import speaker, speaker_turns
 from .pairs import join_turns
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
 
 # the system message of the chat policies' prompts (and of the chat LM's PMI, which reads replies as the policy does)
 DEFAULT_SYSTEM_PROMPT = "You are chatting with a friend. Reply in one or two short sentences."
-_SPEAKERS = ("user", "assistant")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 _CLOSED_THINK = re.compile(r"<think>(?:(?!<think>).)*?</think>[ \t]*\n?", re.S)  # a whole block, over lines too
@@ -70,18 +70,22 @@ def message_text(content: Any) -> str | None:
 
 
 def prompt_to_context(prompt: Any, include_system: bool = False, max_turns: int | None = None) -> str | None:
-    """Context text of a prompt: a string as is, or the user/assistant turns of a message list."""
+    """Context text of a prompt: a string as is, or the turns of a message list as training reads a chat
+    (``dialogues.speaker_turns``: consecutive messages of one speaker are one turn, the speakers' alias roles
+    are theirs; a plain string is a turn of no known speaker). System messages are turns of their own with
+    ``include_system``, else skipped; other roles are skipped."""
     if isinstance(prompt, str):
         turns = [line for line in prompt.split("\n") if line.strip()]
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-        roles = _SPEAKERS + (("system",) if include_system else ())
-        turns = []
+        said: list[tuple[str | None, str]] = []
         for m in prompt:
-            if not isinstance(m, dict) or m.get("role") not in roles:
-                continue
-            text = message_text(m.get("content"))
-            if text is not None and text.strip():
-                turns.append(" ".join(text.split("\n")))
+            if isinstance(m, str):
+                said.append((None, m))
+            elif isinstance(m, dict) and (text := message_text(m.get("content"))) is not None:
+                role = str(m.get("role", "user")).strip().lower()
+                if (who := speaker(role)) is not None or (include_system and role == "system"):
+                    said.append((who, text))
+        turns = speaker_turns(said)
     else:
         return None
     if max_turns:
@@ -116,7 +120,9 @@ def turns_to_messages(turns: Sequence[str] | str, system_prompt: str | None = No
     ]
 
 
-Messages = list[dict[str, str]]
+# chat messages; a plain string is a turn of no known speaker, as in a messages file (plain text's lines, the end of
+# a cut-off turn): read as a turn of its own (``prompt_to_context``), never joined with a speaker's turn beside it
+Messages = list[dict[str, str] | str]
 
 # The templates' markup, as the models' own chat templates (``chat_template`` in their tokenizer_config.json) write it:
 # - ChatML (Qwen, SmolLM2): ``<|im_start|>user\n...<|im_end|>``; Phi-4 puts ``<|im_sep|>`` where ChatML has the
@@ -276,7 +282,8 @@ def drop_assistant_think(prompt: Any) -> Any:
         return prompt
     out = []
     for m in prompt:
-        text = message_text(m.get("content")) if isinstance(m, dict) and m.get("role") == "assistant" else None
+        mine = isinstance(m, dict) and speaker(m.get("role", "user")) == "assistant"  # alias roles too, as read
+        text = message_text(m.get("content")) if mine else None
         out.append({**m, "content": drop_think_blocks(" ".join(text.split("\n")))} if text is not None else m)
     return out
 
@@ -295,10 +302,15 @@ def _message(role: str, content: str, renames: dict[str, str], tokens: _Tokens =
     return {"role": renames.get(role, _ROLES.get(role, role)), "content": tokens.special.sub("", content).strip()}
 
 
+def _unknown(content: str, tokens: _Tokens = _ANY) -> str:
+    """A turn of no known speaker (the end of a cut-off turn): a plain string, as a messages file writes one."""
+    return tokens.special.sub("", content).strip()
+
+
 def parse_chat(text: str, partial: bool = False) -> Messages | None:
     """The messages of a chat-templated string (generation prompts become empty assistant messages), or None
     when no known template or role prefix is found. ``partial``: ``text`` is the end of a longer one, so what
-    comes before its first turn marker is the end of a turn whose start was cut off (a user turn, when its role is
+    comes before its first turn marker is the end of a turn whose start was cut off (a plain string: its speaker is
     not known).
 
     Linear in the length of ``text``: markers are found with ``str.find`` and regexes that cannot backtrack
@@ -372,10 +384,10 @@ def _marked_turns(text: str, marked: _Marked, tokens: _Tokens, partial: bool) ->
     system prompt) or nothing."""
     renames = marked.renames
     heads = list(marked.header.finditer(text))
-    out = []
+    out: Messages = []
     if partial and heads and text[: heads[0].start()].strip():
         lead = text[: _first(text, tokens.ends, 0, heads[0].start())]
-        out.append(_message("user", lead, renames, tokens))
+        out.append(_unknown(lead, tokens))
     elif (
         marked.lead_role
         and heads
@@ -447,7 +459,8 @@ def _system_blocks(text: str, tokens: _Tokens) -> tuple[str, Messages]:
     at = text.find(_SYS_OPEN)
     if at < 0:
         return text, []
-    before, systems = text[:at], []
+    before = text[:at]
+    systems: Messages = []
     while at >= 0:
         start = at + len(_SYS_OPEN)
         stop = text.find(_SYS_CLOSE, start)
@@ -461,8 +474,8 @@ def _system_blocks(text: str, tokens: _Tokens) -> tuple[str, Messages]:
 def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
     """``User: ...`` / ``Assistant: ...`` transcripts (continuation lines join the turn above). Linear: a turn's
     lines are collected and joined once. Text before the first role prefix means plain text (None), unless
-    ``partial``: then it is the end of a turn."""
-    turns: list[tuple[str, list[str]]] = [("user", [])] if partial else []
+    ``partial``: then it is the end of a turn (of no known speaker: a plain string)."""
+    turns: list[tuple[str | None, list[str]]] = [(None, [])] if partial else []
     for line in _ANY.special.sub("", text).split("\n"):
         line = line.strip()
         match = _ROLE_LINE.match(line)
@@ -476,16 +489,26 @@ def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
         lead, turns = turns[0], turns[1:]
         if turns and lead[1]:
             turns.insert(0, lead)
-    return [_message(role, " ".join(parts), {}) for role, parts in turns] or None
+    return [_message(role, " ".join(parts), {}) if role else _unknown(" ".join(parts)) for role, parts in turns] or None
 
 
 def _as_messages(text: str, partial: bool = False) -> tuple[Messages, _Tokens]:
-    """Messages of a templated string and its template's tokens; plain text becomes one user turn per line (and
-    a reply to it is cut at any template's tokens)."""
+    """Messages of a templated string and its template's tokens; plain text becomes one turn per line, each a plain
+    string (a turn of no known speaker), and a reply to it is cut at any template's tokens."""
     parsed = _parse_chat(text, partial)
     if parsed is not None:
         return parsed
-    return [{"role": "user", "content": line.strip()} for line in text.split("\n") if line.strip()], _ANY
+    return [line.strip() for line in text.split("\n") if line.strip()], _ANY
+
+
+def _role(message: dict[str, str] | str) -> str | None:
+    """A parsed message's role; None for a turn of no known speaker (a plain string)."""
+    return None if isinstance(message, str) else message["role"]
+
+
+def _content(message: dict[str, str] | str) -> str:
+    """A parsed message's text."""
+    return message if isinstance(message, str) else message["content"]
 
 
 def split_query(query: str, prompt: str | None = None, max_chars: int | None = None) -> tuple[Messages, str] | None:
@@ -522,13 +545,13 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
         messages, tokens = parsed
         # empty turns at the end: a stop token that is a turn header (GLM-4's <|user|>) after the reply, then a
         # generation prompt (an empty reply: never the assistant turn before it)
-        while messages and not messages[-1]["content"] and messages[-1]["role"] != "assistant":
+        while messages and not _content(messages[-1]) and _role(messages[-1]) != "assistant":
             messages.pop()
-        while messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+        while messages and _role(messages[-1]) == "assistant" and not _content(messages[-1]):
             messages.pop()
-        if not messages or messages[-1]["role"] != "assistant":
+        if not messages or _role(messages[-1]) != "assistant":
             return None
-        return messages[:-1], _cut(messages[-1]["content"], tokens)
+        return messages[:-1], _cut(_content(messages[-1]), tokens)
     lines = [line for line in query.split("\n") if line.strip()]
     if not lines:
         return None

@@ -25,6 +25,8 @@ __all__ = [
     "chitchat_dialogues",
     "dialogues_from_records",
     "split_dialogues",
+    "speaker",
+    "speaker_turns",
     "CHAT_ROLES",
 ]
 
@@ -65,6 +67,36 @@ def chitchat_dialogues() -> list[Dialogue]:
     return dialogues
 
 
+def speaker(role: object) -> str | None:
+    """The speaker a chat message's role names, "user" or "assistant" (``CHAT_ROLES`` and their
+    ``SPEAKER_ALIASES``, in any case), or None for any other role (system, tool, unknown)."""
+    role = str(role).strip().lower()
+    if role not in CHAT_ROLES and role not in SPEAKER_ALIASES:
+        return None
+    return "assistant" if role in ("assistant", *_ASSISTANT_ALIASES) else "user"
+
+
+def speaker_turns(messages: Iterable[tuple[str | None, str]]) -> list[str]:
+    """The turns of (speaker, text) messages, oldest first: how a chat is read for training (``load_dialogues``)
+    and by the reward (``conversation.prompt_to_context``), so that both read one chat alike. Consecutive messages
+    of one speaker are one turn, joined with a space (as separate turns they made "user replies to user" pairs); a
+    message with no text is none. A message of speaker None (a plain string in a messages list, a system turn the
+    reward keeps) is a turn of its own, never joined."""
+    turns: list[str] = []
+    last = None  # the speaker of the last turn (None after a message of no known speaker)
+    for who, text in messages:
+        if not text.strip():
+            if who is None:  # a blank string still parts the turns around it (a messages file kept, then dropped it)
+                last = None
+            continue
+        if who is not None and who == last:
+            turns[-1] = f"{turns[-1].strip()} {text.strip()}"
+        else:
+            turns.append(text)
+        last = who
+    return turns
+
+
 def _turns_of(record: dict, where: str) -> tuple[str, ...]:
     if "turns" in record:
         turns = record["turns"]
@@ -75,25 +107,14 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
         messages = record["messages"]
         if not isinstance(messages, list):
             raise DataError(f"{where}, field 'messages': expected a list of {{role, content}} objects")
-        turns = []
-        last = None  # the speaker of the last turn (None after a plain-string message, whose speaker is unknown)
+        said: list[tuple[str | None, str]] = []
         for m in messages:
             if isinstance(m, str):
-                turns.append(m)
-                last = None
+                said.append((None, m))
             elif isinstance(m, dict) and isinstance(m.get("content"), str):
                 role = str(m.get("role", "user")).strip().lower()
-                if role in CHAT_ROLES or role in SPEAKER_ALIASES:
-                    # consecutive messages of one speaker are one turn, joined with a space (as separate turns they
-                    # made "user replies to user" pairs); a message with no text is none
-                    speaker = "assistant" if role in ("assistant", *_ASSISTANT_ALIASES) else "user"
-                    if not m["content"].strip():
-                        continue
-                    if speaker == last:
-                        turns[-1] = f"{turns[-1].strip()} {m['content'].strip()}"
-                    else:
-                        turns.append(m["content"])
-                    last = speaker
+                if (who := speaker(role)) is not None:
+                    said.append((who, m["content"]))
                 elif role not in SKIPPED_ROLES:  # a whole speaker dropped made "user replies to user" pairs
                     raise DataError(
                         f"{where}, field 'messages': unknown role {m.get('role')!r} (speakers: "
@@ -101,7 +122,7 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
                     )
             else:
                 raise DataError(f"{where}, field 'messages': expected {{role, content}} objects with text content")
-        return tuple(turns)
+        return tuple(speaker_turns(said))
     raise DataError(f"{where}: needs a 'turns' or 'messages' field (has {sorted(record)})")
 
 

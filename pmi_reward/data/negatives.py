@@ -148,6 +148,8 @@ def random_from_batch(pairs: PairSet, rows: np.ndarray, k: int, rng: np.random.G
     resp, group = pairs.resp[rows], pairs.group[rows]
     ok = (group[:, None] != group[None, :]) & (resp[:, None] != resp[None, :])
     keys = np.where(ok, rng.random(ok.shape), np.inf)  # a random order of each row's candidates
+    # a batch of fewer than k replies has fewer than k positions: the slots past them are missing (drawn below)
+    keys = np.pad(keys, ((0, 0), (0, max(0, k - len(rows)))), constant_values=np.inf)
     pick = np.argsort(keys, axis=1, kind="stable")[:, :k]
     filled = np.take_along_axis(keys, pick, axis=1) < np.inf
     out[filled] = resp[pick[filled]]

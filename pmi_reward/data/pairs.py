@@ -126,15 +126,18 @@ class PairSet:
         seed: int = 0,
     ) -> PairSet:
         """Every turn with at least ``min_context_turns`` before it is a response; its context is the
-        ``max_context_turns`` turns before it. ``max_pairs_per_dialogue`` samples positions (seeded)."""
+        ``max_context_turns`` turns before it (blank turns left out). ``max_pairs_per_dialogue`` samples positions
+        (seeded)."""
         if max_context_turns < 1 or min_context_turns < 1 or min_context_turns > max_context_turns:
             raise ValueError("need 1 <= min_context_turns <= max_context_turns")
         rng = np.random.default_rng(seed)
         items = []
         for d in dialogues:
             # each turn as a context line reads it (join_turns), so that a turn is one text whether it is a context
-            # line, a reply or a candidate of its dialogue (a multi-line turn was two texts: graded credit for a copy)
-            turns = [join_turns([turn]) for turn in d.turns]
+            # line, a reply or a candidate of its dialogue (a multi-line turn was two texts: graded credit for a copy);
+            # a blank one is no turn, as load_dialogues drops it (a Dialogue built in Python: an empty reply as a
+            # positive, a blank context line)
+            turns = [turn for turn in (join_turns([t]) for t in d.turns) if turn]
             positions = list(range(min_context_turns, len(turns)))
             if max_pairs_per_dialogue is not None and len(positions) > max_pairs_per_dialogue:
                 positions = sorted(rng.choice(positions, max_pairs_per_dialogue, replace=False).tolist())

@@ -10,7 +10,7 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,13 +244,18 @@ def check_output(
     what: str = "--output",
 ) -> Path:
     """Check an output file before any work starts: a known suffix, a folder we may write into, not one of the
-    ``inputs``, and not an existing file unless ``overwrite``. A DataError saying what is wrong otherwise."""
+    ``inputs`` (a file, or a folder: none of its files), and not an existing file unless ``overwrite``. A DataError
+    saying what is wrong otherwise."""
     path = Path(path)
     if path.suffix.lower() not in suffixes:
         raise DataError(f"{what} {path}: unsupported output type {path.suffix!r} (use {', '.join(suffixes)})")
     for given in inputs:
-        if given is not None and Path(given).exists() and path.exists() and path.samefile(given):
-            raise DataError(f"{what} {path} is the input file; write to another file")
+        if given is None or not Path(given).exists() or not path.exists():
+            continue
+        if path.samefile(given):
+            raise DataError(f"{what} {path} is the input file {given}; write to another file")
+        if Path(given).is_dir() and path.resolve().is_relative_to(Path(given).resolve()):
+            raise DataError(f"{what} {path} is a file of the input folder {given}; write to another file")
     if path.is_dir():
         raise DataError(f"{what} {path} is a folder; give a file name")
     if path.exists() and not overwrite:
@@ -280,15 +285,41 @@ def _replaced_folder(path: str | Path, what: str) -> Path:
     return target
 
 
-def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "--output_dir", whole: bool = True) -> Path:
+def _holds_no_inputs(folder: Path, path: Path, what: str, inputs: Mapping[str, str | Path | None]) -> None:
+    """None of ``inputs`` (option name: path, symlinks and ``..`` resolved) may be ``folder`` or lie inside it: the
+    run would read it, and then its save, replacing the folder whole, would delete it."""
+    for name, given in inputs.items():
+        if not given:
+            continue
+        try:
+            where = Path(given).resolve()
+        except (OSError, RuntimeError) as err:  # a symlink loop
+            raise DataError(f"{name} {given}: {err}") from None
+        if where.is_relative_to(folder):
+            raise DataError(
+                f"{name} {given} is inside {what} {path} ({folder}), which the save replaces whole: it would be "
+                f"deleted after the run read it, --overwrite or not; give another {what}, or move it out"
+            )
+
+
+def check_output_dir(
+    path: str | Path,
+    overwrite: bool = False,
+    what: str = "--output_dir",
+    whole: bool = True,
+    inputs: Mapping[str, str | Path | None] | None = None,
+) -> Path:
     """Check an output folder before any work starts: not a file, empty or absent unless ``overwrite``, and in a
     folder we may write into. ``whole``: the folder is replaced whole (``replace_directory``), so what is checked is
-    the folder a symlink points at, and the current folder (or one holding it) is refused; False for a folder that
-    files are written into (a checkpoint folder)."""
+    the folder a symlink points at, the current folder (or one holding it) is refused, and so is a folder holding
+    one of ``inputs`` (option name: path; what the run reads or keeps, whether it exists yet or not); False for a
+    folder that files are written into (a checkpoint folder)."""
     path = Path(path)
     target = _replaced_folder(path, what) if whole else path
     if target.exists() and not target.is_dir():
         raise DataError(f"{what} {path} is a file, not a folder")
+    if whole:
+        _holds_no_inputs(target, path, what, inputs or {})
     if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise DataError(f"{what} {path} exists and is not empty; pass --overwrite to replace it")
     _writable_folder(target, what)

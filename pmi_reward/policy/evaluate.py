@@ -57,6 +57,14 @@ __all__ = [
 ]
 
 
+# The default panel's judge: judge (a) of recipes/README.md, section 4 (MiniLM on Chit-Chat 1000-1999, seed 1, a
+# twin of the reward), where the command below writes it.
+DEFAULT_JUDGE_DIR = "outputs/scorers/eval-minilm-s1"
+DEFAULT_JUDGE_COMMAND = (
+    "pmi-reward train --config scorer/minilm --config recipes/smollm2-135m/scorers/judge-minilm.yaml"
+)
+
+
 @dataclass
 class EvalPromptArguments(PromptArguments):
     """Evaluation contexts: by default the held-out chitchat dialogues (3700+), used by no scorer and no training
@@ -75,7 +83,7 @@ class EvalArguments:
     tuned: list[str] = field(default_factory=list, metadata={"help": "tuned policy dirs (full or LoRA adapter)"})
     base_model: str = field(default=DEFAULT_POLICY, metadata={"help": "the policy before tuning"})
     judges: list[str] = field(
-        default_factory=lambda: ["minilm=outputs/scorers/judge-minilm"],
+        default_factory=lambda: [f"minilm={DEFAULT_JUDGE_DIR}"],
         metadata={"help": "the judge panel: name=scorer_dir (or scorer_dir), or name=lm:MODEL (a chat LM's PMI)"},
     )
     judge_val_auc: list[str] = field(
@@ -452,9 +460,9 @@ def _check_options(args: EvalArguments, settings: SamplingSettings) -> dict[str,
         taken.add(name)
     for name, path in check_panel(args.judges, val_aucs):  # found out only after the policies had loaded and sampled
         if not path.startswith(LM_PREFIX) and missing_local(path):
+            how = DEFAULT_JUDGE_COMMAND if Path(path) == Path(DEFAULT_JUDGE_DIR) else "recipes/README.md, section 4"
             raise FileNotFoundError(
-                f"judge {name}={path}: no such scorer folder (train it first: recipes/README.md, section 4; or give "
-                "--judges name=DIR)"
+                f"judge {name}={path}: no such scorer folder (train it first: {how}; or give --judges name=DIR)"
             )
     return val_aucs
 

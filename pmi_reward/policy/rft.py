@@ -115,6 +115,8 @@ class RFTConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.rollout_temperature >= 0:
             raise ValueError(f"rollout_temperature must be >= 0 (0: greedy), got {self.rollout_temperature}")
+        if not 0 <= self.rollout_top_p <= 1:  # generate() fails on a negative top_p and reads one above 1 as 1
+            raise ValueError(f"rollout_top_p must be in [0, 1] (0: greedy), got {self.rollout_top_p}")
 
 
 ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)

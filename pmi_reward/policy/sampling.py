@@ -93,6 +93,8 @@ class SamplingSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        if not 0 <= self.top_p <= 1:  # generate() fails on a negative top_p and reads one above 1 as 1
+            raise ValueError(f"top_p must be in [0, 1] (0: greedy), got {self.top_p}")
 
 
 @dataclass

@@ -117,10 +117,17 @@ def _package_dir(spec: ShippedModel) -> Path:
 
 def _build_once(target: Path, build: Callable[[Path], None]) -> None:
     """Make the model folder ``target`` with ``build(tmp)`` once: under a lock (parallel workers wait for the first),
-    in a temporary folder renamed into place when complete (a killed run leaves no half-built model)."""
+    in a temporary folder renamed into place when complete (a killed run leaves no half-built model). A run killed
+    outright (SIGKILL, the OOM killer) leaves its temporary folder, hundreds of MB that no later run removed: under
+    the lock no build of ``target`` is live, so any found is removed (mkdtemp's name: the prefix below and 8 of
+    ``[a-z0-9_]``, never a ``-``, so no other model's temporary folder, lock or folder matches)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        temporary = re.compile(rf"\.{re.escape(target.name)}-[a-z0-9_]{{8}}")
+        for stale in target.parent.iterdir():
+            if temporary.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
         if (target / "config.json").is_file():
             return
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))

@@ -20,7 +20,7 @@ from ..data.records import check_output_dir, json_safe, replace_directory
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.head import HeadConfig
-from ..scoring.models import cache_root
+from ..scoring.models import cache_root, shipped_name
 from ..scoring.templates import PromptTemplate
 from .fit import check_negative_draws, evaluate_auc, fit_scorer
 from .loop import TrainConfig
@@ -153,6 +153,22 @@ def _origin(data: TrainData, split: int) -> str:
     return f"the {name} pairs of " + " and ".join(p for p in parts if p)
 
 
+def _inputs(data: TrainData, encoder_spec: EncoderSpec, config: TrainConfig) -> dict[str, str | Path | None]:
+    """What the run reads or keeps by path (option name: path), none of which may lie in the output folder that its
+    save replaces whole: the pair and dialogue files, a local encoder folder, the checkpoints and the embedding cache
+    (absent ones too: the run creates them there, and the save would delete them)."""
+    local = shipped_name(encoder_spec.model) is None and Path(encoder_spec.model).exists()
+    return {
+        "--dialogues": data.dialogues if data.dialogues != "chitchat" else None,
+        "--train_file": data.train_file,
+        "--val_file": data.val_file,
+        "--test_file": data.test_file,
+        "--model": encoder_spec.model if local else None,
+        "--checkpoint_dir": config.checkpoint_dir,
+        "--cache_dir": None if data.no_cache else data.cache_dir or cache_root() / "embeddings",
+    }
+
+
 def train_scorer(
     data: TrainData,
     encoder_spec: EncoderSpec,
@@ -163,7 +179,7 @@ def train_scorer(
 ) -> dict:
     """Build pairs, train, report a held-out AUC, save the scorer and its history; the run's summary."""
     start = time.perf_counter()
-    check_output_dir(data.output_dir, data.overwrite)
+    check_output_dir(data.output_dir, data.overwrite, inputs=_inputs(data, encoder_spec, config))
     if config.checkpoint_dir:
         check_output_dir(config.checkpoint_dir, overwrite=True, what="--checkpoint_dir", whole=False)
     train, val, test, source = build_pairs(data)

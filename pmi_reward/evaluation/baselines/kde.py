@@ -2,8 +2,10 @@
 
 The head's inputs x of positive pairs and of negative pairs are standardised, reduced by PCA (fitted on
 both), and a Gaussian KDE is fitted to each class; the score of a pair is the log-density ratio, which
-estimates the same log p(c, r) / q(c, r) as the trained heads, without training. It is the paper's
-non-parametric baseline; in hundreds of dimensions its estimates are poorly calibrated.
+estimates the same log p(c, r) / q(c, r) as the trained heads, without training. Both densities are
+normalised, so the ratio has no free constant (unlike MINE's or InfoNCE's scores), but the kernel smooths it:
+a wide bandwidth shrinks it towards 0, a narrow one makes it noisy. It is the paper's non-parametric baseline;
+in hundreds of dimensions its estimates are poorly calibrated.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ __all__ = ["KDEConfig", "KDEScorer"]
 
 @dataclass
 class KDEConfig:
-    """PCA width, kernel bandwidth (a number, or "scott"/"silverman") and whether PCA whitens."""
+    """PCA width, kernel bandwidth (a number, or "scott"/"silverman") and whether PCA whitens.
+
+    The bandwidth is in the units of the PCA components. sklearn's "scott" and "silverman" rules (n^(-1/(d+4))
+    and (n (d+2) / 4)^(-1/(d+4)), from each class's own row count) assume components of unit variance, which only
+    ``whiten`` gives: unwhitened, the leading components of the standardised inputs carry most of their total
+    variance (the input width), so the rules' bandwidth (~0.94 in recipes/quality) is far too narrow there (en
+    validation AUC 0.58 against 0.90 with 10, the studies' setting; see recipes/quality/RESULTS.md).
+    """
 
     n_components: int = 128
     bandwidth: float | str = "scott"

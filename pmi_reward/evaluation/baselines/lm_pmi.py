@@ -5,8 +5,9 @@ conversation, minus its likelihood as the assistant's opening line with no conve
 of how likely the reply is anywhere). A generic reply ("ok", "that's interesting") is likely with or without the
 context, so it scores near 0; a reply that answers this context gains from it. Unlike a trained head it learns
 nothing from a corpus, so it cannot lose the LM's general sense of relevance to one; it is the reference point
-for what a trained scorer adds. The reply is scored with its end-of-turn token, so a reply cut short is judged as
-the LM would judge a reply that stops there.
+for what a trained scorer adds. The reply is scored with its end-of-turn token, the one the chat template closes an
+assistant turn with (Gemma's ``<end_of_turn>``, not its ``<eos>``; see ``end_of_turn``), so a reply cut short is
+judged as the LM would judge a reply that stops there.
 
 Each context is encoded once and its replies are scored from the shared KV cache, which matters on a CPU: a
 context is ~3x as long as a reply. A pass holds at most ``max_batch_tokens`` padded reply tokens (the logits are
@@ -34,7 +35,27 @@ from ...scoring.encoder import default_device
 from ...scoring.models import load_causal_lm, load_tokenizer, pad_token_ids
 from .jsonl_cache import JsonlCache
 
-__all__ = ["LMPMIConfig", "LMPMIScorer"]
+__all__ = ["LMPMIConfig", "LMPMIScorer", "end_of_turn"]
+
+_MARKER = "\u2063"  # an invisible separator: no template writes one, so it marks where the probe's reply ends
+
+
+def end_of_turn(tokenizer) -> str | None:
+    """The token the tokenizer's chat template closes an assistant turn with: the first special (or added) token
+    it writes after the reply of a one-user, one-assistant chat. It is not always ``eos_token``: Gemma ends turns
+    with ``<end_of_turn>`` (eos ``<eos>``), Qwen's base tokenizers with ``<|im_end|>`` (eos ``<|endoftext|>``).
+    A tokenizer without a template, a template that refuses that chat or writes no such token after the reply:
+    ``eos_token`` (None where there is none)."""
+    chat = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # no template (ValueError), or one that refuses this chat: a raise_exception, whatever else
+        return tokenizer.eos_token
+    if not isinstance(text, str) or _MARKER not in text:
+        return tokenizer.eos_token
+    ids = tokenizer(text.split(_MARKER, 1)[1], add_special_tokens=False)["input_ids"]
+    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    return next((tokenizer.convert_ids_to_tokens(i) for i in ids if i in special), tokenizer.eos_token)
 
 
 @dataclass
@@ -64,9 +85,9 @@ class LMPMIScorer:
             model = load_causal_lm(self.config.model, self.config.dtype).to(default_device())
         self.model = model
         self.model.eval()
-        end = self.tokenizer.eos_token
+        end = end_of_turn(self.tokenizer)
         if end is None:
-            raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (eos) token to close a reply")
+            raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (or eos) token to close a reply")
         self._end = end
         self._cache = JsonlCache(cache_file)  # key -> [log-likelihood, reply tokens]
 
@@ -155,10 +176,10 @@ class LMPMIScorer:
 
     def _key(self, context: str | None, response: str) -> str:
         c = self.config
-        setting = json.dumps(
-            [c.model, c.dtype, c.system_prompt, c.max_context_chars, c.max_reply_tokens, context, response]
-        )
-        return hashlib.sha1(setting.encode("utf-8")).hexdigest()
+        setting = [c.model, c.dtype, c.system_prompt, c.max_context_chars, c.max_reply_tokens, context, response]
+        if self._end != self.tokenizer.eos_token:  # keys from before the end came from the template closed with eos
+            setting.append(self._end)
+        return hashlib.sha1(json.dumps(setting).encode("utf-8")).hexdigest()
 
     def log_likelihoods(self, context: str | None, responses: Sequence[str]) -> list[tuple[float, int]]:
         """(log p(r | context), tokens) per reply; ``context`` None: the assistant's opening line with no

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ...scoring.models import load_causal_lm, load_tokenizer
 from .jsonl_cache import JsonlCache
+from .lm_pmi import end_of_turn
 
 __all__ = ["MEEP_PROMPT", "MEEPConfig", "MEEPScorer", "parse_score"]
 
@@ -93,6 +94,11 @@ class MEEPScorer:
         self.tokenizer.padding_side = "left"
         self.model = model if model is not None else load_causal_lm(self.config.model, self.config.dtype)
         self.model.eval()
+        # an answer stops at the template's end of turn or at eos (they differ for Gemma's, Qwen base tokenizers)
+        ends = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids(end_of_turn(self.tokenizer))}
+        self._stops = sorted(ends - {None})
+        if not self._stops:
+            raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn or eos token to stop an answer")
         self._answers = JsonlCache(cache_file, field="answers")
         self.parse_rate = float("nan")
 
@@ -110,8 +116,10 @@ class MEEPScorer:
 
     def _key(self, prompt: str) -> str:
         c = self.config
-        setting = json.dumps([c.model, c.dtype, c.n_samples, c.temperature, c.max_new_tokens, c.seed])
-        return hashlib.sha1((setting + prompt).encode("utf-8")).hexdigest()
+        setting = [c.model, c.dtype, c.n_samples, c.temperature, c.max_new_tokens, c.seed]
+        if self._stops != [self.tokenizer.eos_token_id]:  # answers from before the end of turn stopped them too
+            setting.append(self._stops)
+        return hashlib.sha1((json.dumps(setting) + prompt).encode("utf-8")).hexdigest()
 
     def answers(self, prompts: Sequence[str], progress: bool = False) -> list[list[str]]:
         """``n_samples`` generated answers per prompt (cached by prompt and setting)."""
@@ -151,7 +159,7 @@ class MEEPScorer:
         cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].float().repeat_interleave(n, 0).cpu()
         mask = mask.repeat_interleave(n, 0)
-        eos = self.tokenizer.eos_token_id
+        stops = torch.tensor(self._stops)
         tokens = torch.zeros(len(mask), 0, dtype=torch.long)
         done = torch.zeros(len(mask), dtype=torch.bool)
         for _ in range(c.max_new_tokens):
@@ -160,9 +168,9 @@ class MEEPScorer:
                 step = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             else:
                 step = logits.argmax(-1)
-            step = torch.where(done, torch.full_like(step, eos), step)
+            step = torch.where(done, stops[0], step)
             tokens = torch.cat([tokens, step[:, None]], dim=1)
-            done |= step == eos
+            done |= torch.isin(step, stops)
             if done.all():
                 break
             mask = torch.cat([mask, torch.ones(len(mask), 1, dtype=mask.dtype)], dim=1)
