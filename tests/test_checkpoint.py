@@ -328,3 +328,59 @@ def test_a_resumed_encoder_fine_tune_equals_the_uninterrupted_one(tmp_path, tiny
     for a, b in zip(tuned.values(), resumed.encoder.model.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     assert resumed.encoder.spec.revision == full.encoder.spec.revision  # the weights' digest
+
+
+def test_a_fine_tune_resumes_without_its_warm_up_under_another_patience(tmp_path, tiny_encoder_factory, monkeypatch):
+    """Resuming a fine-tune with another patience (allowed) reran the warm-up, whose head then differed (it had stopped
+    early under the old patience), and the checkpoint was refused as "other data or settings". The warm-up is part of
+    the checkpointed run: a resume skips it, and continues the rounds; other settings are still refused."""
+    from pmi_reward.training import fit
+
+    warm_ups, train_head_ = [], fit.train_head
+
+    def spy(*args, **kwargs):
+        result = train_head_(*args, **kwargs)
+        warm_ups.extend([len(result.history)] if args[5].train_encoder == "none" else [])  # the warm-up's rounds
+        return result
+
+    monkeypatch.setattr(fit, "train_head", spy)
+    rng = np.random.default_rng(0)
+    dialogues = [Dialogue(f"d{n}", tuple(rng.permutation(TOPICS[list(TOPICS)[n % 4]]))) for n in range(80)]
+    train, val = PairSet.from_dialogues(dialogues[:20]), PairSet.from_dialogues(dialogues[60:68])
+    settings = dict(
+        batch_size=8, lr=0.01, encoder_lr=1e-3, seed=0, bf16=False, checkpoint_dir=str(tmp_path), train_encoder="full",
+        encoder_batch_size=16, steps_per_round=1, warmup_rounds=8,
+    )  # fmt: skip
+
+    def run(epochs, patience, start_head=None, **over):
+        config = TrainConfig(**{**settings, "epochs": epochs, "patience": patience, **over})
+        encoder, negatives = tiny_encoder_factory(), NegativeSpec(2, 0, 0)
+        return fit_scorer(
+            train, val, encoder, TEMPLATES["en"], config, HeadConfig(), negatives, False, start_head=start_head
+        )
+
+    _, first = run(2, 1)
+    assert len(warm_ups) == 1 and warm_ups[0] < 8  # patience 1 stopped the warm-up early: 10 would not have
+    assert [h["epoch"] for h in first.history] == [0, 1]
+    _, resumed = run(4, 10)
+    assert len(warm_ups) == 1  # not run again
+    assert resumed.untimed_history()[:2] == first.untimed_history()
+    assert [h["epoch"] for h in resumed.history] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match=r"other data or settings \(training.encoder_lr"):
+        run(4, 10, encoder_lr=1e-4)
+    with pytest.raises(ValueError, match="start_head"):  # a run from another head is another run
+        run(4, 10, start_head=first.head)
+
+
+def test_a_checkpoint_of_other_trained_parameters_is_refused_by_name(tmp_path):
+    """A checkpoint whose trained parameters are not this run's (LoRA adapters on other modules: a pooler adapted
+    before 2026-11-28) passed the fingerprint and then failed in load_state_dict with a raw RuntimeError."""
+    from pmi_reward.training.checkpoint import load_round, save_round
+
+    saved = torch.nn.ModuleDict({"head": torch.nn.Linear(2, 1), "pooler": torch.nn.Linear(2, 2)})
+    optim = torch.optim.AdamW(saved.parameters())
+    rng = np.random.default_rng(0)
+    save_round(tmp_path, {"a": 1}, 1, saved, optim, (0.5, 1, saved.state_dict()), [], rng)
+    mine = torch.nn.ModuleDict({"head": torch.nn.Linear(2, 1)})
+    with pytest.raises(ValueError, match="written by a run that trained other parameters"):
+        load_round(tmp_path, {"a": 1}, mine, torch.optim.AdamW(mine.parameters()), rng)

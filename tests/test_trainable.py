@@ -192,8 +192,10 @@ def test_encoder_layers_trains_only_the_top_layers(kind, topic_dialogues, tiny_e
     config = TrainConfig(
         batch_size=8, epochs=1, steps_per_round=3, train_encoder="full", encoder_layers=1, encoder_lr=1e-2
     )
-    fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False)
-    moved = {n for n, p in enc.model.named_parameters() if not torch.equal(p, before[n])}
+    scorer, _ = fit_scorer(
+        train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
+    )
+    moved = {n for n, p in scorer.encoder.model.named_parameters() if not torch.equal(p, before[n])}
     top = "encoder.layer.1." if kind == "bert" else "layers.1."
     assert moved and all(n.startswith(top) or n.startswith(("pooler.", "norm.")) for n in moved)
     assert any(n.startswith(top) for n in moved)
@@ -278,8 +280,8 @@ def test_fit_scorer_trains_without_attention_dropout(topic_dialogues, tiny_encod
     scorer, _ = fit_scorer(
         train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
     )
-    drops = [m.dropout.p for m in enc.model.modules() if type(m).__name__ == "BertSelfAttention"]
-    assert drops == [0.0, 0.0] and not enc.model.training
+    drops = [m.dropout.p for m in scorer.encoder.model.modules() if type(m).__name__ == "BertSelfAttention"]
+    assert drops == [0.0, 0.0] and not scorer.encoder.model.training
 
 
 @pytest.mark.parametrize("mode", ["full", "lora"])
@@ -298,7 +300,7 @@ def test_activation_checkpointing_trains_the_same_scorer(mode, topic_dialogues, 
             train, val, enc, TEMPLATES["en"], cfg, HeadConfig(), NegativeSpec(2, 0, 0), progress=False
         )
         scores.append(scorer.score(val.context_texts[:6], val.response_texts[:6]))
-        encoders.append(enc)
+        encoders.append(scorer.encoder)
     assert result.best_epoch > 0  # the encoder moved, so the comparison is not between two pretrained encoders
     np.testing.assert_allclose(scores[0], scores[1], atol=1e-4)
     assert not encoders[1].model.is_activation_checkpointing  # the saved encoder is a plain one
@@ -432,12 +434,12 @@ def test_lora_targets_the_user_names_are_checked_not_the_defaults():
     """The early check tried the default target lists even when the user named others, and refused them."""
     from pmi_reward.training.trainable import check_top_layers
 
-    class Body(torch.nn.Module):  # linear layers named as in no default list (T5's q, k, v, o, say)
+    class Body(torch.nn.Module):  # linear layers named as in no default list (DistilBERT's q_lin, v_lin, say)
         def __init__(self) -> None:
             super().__init__()
-            self.q, self.v = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+            self.q_lin, self.v_lin = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
 
-    check_top_layers(Body(), "lora", None, LoraSpec(target_modules=["q", "v"]))
+    check_top_layers(Body(), "lora", None, LoraSpec(target_modules=["q_lin", "v_lin"]))
     with pytest.raises(ValueError, match="LoRA finds none of"):
         check_top_layers(Body(), "lora", None)
 
@@ -467,3 +469,134 @@ def test_a_seed_fixes_a_lora_run_whatever_the_process_drew_before(topic_dialogue
         runs.append(result.untimed_history())
         assert scorer.metadata["training"]["bf16"] in (True, False)  # as it ran, not the default's None
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(("asked", "held"), [("bfloat16", torch.bfloat16), ("auto", None), ("float32", torch.float16)])
+def test_an_encoder_trains_only_in_float32_weights(asked, held, tokenizer, topic_dialogues):
+    """``--dtype bfloat16|float16|auto`` with ``--train_encoder`` stepped the weights in that dtype, where most of
+    AdamW's small updates round away (12% of MiniLM's weights moved at 2e-5, 98% in float32) and the scorer was saved
+    in it; ``auto`` is refused on every machine, and so are weights loaded in another dtype than asked. Refused before
+    anything is embedded, with the way out (float32 weights, bf16 autocast); a frozen encoder may be in any dtype."""
+    from conftest import _tiny
+
+    from pmi_reward.scoring.encoder import EncoderSpec
+
+    model = _tiny("bert", len(tokenizer))
+    spec = EncoderSpec(model="tiny-bert", pooling="mean", dtype=asked, max_length=64, encode_batch_size=8)
+    if held is None:  # auto: whatever this machine resolves it to
+        held = torch.bfloat16 if spec.on(torch.device("cpu")).dtype == "bfloat16" else torch.float32
+    enc = TextEncoder(spec, device="cpu", model=model.to(held), tokenizer=tokenizer)
+    train, val = PairSet.from_dialogues(topic_dialogues[:8]), PairSet.from_dialogues(topic_dialogues[60:64])
+    for mode in ("full", "lora"):
+        config = TrainConfig(batch_size=8, epochs=1, steps_per_round=1, train_encoder=mode, bf16=False)
+        with pytest.raises(ValueError, match=r"--dtype float32.*--bf16 true"):
+            fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False)
+    assert enc.stats.texts == 0 and all(p.dtype == held for p in enc.model.parameters())
+    frozen, _ = fit_scorer(
+        train, val, enc, TEMPLATES["en"], TrainConfig(batch_size=8, epochs=1), HeadConfig(), progress=False
+    )
+    assert frozen.encoder is enc
+
+
+def test_lora_adapts_each_family_s_attention_and_mlp_never_the_pooler(tokenizer, tiny_encoder_factory):
+    """MPNet's attention (q, k, v, o) matched BERT's default list only through ``dense``: LoRA adapted its MLP and its
+    pooler, never its attention. Each family now gets its attention and MLP projections, and no pooler."""
+    from transformers import MPNetConfig, MPNetModel
+
+    from pmi_reward.scoring.encoder import EncoderSpec
+    from pmi_reward.training.trainable import lora_targets
+
+    torch.manual_seed(0)
+    config = MPNetConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
+    mpnet = TextEncoder(
+        EncoderSpec(model="tiny-mpnet", pooling="mean", max_length=64),
+        device="cpu",
+        model=MPNetModel(config).eval(),
+        tokenizer=tokenizer,
+    )
+    bert = tiny_encoder_factory("bert", "mean")
+    assert lora_targets(mpnet.model, LoraSpec()) == ["q", "k", "v", "o", "dense"]
+    assert lora_targets(bert.model, LoraSpec()) == ["query", "key", "value", "dense"]
+    attention = {
+        "mpnet": {f"attention.attn.{name}" for name in "qkvo"},
+        "bert": {*(f"attention.self.{name}" for name in ("query", "key", "value")), "attention.output.dense"},
+    }
+    for enc, kind in ((mpnet, "mpnet"), (bert, "bert")):
+        model = add_lora(enc, LoraSpec(r=2))
+        adapted = {n.split(".lora_A")[0] for n, _ in model.named_parameters() if ".lora_A." in n}
+        layer0 = {n.split("layer.0.", 1)[1] for n in adapted if "layer.0." in n}
+        assert layer0 == attention[kind] | {"intermediate.dense", "output.dense"}
+        assert len(adapted) == 2 * len(layer0)  # both layers, and nothing else: no pooler
+        assert not any("pooler" in n for n in adapted)
+
+
+def test_fit_scorer_fine_tunes_a_copy_of_the_encoder_it_is_given(topic_dialogues, tiny_encoder_factory, tmp_path):
+    """Fine-tuning changed the caller's encoder in place: a frozen scorer built on it before read the fine-tuned
+    embeddings afterwards (and would have saved them as its own). The encoder is tuned as a copy now, sharing the
+    embedding cache under keys of its own; ``in_place`` (the CLI, done with the pretrained encoder) tunes it itself."""
+    from pmi_reward.scoring.cache import EmbeddingCache
+
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    enc = tiny_encoder_factory("bert", "mean", cache=EmbeddingCache(tmp_path / "cache"))
+    weights, spec = {k: v.clone() for k, v in enc.model.state_dict().items()}, enc.spec
+    negatives = NegativeSpec(2, 0, 0)
+    frozen, _ = fit_scorer(
+        train, val, enc, TEMPLATES["en"], TrainConfig(batch_size=8, epochs=2), HeadConfig(), negatives, progress=False
+    )
+    texts = (val.context_texts[:4], val.response_texts[:4])
+    before = frozen.score(*texts)
+    config = TrainConfig(batch_size=8, epochs=1, steps_per_round=3, train_encoder="full", encoder_lr=1e-2, bf16=False)
+    tuned, _ = fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(), negatives, progress=False)
+    assert tuned.encoder is not enc and tuned.encoder.model is not enc.model
+    assert enc.spec == spec and all(torch.equal(v, weights[k]) for k, v in enc.model.state_dict().items())
+    assert not enc.model.training and not any(p.requires_grad for p in enc.model.parameters())
+    np.testing.assert_array_equal(frozen.score(*texts), before)
+    # the tuned weights embed otherwise, and the shared cache does not hand them the pretrained embeddings
+    assert tuned.encoder.cache is enc.cache
+    assert not np.allclose(tuned.encoder.encode(list(texts[1])), enc.encode(list(texts[1])), atol=1e-4)
+    in_place, _ = fit_scorer(
+        train, val, enc, TEMPLATES["en"], config, HeadConfig(), negatives, progress=False, in_place=True
+    )
+    assert in_place.encoder is enc and enc.spec.model == LOCAL_ENCODER
+
+
+def test_encoder_layers_is_refused_above_the_pooled_layer(topic_dialogues, tiny_encoder_factory):
+    """``layer -2`` with ``encoder_layers 1`` trained the top layer, which the embeddings (pooled from the layer below
+    it) never read: nothing learnt, silently. Refused before anything is embedded; the last layer by its positive
+    index is the last layer."""
+    from dataclasses import replace
+
+    from pmi_reward.training.trainable import check_top_layers
+
+    train, val = PairSet.from_dialogues(topic_dialogues[:8]), PairSet.from_dialogues(topic_dialogues[60:64])
+    enc = tiny_encoder_factory("bert", "mean")
+    enc.adopt(replace(enc.spec, layer=-2))
+    config = TrainConfig(batch_size=8, epochs=1, steps_per_round=1, train_encoder="full", encoder_layers=1, bf16=False)
+    with pytest.raises(ValueError, match="pools hidden layer -2"):
+        fit_scorer(train, val, enc, TEMPLATES["en"], config, HeadConfig(), NegativeSpec(2, 0, 0), progress=False)
+    assert enc.stats.texts == 0
+    check_top_layers(enc.model, "full", 1, layer=2)  # hidden_states[2] of 2 layers: the last
+    check_top_layers(enc.model, "full", None, layer=-2)  # every layer trains: those below the pooled one learn
+
+
+def test_a_fine_tuned_scorer_tuned_again_keeps_its_base_encoder(topic_dialogues, tiny_encoder_factory, tmp_path):
+    """A fine-tuned scorer fine-tuned again (the recipe's ``--init_scorer``) recorded ``base_encoder`` "./encoder",
+    and its model card named that as the base model. It keeps the pretrained model's name, loaded or not."""
+    train, val = PairSet.from_dialogues(topic_dialogues[:24]), PairSet.from_dialogues(topic_dialogues[60:72])
+    config = TrainConfig(batch_size=8, epochs=1, steps_per_round=2, train_encoder="full", bf16=False)
+    negatives = NegativeSpec(2, 0, 0)
+    first, _ = fit_scorer(
+        train, val, tiny_encoder_factory(), TEMPLATES["en"], config, HeadConfig(), negatives, progress=False
+    )
+    first.save_pretrained(tmp_path / "first")
+    loaded = PMIScorer.from_pretrained(tmp_path / "first")
+    for init in (first, loaded):
+        again, _ = fit_scorer(
+            train, val, init.encoder, TEMPLATES["en"], config, HeadConfig(), negatives, False, start_head=init.head
+        )
+        assert again.metadata["base_encoder"] == "tiny-bert"
+    again.save_pretrained(tmp_path / "again")
+    card = (tmp_path / "again" / "README.md").read_text()
+    assert "`tiny-bert`, fine-tuned (full) with the head" in card

@@ -13,9 +13,10 @@ loop's ``naive``, ``rate_limited`` and ``remote`` managers merge those fields in
 (``verl/experimental/reward_loop/reward_manager/naive.py``), so verl's standard data layout needs no copy. Elsewhere
 (``dapo``, the legacy managers) the row must carry its conversation. A row without any, or whose conversation
 holds no readable user or assistant turn (system only, an image alone), gets ``empty_score``, a warning in the log
-and ``pmi_no_context = 1`` in the result, which verl logs. Results are dicts (``score`` plus that
-flag), which every verl manager reads. ``ground_truth`` is not needed and ignored. Where the score comes from is set
-through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
+and ``pmi_no_context = 1`` in the result, which verl keeps per sample (its validation metrics and rollout dumps;
+not its training step's metrics). Results are dicts (``score`` plus that flag), which every verl manager reads but
+the legacy ``prime`` (it reads ``result[0]``). ``ground_truth`` is not needed and ignored. Where the score comes
+from is set through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs,
 ``revision``, ``token``, ``hub_cache_dir`` and ``local_files_only`` which Hub copy it is);
@@ -63,7 +64,8 @@ _OPTIONS = set(RewardOptions.__dataclass_fields__)
 _SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS, *HUB_OPTIONS}
 # keywords verl itself adds to a reward function's call (verl @ b178a3c): the reward loop's managers pass
 # reward_router_address and reward_model_tokenizer when a reward model's router runs (reward_loop/reward_manager/
-# naive.py, limited.py, dapo.py), its dapo manager strict_box_verify; the legacy batch manager passes on
+# naive.py, limited.py, dapo.py); strict_box_verify is a keyword of verl's own math_dapo scorer that DAPO configs
+# may set in reward_kwargs; the legacy batch manager passes on
 # reward_model.reward_kwargs, which DAPO recipes fill with overlong_buffer_cfg and max_resp_len. The call's own
 # arguments (data_source, solution_str, ...) are listed too, should a manager pass them by keyword to the other
 # function. None of them is a misspelt setting.

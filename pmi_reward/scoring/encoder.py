@@ -273,6 +273,9 @@ class TextEncoder:
                 "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
             )
         self.cache = cache
+        # the pretrained model that fine-tuned weights (``LOCAL_ENCODER``) started from, where known: a scorer's
+        # ``base_encoder``, so that tuning them again records it too
+        self.base_model: str | None = None
         self.stats = _Stats()
         self._fingerprint = spec.fingerprint(self.pooling)
         self._special = len(self.tokenizer("", add_special_tokens=True)["input_ids"])

@@ -349,15 +349,17 @@ class PMIScorer:
         broken = [name for name, value in head.state_dict().items() if not torch.isfinite(value).all()]
         if broken:
             raise ScorerLoadError(f"{source}: head weights {broken} hold NaN or infinite values; retrain or restore it")
+        if metadata is None:
+            metadata = config.get("metadata")
         resolved = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
         if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
             encoder = TextEncoder(spec, cache=cache, device=device, **weights)
+            if spec.model == LOCAL_ENCODER and isinstance(metadata, dict):  # what its weights were tuned from
+                encoder.base_model = metadata.get("base_encoder")
         elif not encoder.spec.embeds_like(resolved):
             raise ValueError(f"the shared encoder's spec differs from {source}'s")
-        if metadata is None:
-            metadata = config.get("metadata")
         try:
             scorer = cls(encoder, template, head, metadata, _context_turns(config))
         except (TypeError, ValueError) as err:  # a context_turns that is no count, a head of another width

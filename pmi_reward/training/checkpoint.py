@@ -162,11 +162,22 @@ def load_round(
     differ = _differences(meta.get("fingerprint"), fingerprint, defaults)
     if differ:
         shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
+        # a fine-tune with a head warm-up named the warmed-up head as its start until 2026-11-28 (now the head the
+        # warm-up starts from, which a resume skips): such a checkpoint differs here with the same settings
+        old = any(d.startswith("start_head") for d in differ)
         raise ValueError(
             f"{path}: written by a run with other data or settings ({shown}); resume with the same settings, "
             "or delete it or choose another checkpoint_dir"
+            + (" (a fine-tune with a head warm-up checkpointed before 2026-11-28 cannot be resumed)" if old else "")
         )
-    head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
+    try:
+        head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
+    except RuntimeError as err:  # other trained parameters (LoRA adapters on other modules, as before 2026-11-28)
+        first = str(err).strip().splitlines()[-1].strip()
+        raise ValueError(
+            f"{path}: written by a run that trained other parameters ({first[:200]}); resume with the same "
+            "settings, or delete it or choose another checkpoint_dir"
+        ) from None
     best_state = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
     optim_state: dict[str, Any] = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
     for key, value in tensors.items():

@@ -3,7 +3,9 @@ a trained one against seeded negatives (its test ROC-AUC)."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,10 +22,18 @@ from ..scoring.head import HeadConfig, PMIHead
 from ..scoring.models import native_bf16
 from ..scoring.scorer import PMIScorer
 from ..scoring.templates import PromptTemplate
+from .checkpoint import CHECKPOINT_NAME
 from .loop import TrainConfig, TrainResult, head_lr, score_index_pairs, train_head
 from .trainable import TrainableFeatures, check_top_layers, finish_tuning, make_trainable
 
-__all__ = ["fit_scorer", "evaluate_auc", "mine_negatives", "score_with_negatives", "check_negative_draws"]
+__all__ = [
+    "fit_scorer",
+    "evaluate_auc",
+    "mine_negatives",
+    "score_with_negatives",
+    "check_negative_draws",
+    "check_encoder_dtype",
+]
 
 
 def mine_negatives(pairs: PairSet, spec: NegativeSpec, features: PairFeatures) -> None:
@@ -35,6 +45,31 @@ def mine_negatives(pairs: PairSet, spec: NegativeSpec, features: PairFeatures) -
             raise ValueError("k_nearest mines by the context and reply embeddings: it needs input_mode pair")
         features.prepare(np.arange(len(pairs.contexts)), np.unique(pairs.resp))
         mine_nearest(pairs, features.u.numpy(), features.v.numpy())
+
+
+def check_encoder_dtype(encoder: TextEncoder, train_encoder: str) -> None:
+    """A ValueError unless an encoder that trains (``train_encoder`` full or lora) holds float32 weights, as asked
+    (``EncoderSpec.dtype`` float32; ``auto`` too is refused, so that the rule is the same on every machine). AdamW steps
+    the weights in their own dtype: in bfloat16 most of a fine-tune's small updates round away, and the scorer is saved
+    in it. Mixed precision is ``bf16``: bfloat16 autocast over float32 weights."""
+    if train_encoder == "none":
+        return
+    held = sorted({str(p.dtype).removeprefix("torch.") for p in encoder.model.parameters() if p.is_floating_point()})
+    if encoder.requested_dtype != "float32" or held != ["float32"]:
+        raise ValueError(
+            f"train_encoder {train_encoder} trains the encoder's weights in the dtype they are loaded in (asked: "
+            f"{encoder.requested_dtype}, held: {', '.join(held)}), where AdamW's small steps round away: load the "
+            "encoder with --dtype float32, and pass --bf16 true for bfloat16 autocast over float32 weights"
+        )
+
+
+def _tuning_copy(encoder: TextEncoder) -> TextEncoder:
+    """A copy of ``encoder`` to fine-tune: its own model and tokenizer; the same embedding cache and counts (the
+    tuned weights never read or write it under the pretrained keys: they embed with gradients, outside the cache,
+    and ``finish_tuning`` gives them a revision of their own)."""
+    tuned = copy.copy(encoder)
+    tuned.model, tuned.tokenizer = copy.deepcopy(encoder.model), copy.deepcopy(encoder.tokenizer)
+    return tuned
 
 
 def fit_scorer(
@@ -50,6 +85,7 @@ def fit_scorer(
     train_negatives: np.ndarray | None = None,
     val_negatives: np.ndarray | None = None,
     start_head: PMIHead | None = None,
+    in_place: bool = False,
 ) -> tuple[PMIScorer, TrainResult]:
     """Train a head of shape ``head`` on ``train`` (model selection on ``val``) and wrap it with the encoder.
 
@@ -58,8 +94,15 @@ def fit_scorer(
     pair) replace the draws; see ``train_head``. ``metadata`` is provenance, saved beside the scorer.
     ``start_head``: a trained head of this shape to continue from (``encoder`` the one it was trained on), validated as
     round 0, so that training can only replace it with a better round.
+
+    With ``config.train_encoder`` full or lora the encoder is fine-tuned as a copy, in float32
+    (``check_encoder_dtype``): ``encoder`` itself is left as it was (a scorer built on it keeps its embeddings), unless
+    ``in_place``, for a caller done with the pretrained encoder (``pmi-reward train``): one model's memory less. The
+    head's warm-up (``warmup_rounds``) is skipped when ``config.checkpoint_dir`` holds a checkpoint: the run resumes
+    from it, warm-up included.
     """
     config = config or TrainConfig()
+    check_encoder_dtype(encoder, config.train_encoder)  # before anything is embedded or trained
     negatives = negatives or NegativeSpec()
     head_config = head or HeadConfig()
     if head_config.dim is not None and head_config.dim != encoder.dim:  # it was replaced without a word
@@ -71,7 +114,7 @@ def fit_scorer(
             "negative is its own encoder pass: ask for k_random instead"
         )
     if config.train_encoder != "none":  # checked before anything is embedded or the warm-up trains
-        check_top_layers(encoder.model, config.train_encoder, config.encoder_layers)
+        check_top_layers(encoder.model, config.train_encoder, config.encoder_layers, layer=encoder.spec.layer)
     if negatives.k_scrambled:  # new reply texts: before the features size their tables
         mine_scrambled(train)
         mine_scrambled(val)
@@ -85,14 +128,18 @@ def fit_scorer(
     fixed: dict[str, Any] = {"train_negatives": train_negatives, "val_negatives": val_negatives, "negatives": negatives}
     if start_head is not None and start_head.config != head_config:
         raise ValueError(f"start_head is a {start_head.config} head, this training asks for {head_config}")
+    origin = start_head  # what the run starts from, for its checkpoints' fingerprint: the warm-up is part of the run
     if config.train_encoder != "none":
-        if config.warmup_rounds:  # the head alone first, on the frozen encoder's cached embeddings: cheap
+        resuming = config.checkpoint_dir is not None and (Path(config.checkpoint_dir) / CHECKPOINT_NAME).is_file()
+        if config.warmup_rounds and not resuming:  # the head alone first, on the frozen encoder's cached embeddings
             warm = replace(
                 config, train_encoder="none", epochs=config.warmup_rounds, steps_per_round=None, checkpoint_dir=None
             )
             start_head = train_head(
                 head_config, train_features, train, val_features, val, warm, progress, head=start_head, **fixed
             ).head
+        if not in_place:
+            encoder = _tuning_copy(encoder)
         torch.manual_seed(config.seed)  # LoRA's fresh adapters: drawn from the run's seed, not the process's state
         make_trainable(
             encoder,
@@ -109,14 +156,14 @@ def fit_scorer(
             for pairs in (train, val)
         )
     result = train_head(
-        head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed
+        head_config, train_features, train, val_features, val, config, progress, head=start_head, **fixed, origin=origin
     )
-    base_encoder = encoder.spec.model
     if config.train_encoder != "none":
         finish_tuning(encoder)
     meta = {
         **(metadata or {}),
-        **({"base_encoder": base_encoder} if config.train_encoder != "none" else {}),
+        # the pretrained model, also when a fine-tuned scorer is tuned again (its encoder is then ./encoder)
+        **({"base_encoder": encoder.base_model} if config.train_encoder != "none" and encoder.base_model else {}),
         # bf16 as it ran (None asks for the machine's native support); like the CPU's float sums, it is the machine's,
         # so a checkpoint's fingerprint keeps what was asked. lr as used (None asks for default_lr), and the head's
         # scaled lr beside the encoder's while the encoder trained

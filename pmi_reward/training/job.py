@@ -188,8 +188,17 @@ def train_scorer(
             check_negative_draws(pairs, negatives, _origin(data, split))
     cache = None if data.no_cache else EmbeddingCache(data.cache_dir or cache_root() / "embeddings")
     encoder = TextEncoder(encoder_spec, cache=cache)
-    scorer, result = fit_scorer(
-        train, val, encoder, template, config, head, negatives, metadata={"data": source}, progress=data.progress
+    scorer, result = fit_scorer(  # in place: a fine-tune needs no second copy of the pretrained encoder here
+        train,
+        val,
+        encoder,
+        template,
+        config,
+        head,
+        negatives,
+        metadata={"data": source},
+        progress=data.progress,
+        in_place=True,
     )
     summary = {"train_pairs": len(train), "val_pairs": len(val), **result.summary()}
     if test is not None:

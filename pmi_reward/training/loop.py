@@ -456,6 +456,9 @@ class _Run:
         self.set_training(False)
 
 
+_HEAD = object()  # train_head's origin by default: the head it is given
+
+
 def train_head(
     head_config: HeadConfig,
     train_features: Any,
@@ -468,6 +471,7 @@ def train_head(
     val_negatives: np.ndarray | None = None,
     negatives: NegativeSpec | None = None,
     head: PMIHead | None = None,
+    origin: Any = _HEAD,
 ) -> TrainResult:
     """Train a fresh head on (features, pairs); return the state with the best validation ROC-AUC.
 
@@ -475,7 +479,10 @@ def train_head(
     ``train_negatives`` (n_train, K) response indices replace those draws in every round (the paper's
     protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
     ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one; it is
-    validated first, as round 0, so that the result is never worse on validation than the start.
+    validated first, as round 0, so that the result is never worse on validation than the start. ``origin`` is the
+    head the checkpoints' fingerprint names as the start: ``head`` itself by default; where ``head`` comes from a
+    warm-up that a resumed run skips (``fit_scorer``: the checkpoint holds its result), the head the warm-up started
+    from (None: a fresh one), so that a resumed run needs no warm-up to be recognised.
 
     A round that diverges (validation scores that are not numbers) is recorded with ``val_auc`` and ``val_loss``
     None and ends the run with a warning: the result is the best round before it. With no finite round before it
@@ -494,8 +501,6 @@ def train_head(
     # while the encoder trains, random negatives come from the batch: the same draws from p(r), nothing more to embed
     batch_random = negatives.k_random if run.tuned and train_negatives is None else 0
     drawn = replace(negatives, k_random=0) if batch_random else negatives
-    if head is None and head_config.residual != "none":
-        _fit_prior(run.head, train_features, train_pairs, config.seed)
     val_negs = val_negatives
     if val_negs is None:
         val_negs = sample_negatives(val_pairs, negatives, np.random.default_rng(config.seed + 1))
@@ -507,9 +512,11 @@ def train_head(
             negatives,
             (train_pairs, train_features, train_negatives),
             (val_pairs, val_features, val_negatives),
-            head,
+            head if origin is _HEAD else origin,
         )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config) or 1
+    if head is None and head_config.residual != "none" and first == 1:  # a resumed head is the checkpoint's
+        _fit_prior(run.head, train_features, train_pairs, config.seed)
     if head is not None and first == 1:  # the head it continues (e.g. warmed up on the frozen encoder) is round 0:
         validated = _validate(run.head, val_features, val_pairs, val_negs, objective)  # never worse than it
         if validated is None:

@@ -56,23 +56,31 @@ class LoraSpec:
     target_modules: Sequence[str] | None = None  # None: the model's attention and MLP projections (lora_targets)
 
 
-# the linear layers LoRA adapts by default: BERT-style encoders (MiniLM, mpnet), then Llama-style decoders (SmolLM2)
+# the linear layers LoRA adapts by default, each family's attention and MLP projections: BERT (MiniLM), MPNet (mpnet:
+# its attention's q, k, v, o; its MLP's dense, which BERT's list names too), Llama-style decoders (SmolLM2)
 DEFAULT_LORA_TARGETS = (
     ["query", "key", "value", "dense"],
+    ["q", "k", "v", "o", "dense"],
     ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 )
 
 
-def lora_targets(model: nn.Module, spec: LoraSpec) -> list[str]:
-    """The module names LoRA adapts in ``model``: ``spec``'s, or the first default list that names its layers; a
-    ValueError naming the model's linear layers when none match (cheap: checked before anything is embedded)."""
+def _linear_layers(model: nn.Module) -> dict[str, str]:
+    """Each linear layer of ``model``: its full module name and its own (last) name."""
     from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
 
-    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
+    return {name: name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
+
+
+def lora_targets(model: nn.Module, spec: LoraSpec) -> list[str]:
+    """The module names LoRA adapts in ``model``: ``spec``'s, or the default list that names most of its layers (MPNet's
+    ``dense`` is BERT's name too: the first match left its attention without adapters); a ValueError naming the model's
+    linear layers when none match (cheap: checked before anything is embedded)."""
+    linear = set(_linear_layers(model).values())
     choices = [list(spec.target_modules)] if spec.target_modules is not None else list(DEFAULT_LORA_TARGETS)
-    for targets in choices:
-        if linear & set(targets):
-            return targets
+    best = max(choices, key=lambda targets: len(linear & set(targets)))  # the first of equals
+    if linear & set(best):
+        return best
     raise ValueError(
         f"LoRA finds none of {choices[0] if len(choices) == 1 else choices} among this encoder's linear layers "
         f"({sorted(linear)[:12]}); name them in LoraSpec.target_modules"
@@ -83,8 +91,16 @@ def add_lora(encoder: TextEncoder, spec: LoraSpec) -> nn.Module:
     """Wrap the encoder's model with fresh LoRA adapters (only they are trainable); returns the wrapper."""
     from peft import LoraConfig, get_peft_model
 
+    targets = lora_targets(encoder.model, spec)
+    # the defaults never adapt a pooler (BERT's and MPNet's ``pooler.dense``): the embeddings pool hidden states, not it
+    default = spec.target_modules is None
+    pooler = [n for n in _linear_layers(encoder.model) if "pooler" in n.split(".")] if default else []
     config = LoraConfig(
-        r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=lora_targets(encoder.model, spec)
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets,
+        exclude_modules=pooler or None,
     )
     encoder.model = get_peft_model(encoder.model, config)
     return encoder.model
@@ -98,9 +114,12 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
     return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
-def check_top_layers(model: nn.Module, mode: str, top_layers: int | None, lora: LoraSpec | None = None) -> None:
-    """A ValueError unless ``mode`` can train the top ``top_layers`` layers of ``model`` (None: every layer); cheap,
-    so that ``fit_scorer`` checks it before anything is embedded or the warm-up trains."""
+def check_top_layers(
+    model: nn.Module, mode: str, top_layers: int | None, lora: LoraSpec | None = None, layer: int = -1
+) -> None:
+    """A ValueError unless ``mode`` can train the top ``top_layers`` layers of ``model`` (None: every layer), whose
+    embeddings pool hidden layer ``layer`` (``EncoderSpec.layer``); cheap, so that ``fit_scorer`` checks it before
+    anything is embedded or the warm-up trains."""
     if mode == "lora":
         lora_targets(model, lora or LoraSpec())
     if top_layers is None or mode not in ("full", "lora"):
@@ -110,6 +129,12 @@ def check_top_layers(model: nn.Module, mode: str, top_layers: int | None, lora: 
     depth = len(layer_stack(model))
     if not 1 <= top_layers <= depth:
         raise ValueError(f"encoder_layers must be in 1..{depth} for this encoder, got {top_layers}")
+    if (layer if layer >= 0 else depth + 1 + layer) != depth:  # hidden states: the embeddings', then each layer's
+        raise ValueError(
+            f"encoder_layers {top_layers} trains the top of the stack, but this encoder pools hidden layer {layer}: "
+            "the layers above it never reach the embeddings, so nothing would learn; leave encoder_layers out (every "
+            "layer trains) or pool the last layer (layer -1)"
+        )
 
 
 def set_attention_dropout(model: nn.Module, p: float) -> int:
@@ -152,7 +177,7 @@ def make_trainable(
     it); eval mode, and so scoring, never applies it. ``activation_checkpointing`` keeps only each layer's input for
     the backward pass and recomputes the rest (dropout masks replayed): the same gradients in a fraction of the
     memory, for one more forward pass."""
-    check_top_layers(encoder.model, mode, top_layers, lora)
+    check_top_layers(encoder.model, mode, top_layers, lora, encoder.spec.layer)
     if attention_dropout is not None and not set_attention_dropout(encoder.model, attention_dropout):
         raise ValueError(f"{type(encoder.model).__name__}: no attention module found to set the dropout of")
     if activation_checkpointing:
@@ -265,7 +290,10 @@ def weights_digest(model: nn.Module) -> str:
 
 def finish_tuning(encoder: TextEncoder) -> EncoderSpec:
     """After fine-tuning: fold LoRA adapters in, freeze, and give the spec the weights' revision; a scorer saved
-    with this encoder carries its weights (``encoder/`` in its directory)."""
+    with this encoder carries its weights (``encoder/`` in its directory). ``base_model`` keeps the pretrained model
+    it started from (an encoder tuned again keeps the first one's)."""
+    if encoder.spec.model != LOCAL_ENCODER:
+        encoder.base_model = encoder.spec.model
     if hasattr(encoder.model, "merge_and_unload"):
         encoder.model = encoder.model.merge_and_unload()
     if getattr(encoder.model, "is_activation_checkpointing", False):

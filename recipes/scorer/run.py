@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             if all_train is not None:
                 train = subsample(all_train, size, seed)
                 tc = TrainConfig(**{**config.__dict__, "seed": seed})
-                # fine-tuning changes the encoder it is given: every seed starts from a fresh pretrained one
+                # every seed fine-tunes a fresh pretrained encoder (fit_scorer tunes a copy of the one it is given)
                 base = encoder if tc.train_encoder == "none" else TextEncoder(EncoderSpec(args.model), cache=cache)
                 select = subsample(val, args.select_pairs, EVAL_SEED)
                 scorer, fields = train_or_reuse(args, train, select, base, tc, head, negatives)
