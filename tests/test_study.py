@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import load_recipe
@@ -150,13 +152,7 @@ def test_the_empirical_and_synthetic_reports_refuse_to_merge_one_model_twice(tmp
     argv += ["--output_dir", str(tmp_path / "out"), "--merge", str(tmp_path / "other"), "--n_boot", "20"]
     with pytest.raises(ValueError, match="/out and .*/other both hold runs of encoder 'minilm'"):
         empirical.main(argv)
-    block = data / "datasets" / "synthetic" / "block"
-    block.mkdir(parents=True)
-    for split in ("test", "val"):
-        (block / f"{split}.csv").write_text(
-            "context_paraphrased,response_paraphrased,p_xy,p_x,p_y\n"
-            + "".join(f"context {i},reply {i},0.0{i + 1},0.1,0.1\n" for i in range(20))
-        )
+    _synthetic_block(data)
     for folder, seed in (("synth", 0), ("synth-other", 1)):
         (tmp_path / folder / "block").mkdir(parents=True)
         save_scores(tmp_path / folder / "block" / "scores.npz", _rounds("minilm", "nwj", 3, {"test": 20}, seed))
@@ -202,13 +198,7 @@ def test_the_synthetic_report_does_not_call_kde_defined_up_to_a_constant(tmp_pat
     """KDE's score is log p+ - log p- of two normalised densities: no free constant (MINE's and InfoNCE's have one),
     so its MSE against the analytic PMI means something; the legend said otherwise."""
     data = tmp_path / "data"
-    block = data / "datasets" / "synthetic" / "block"
-    block.mkdir(parents=True)
-    for split in ("test", "val"):
-        (block / f"{split}.csv").write_text(
-            "context_paraphrased,response_paraphrased,p_xy,p_x,p_y\n"
-            + "".join(f"context {i},reply {i},0.0{i + 1},0.1,0.1\n" for i in range(20))
-        )
+    _synthetic_block(data)
     (tmp_path / "out" / "block").mkdir(parents=True)
     save_scores(tmp_path / "out" / "block" / "scores.npz", _rounds("minilm", "kde", 3, {"test": 20}))
     synthetic = load_recipe("recipes/synthetic/run.py")
@@ -218,3 +208,14 @@ def test_the_synthetic_report_does_not_call_kde_defined_up_to_a_constant(tmp_pat
     assert "KDE are defined up to a constant" not in legend
     assert "MINE and InfoNCE are defined up to a constant" in legend
     assert "hellinger) and KDE" in legend
+
+
+def _synthetic_block(data: Path) -> None:
+    """A 20-row synthetic Block set (test and val) under ``data``, as the shared folder lays it out."""
+    block = data / "datasets" / "synthetic" / "block"
+    block.mkdir(parents=True)
+    for split in ("test", "val"):
+        (block / f"{split}.csv").write_text(
+            "context_paraphrased,response_paraphrased,p_xy,p_x,p_y\n"
+            + "".join(f"context {i},reply {i},0.0{i + 1},0.1,0.1\n" for i in range(20))
+        )
