@@ -89,7 +89,8 @@ def _variants(args: argparse.Namespace) -> dict[str, dict]:
 def speed(args: argparse.Namespace, reference: PMIScorer, fast: dict[str, PMIScorer]) -> dict:
     """Pairs/s of the bare float32 forward, the float32 scorer and each fast scorer on the same texts."""
     contexts, replies = _timed_texts(args.input, args.pairs)
-    batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode, reference.head.config.line_turns)
+    line_turns = reference.head.config.line_turns
+    batches = bare_batches(reference.encoder, contexts, replies, reference.input_mode, reference.template, line_turns)
     device = reference.encoder.device
     batches = [{k: v.to(device) for k, v in batch.items()} for batch in batches]
 
@@ -157,7 +158,8 @@ def main() -> int:
     args = _arguments()
     torch.set_num_threads(args.threads)
     variants = _variants(args)
-    reference = PMIScorer.from_pretrained(args.scorer, device=args.device)
+    # float32 as labelled, whatever dtype the scorer was saved in (a bfloat16 one would be timed as "float32")
+    reference = PMIScorer.from_pretrained(args.scorer, device=args.device, dtype="float32")
     timed = {name: PMIScorer.from_pretrained(args.scorer, device=args.device, **rt) for name, rt in variants.items()}
     for scorer in (reference, *timed.values()):
         scorer.encoder.set_batch_size(args.encode_batch_size)
@@ -175,7 +177,9 @@ def main() -> int:
         print(json.dumps(result, indent=1))
         return 0
     if args.device != "cpu":
-        variants = {f"{args.device} float32": {}} | {f"{args.device} {k}": v for k, v in variants.items()}
+        variants = {f"{args.device} float32": {"dtype": "float32"}} | {
+            f"{args.device} {k}": v for k, v in variants.items()
+        }
 
     # cache keys name the dtype, not the device: against a GPU, each device's embeddings get a folder of their own
     # (the default cache of a GPU machine may hold embeddings the GPU made)
@@ -186,7 +190,7 @@ def main() -> int:
         name: PMIScorer.from_pretrained(args.scorer, device=args.device, cache_dir=cache(args.device), **runtime)
         for name, runtime in variants.items()
     }
-    reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=cache("cpu"))
+    reference = PMIScorer.from_pretrained(args.scorer, device="cpu", cache_dir=cache("cpu"), dtype="float32")
     result["accuracy"] = accuracy(args, reference, cached)
     print(json.dumps(result, indent=1))
     return 0

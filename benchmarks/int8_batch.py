@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print("| backend | quantize | alone | beside each other pair | largest move (nat) |\n|---|---|---|---|---|")
     for backend, quantize in PATHS:
-        scorer = PMIScorer.from_pretrained(args.scorer, backend=backend, quantize=quantize, cache_dir=None)
+        # on the CPU: the default device of a GPU machine is its GPU, where the onnx backend is refused
+        scorer = PMIScorer.from_pretrained(
+            args.scorer, device="cpu", backend=backend, quantize=quantize, cache_dir=None
+        )
         alone = float(scorer.score([PAIR[0]], [PAIR[1]])[0])
         beside = [float(scorer.score([PAIR[0], c], [PAIR[1], r])[0]) for c, r in BESIDE]
         moved = max(abs(b - alone) for b in beside)

@@ -35,7 +35,7 @@ from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.features import newest_lines
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
-from pmi_reward.scoring.templates import TEMPLATES, fill
+from pmi_reward.scoring.templates import TEMPLATES, PromptTemplate, fill
 
 
 @dataclass
@@ -59,23 +59,32 @@ def _peak_rss_mib() -> float:
 
 
 def bare_batches(
-    encoder: TextEncoder, contexts: list[str], responses: list[str], mode: str, line_turns: int = 0
+    encoder: TextEncoder,
+    contexts: list[str],
+    responses: list[str],
+    mode: str,
+    template: PromptTemplate,
+    line_turns: int = 0,
 ) -> list[dict]:
     """The token batches the scorer's encoder would run, padded per batch, longest first.
 
-    ``line_turns``: a scorer with line features also embeds each context's newest lines, as replies are embedded.
+    ``template``: the scorer's own (its pair prompt in prompt mode, its context and reply wrappers in pair mode), so
+    that the bare forward embeds the texts the scorer embeds. ``line_turns``: a scorer with line features also embeds
+    each context's newest lines, as replies are embedded.
     """
     tok, n = encoder.tokenizer, encoder.spec.max_length
     if mode == "prompt":
-        pair = TEMPLATES["en"].pair_template
+        pair = template.pair_template
         texts = [fill(pair, context=c, response=r) for c, r in zip(contexts, responses, strict=True)]
         ids = tok(texts, truncation=True, max_length=n)["input_ids"]
     else:
         tok.truncation_side = "left"
-        ids = tok(contexts, truncation=True, max_length=n)["input_ids"]
+        written = [fill(template.context_template, context=c) for c in contexts]
+        ids = tok(written, truncation=True, max_length=n)["input_ids"]
         tok.truncation_side = "right"
         lines = list(dict.fromkeys(line for c in contexts for line in newest_lines(c, line_turns)))
-        ids += tok(responses + lines, truncation=True, max_length=n)["input_ids"]
+        replies = [fill(template.response_template, response=r) for r in responses + lines]
+        ids += tok(replies, truncation=True, max_length=n)["input_ids"]
     ids.sort(key=len, reverse=True)
     bs = encoder.spec.encode_batch_size
     return [tok.pad({"input_ids": ids[s : s + bs]}, return_tensors="pt") for s in range(0, len(ids), bs)]
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:  # set-up, two timed loops, one 
     )
     head = PMIHead(HeadConfig(encoder.dim, args.input_mode))
     scorer = PMIScorer(encoder, TEMPLATES["en"], head)
-    batches = bare_batches(encoder, contexts, responses, args.input_mode)
+    batches = bare_batches(encoder, contexts, responses, args.input_mode, scorer.template)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
 
     def bare() -> None:

@@ -5,6 +5,7 @@ embeddings as torch (float32) or close ones (int8), block-wise int8 weights stor
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from pmi_reward.scoring.cache import EmbeddingCache
 from pmi_reward.scoring.encoder import EncoderRuntime, EncoderSpec, TextEncoder
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
-from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.scoring.templates import TEMPLATES, PromptTemplate
 
 TEXTS = ["I love jazz.", "Who is your favourite?", "Coltrane, for sure. " * 5, "ok", "我喜欢爵士乐", "🙂"]
 
@@ -191,9 +192,125 @@ def test_the_benchmarks_bare_forward_runs_the_texts_and_tokens_the_scorer_runs(t
     contexts = ["hi there\nhow are you?\nfine, thanks", "I love pizza.\nwhat did you cook?", "one line only"]
     replies = ["great to hear", "pasta tonight", "ok"]
     scorer.score(contexts, replies)
-    batches = bare_batches(encoder, contexts, replies, "pair", line_turns=2)
+    batches = bare_batches(encoder, contexts, replies, "pair", scorer.template, line_turns=2)
     assert sum(len(b["input_ids"]) for b in batches) == encoder.stats.texts == 3 + 3 + 5
     assert sum(int(b["attention_mask"].sum()) for b in batches) == encoder.stats.tokens
+
+
+@pytest.mark.parametrize(
+    "mode, template",
+    [
+        ("prompt", PromptTemplate("zh")),
+        ("prompt", PromptTemplate("plain")),
+        ("prompt", PromptTemplate("Dialogue: {context} || Reply: {response}")),
+        ("pair", PromptTemplate(context_template="Context: {context}", response_template="Reply: {response}")),
+    ],
+)
+def test_the_benchmarks_bare_forward_writes_texts_with_the_scorers_template(mode, template, tiny_encoder_factory):
+    """The bare forward wrote every prompt with TEMPLATES["en"] (and pair-mode texts unwrapped), whatever the
+    scorer's template: for a zh, plain or custom-template scorer it ran other texts, other token counts, than
+    ``PMIScorer.score``."""
+    from benchmarks.throughput import bare_batches
+
+    encoder = tiny_encoder_factory("bert", "mean", max_length=128)  # nothing cut (cut texts differ by design)
+    scorer = PMIScorer(encoder, template, PMIHead(HeadConfig(dim=encoder.dim, input_mode=mode)))
+    contexts = ["hi there\nhow are you?", "I love pizza.\nwhat did you cook?", "one line only"]
+    replies = ["great to hear", "pasta tonight", "ok"]
+    scorer.score(contexts, replies)
+    batches = bare_batches(encoder, contexts, replies, mode, scorer.template)
+    assert sum(len(b["input_ids"]) for b in batches) == encoder.stats.texts
+    assert sum(int(b["attention_mask"].sum()) for b in batches) == encoder.stats.tokens
+
+
+def _bfloat16_scorer(tiny_scorer_dir, directory):
+    """The tiny scorer saved with its encoder in bfloat16 (as ``--dtype bfloat16`` saves it)."""
+    loaded = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu")
+    spec = EncoderSpec(**{**loaded.encoder.spec.to_dict(), "dtype": "bfloat16"})
+    return PMIScorer(TextEncoder(spec, device="cpu"), loaded.template, loaded.head).save_pretrained(directory)
+
+
+def test_the_fast_path_benchmarks_float32_rows_run_float32_whatever_the_scorer_was_saved_in(
+    tiny_scorer_dir, topic_dialogues, tmp_path, monkeypatch, capsys
+):
+    """benchmarks/fast_path.py loaded its "float32" reference (the "scorer, float32 torch" and "bare float32 forward"
+    rows, the accuracy reference) in the scorer's saved dtype: a scorer saved in bfloat16 was timed and compared as
+    "float32"."""
+    import csv
+    import sys
+
+    from pmi_reward.data.pairs import PairSet
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # as the script: "from throughput"
+    import fast_path
+
+    saved = _bfloat16_scorer(tiny_scorer_dir, tmp_path / "bf16")
+    pairs = PairSet.from_dialogues(topic_dialogues[:20])
+    with open(tmp_path / "pairs.csv", "w", newline="") as f:
+        csv.writer(f).writerows([("context", "response"), *zip(pairs.context_texts, pairs.response_texts, strict=True)])
+    loads = []
+    load = PMIScorer.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        scorer = load(cls, *args, **kwargs)
+        loads.append((kwargs.get("dtype"), scorer.encoder.spec.dtype, next(scorer.encoder.model.parameters()).dtype))
+        return scorer
+
+    monkeypatch.setattr(PMIScorer, "from_pretrained", classmethod(spy))
+    argv = ["fast_path.py", "--scorer", str(saved), "--input", str(tmp_path / "pairs.csv"), "--quantize", ""]
+    argv += ["--dtypes", "bfloat16", "--pairs", "8", "--repeats", "1", "--cache_dir", str(tmp_path / "emb")]
+    monkeypatch.setattr(sys, "argv", argv)
+    threads = torch.get_num_threads()
+    try:
+        assert fast_path.main() == 0
+    finally:
+        torch.set_num_threads(threads)  # main sets --threads for the process
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["speed"]["pairs_per_s"]) == {
+        "bare float32 forward",
+        "scorer, float32 torch",
+        "scorer, torch bfloat16",
+    }
+    assert "torch bfloat16" in result["accuracy"]
+    # timed: the reference, then torch bfloat16; accuracy: torch bfloat16, then the reference
+    assert loads == [
+        ("float32", "float32", torch.float32),
+        ("bfloat16", "bfloat16", torch.bfloat16),
+        ("bfloat16", "bfloat16", torch.bfloat16),
+        ("float32", "float32", torch.float32),
+    ]
+
+
+def test_the_int8_batch_benchmark_runs_on_the_cpu_of_a_gpu_machine(tiny_scorer_dir, monkeypatch, capsys):
+    """benchmarks/int8_batch.py loaded each path on the default device: on a machine with CUDA the GPU, where the
+    onnx backend is refused, so it died at its second path (CUDA reported here; nothing may reach a GPU)."""
+    from benchmarks import int8_batch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    int8_batch.main(["--scorer", str(tiny_scorer_dir)])
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| torch", "none"],
+        ["| onnx", "none"],
+        ["| onnx", "int8"],
+        ["| onnx", "int8-block"],
+    ]
+
+
+def test_a_graph_build_killed_outright_leaves_no_folder_behind(tiny_encoder, onnx_cache):
+    """A build killed outright (SIGKILL, the OOM killer) left its ``.build-*`` folder, the exported model (90 MB to
+    0.5 GB), for good: the next build removes it under the lock, and only folders of that name."""
+    import tempfile
+
+    directory = onnx_cache / "onnx" / fast._weights_hash(tiny_encoder.model, -1)
+    directory.mkdir(parents=True)
+    killed = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))  # as onnx_files makes it
+    (killed / "model.onnx").write_bytes(b"half an export")
+    kept = [directory / ".build-notours", directory / "notes.build-abcdefgh"]
+    for path in kept:
+        path.mkdir()
+    assert fast.onnx_files(tiny_encoder.model, -1, "int8") == directory / "model.int8.onnx"
+    assert not killed.exists() and all(p.is_dir() for p in kept)
+    assert sorted(p.name for p in directory.iterdir()) == sorted([".lock", "model.int8.onnx", *(p.name for p in kept)])
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -135,7 +135,24 @@ def test_push_to_hub_round_trip(tmp_path, tiny_encoder, monkeypatch):
     calls.clear()
     with pytest.raises(ValueError, match="local folder"):
         scorer.push_to_hub("org/local")
+    # a bare name: the Hub makes it user/name, while the card (and the upload) named the bare one
+    with pytest.raises(ValueError, match="with its namespace"):
+        scorer.push_to_hub("pushed")
     assert calls == []
+
+
+def test_a_revision_is_not_silently_dropped_for_a_local_folder_and_hub_invalid_names_are_paths(
+    tmp_path, tiny_encoder, monkeypatch
+):
+    """``from_pretrained("org/s", revision="v2")`` with a ``./org/s`` folder loaded the folder, whatever its version;
+    a missing folder named with ``--`` (not a valid repo id) reached the Hub's own validation error."""
+    monkeypatch.chdir(tmp_path)
+    _scorer(tiny_encoder, 0).save_pretrained(tmp_path / "org" / "s")
+    with pytest.raises(ScorerLoadError, match="revision 'v2' applies to Hub repo ids only"):
+        PMIScorer.from_pretrained("org/s", encoder=tiny_encoder, revision="v2")
+    assert PMIScorer.from_pretrained("org/s", encoder=tiny_encoder).directory is not None
+    with pytest.raises(ScorerLoadError, match="runs/scorer--v2: not a directory"):
+        PMIScorer.from_pretrained("runs/scorer--v2", encoder=tiny_encoder)
 
 
 def test_model_card(tmp_path, tiny_encoder):

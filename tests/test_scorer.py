@@ -262,6 +262,42 @@ def test_a_reward_loaded_with_dtype_auto_resolves_it_again_where_unpickled(tiny_
     assert next(clone.scorer.encoder.model.parameters()).dtype == torch.float32
 
 
+def test_a_scorer_built_with_dtype_auto_saves_auto_and_each_machine_resolves_it(tiny_scorer_dir, tmp_path, monkeypatch):
+    """A scorer trained with ``--dtype auto`` on a machine with native bf16 saved the resolved "bfloat16": an AVX2 CPU
+    loading it without a dtype ran emulated (several times slower) bfloat16, where auto means float32. It saves
+    "auto" now, resolved again by each machine that loads it; scorers saved with a concrete dtype load unchanged."""
+    from pmi_reward.scoring import encoder as encoder_module
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    def recorded(directory: Path) -> str:
+        return json.loads((directory / "config.json").read_text())["encoder"]["dtype"]
+
+    trained = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu")
+    spec = EncoderSpec(**{**trained.encoder.spec.to_dict(), "dtype": "auto"})
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)  # the training machine: GPU or AMX CPU
+    encoder = TextEncoder(spec, device="cpu")
+    assert encoder.spec.dtype == "bfloat16"
+    saved = PMIScorer(encoder, trained.template, trained.head).save_pretrained(tmp_path / "auto")
+    assert recorded(saved) == "auto"
+    bf16 = PMIScorer.from_pretrained(saved, device="cpu")
+    assert bf16.encoder.spec.dtype == "bfloat16" and bf16.saved_dtype == "auto"
+    assert recorded(bf16.save_pretrained(tmp_path / "again")) == "auto"  # saved again as loaded: still "auto"
+    float32 = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu")  # saved in float32: stays float32
+    assert float32.encoder.spec.dtype == "float32"
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)  # the serving machine: an AVX2-only CPU
+    served = PMIScorer.from_pretrained(saved, device="cpu")
+    assert served.encoder.spec.dtype == "float32"
+    assert next(served.encoder.model.parameters()).dtype == torch.float32
+    pinned = tmp_path / "pinned"  # saved in bfloat16 (before this fix, or asked so): stays bfloat16 everywhere
+    PMIScorer(
+        TextEncoder(EncoderSpec(**{**spec.to_dict(), "dtype": "bfloat16"}), device="cpu"),
+        trained.template,
+        trained.head,
+    ).save_pretrained(pinned)
+    assert recorded(pinned) == "bfloat16"
+    assert PMIScorer.from_pretrained(pinned, device="cpu").encoder.spec.dtype == "bfloat16"
+
+
 def test_a_scorer_with_an_embedding_cache_copies_and_its_copy_reads_the_same_file(tiny_scorer_dir, tmp_path):
     """The cache's lock and sqlite connection made a scorer with a cache impossible to deepcopy or pickle."""
     import copy

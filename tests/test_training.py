@@ -310,3 +310,27 @@ def test_the_data_provenance_names_every_option_that_shaped_the_pairs(tmp_path, 
         "test_fraction": 0.1,
         "split_seed": 3,
     }
+
+
+def test_a_quantized_encoder_is_refused_for_training_and_onnx_float32_trains(
+    split, tiny_encoder, tmp_path, monkeypatch
+):
+    """``pmi-reward train --backend onnx --quantize int8`` trained, selected and evaluated the head on int8 embeddings,
+    but config.json never records quantize: the saved scorer loaded with float32 embeddings, other than its head's
+    and its recorded AUCs'. Refused before anything is embedded; the onnx backend in float32 still trains."""
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+
+    monkeypatch.setenv("PMI_REWARD_CACHE", str(tmp_path / "cache"))  # where an ONNX export is kept
+    train, val = split
+
+    def twin(**runtime) -> TextEncoder:
+        spec = EncoderSpec(**{**tiny_encoder.spec.to_dict(), **runtime})
+        return TextEncoder(spec, device="cpu", model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer)
+
+    for quantize in ("int8", "int8-block"):
+        quantized = twin(backend="onnx", quantize=quantize)
+        with pytest.raises(ValueError, match=rf"quantize {quantize} .*serving choice.*--quantize when scoring"):
+            fit_scorer(train, val, quantized, TEMPLATES["en"], TrainConfig(epochs=1), progress=False)
+        assert quantized.stats.texts == 0
+    scorer, _ = fit_scorer(train, val, twin(backend="onnx"), TEMPLATES["en"], TrainConfig(epochs=1), progress=False)
+    assert scorer.encoder.spec.backend == "onnx" and np.isfinite(scorer.score(["I love pizza."], ["Pasta!"])).all()

@@ -19,7 +19,8 @@ the legacy ``prime`` (it reads ``result[0]``). ``ground_truth`` is not needed an
 from is set through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs,
-``revision``, ``token``, ``hub_cache_dir`` and ``local_files_only`` which Hub copy it is);
+``revision``, ``token``, ``hub_cache_dir`` and ``local_files_only`` which Hub copy it is; better ``$HF_TOKEN`` in
+the workers' environment than ``token`` here: verl prints its config at start);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
 and ``api_key`` for a server that requires one (better: ``$PMI_REWARD_API_KEY`` in the workers' environment, out
 of the config files). Any other key is ignored with a warning naming it (a misspelling; not an error, so that a

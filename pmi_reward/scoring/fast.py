@@ -24,6 +24,7 @@ import copy
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,6 +43,7 @@ _QUANTIZED_OPS = ["MatMul", "Attention", "Gemm"]
 BLOCK = 16  # int8-block: input rows per weight scale, and channels per activation scale at run time (32: 91-93%
 # of MiniLM PMI scores within 0.1 nat of float32, 16: 97.1%; benchmarks/RESULTS.md)
 _FILES = {"none": "model.fused.onnx", "int8": "model.int8.onnx", "int8-block": f"model.int8-block{BLOCK}.onnx"}
+_BUILD = re.compile(r"\.build-[a-z0-9_]{8}")  # onnx_files' temporary folders (mkdtemp's prefix and 8 characters)
 
 
 class _Hidden(nn.Module):
@@ -191,7 +193,9 @@ def _quantize_blocks(source: Path, target: Path, block: int = BLOCK) -> None:
 
 def onnx_files(model: nn.Module, layer: int, quantize: str) -> Path:
     """The cached graph for ``model`` (exported, fused and, for ``int8``/``int8-block``, quantized on first use,
-    under a lock)."""
+    under a lock, in a temporary ``.build-*`` folder). A build killed outright (SIGKILL, the OOM killer) leaves that
+    folder, the exported model (hundreds of MB): under the lock no build of this directory is live, so any found is
+    removed (mkdtemp's name: the prefix and 8 of ``[a-z0-9_]``; nothing else of the directory matches)."""
     if quantize not in _FILES:
         raise ValueError(f"quantize must be one of {tuple(_FILES)}, got {quantize!r}")
     directory = cache_root() / "onnx" / _weights_hash(model, layer)
@@ -201,6 +205,9 @@ def onnx_files(model: nn.Module, layer: int, quantize: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in directory.iterdir():
+            if _BUILD.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
         if (directory / name).is_file():
             return directory / name
         tmp = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))

@@ -22,7 +22,7 @@ class HubError(ValueError):
 
 def looks_like_repo_id(name: str) -> bool:
     """Whether ``name`` can be a Hub repo id (``org/name`` or ``name``), not a filesystem path."""
-    return bool(_REPO_ID.match(name)) and ".." not in name and not name.endswith((".", "-"))
+    return bool(_REPO_ID.match(name)) and ".." not in name and "--" not in name and not name.endswith((".", "-"))
 
 
 def _version() -> str:
@@ -42,6 +42,11 @@ def resolve(
     offline or ``local_files_only``). A HubError says which it was and what to do."""
     path = Path(name_or_path)
     if path.is_dir():
+        if revision is not None:  # it would load the folder whatever its version: another scorer than the one pinned
+            raise HubError(
+                f"{path} is a local directory, and revision {revision!r} applies to Hub repo ids only: move the "
+                "folder, or pass the snapshot's own folder without a revision"
+            )
         return path
     name = str(name_or_path)
     if not looks_like_repo_id(name):

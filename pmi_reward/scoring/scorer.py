@@ -156,11 +156,16 @@ class PMIScorer:
 
     # -- persistence ------------------------------------------------------------------------------
     def config(self) -> dict:
-        """What ``config.json`` holds: everything inference needs, nothing else."""
+        """What ``config.json`` holds: everything inference needs, nothing else. A dtype asked as ``auto`` is saved
+        as ``auto``, not as this machine's answer, so that each machine that loads the scorer resolves it again
+        (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16)."""
+        encoder = self.encoder.spec.saved_dict()
+        if getattr(self.encoder, "requested_dtype", None) == "auto":
+            encoder["dtype"] = "auto"
         return {
             "format": FORMAT,
             "version": VERSION,
-            "encoder": self.encoder.spec.saved_dict(),
+            "encoder": encoder,
             "template": self.template.to_dict(),
             "head": self.head.config.to_dict(),
             "context_turns": self.context_turns,
@@ -210,6 +215,8 @@ class PMIScorer:
         creating the repo if needed; the commit's URL. ``PMIScorer.from_pretrained(repo_id)`` loads it back. An
         encoder read from a local folder is refused: its weights would not travel, and the scorer would load nowhere
         else (publish the encoder on the Hub and name it by its id, or fine-tune it into the scorer's own folder)."""
+        if "/" not in repo_id:  # the Hub puts a bare name under the token's user, while the card names the bare one
+            raise ValueError(f"push_to_hub: give the repo id with its namespace, org/name or user/name: {repo_id!r}")
         model = self.encoder.spec.model
         if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists():
             raise ValueError(

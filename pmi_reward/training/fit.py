@@ -103,6 +103,12 @@ def fit_scorer(
     """
     config = config or TrainConfig()
     check_encoder_dtype(encoder, config.train_encoder)  # before anything is embedded or trained
+    if encoder.spec.quantize != "none":  # config.json never records it: the scorer would load on float32 embeddings
+        raise ValueError(
+            f"quantize {encoder.spec.quantize} would train and select the head on int8 embeddings, but a saved scorer "
+            "never records it and loads with float32 ones: quantize is a serving choice; train on float32 embeddings "
+            "(no --quantize), and pass --quantize when scoring"
+        )
     negatives = negatives or NegativeSpec()
     head_config = head or HeadConfig()
     if head_config.dim is not None and head_config.dim != encoder.dim:  # it was replaced without a word
