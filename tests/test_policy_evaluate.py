@@ -688,3 +688,20 @@ def test_the_default_judge_is_the_folder_its_named_command_writes(tmp_path, caps
     assert main(["evaluate-policy", "--prompt_file", str(prompts), "--output_dir", str(tmp_path / "eval")]) == 2
     err = capsys.readouterr().err
     assert f"judge minilm={written}: no such scorer folder (train it first: {DEFAULT_JUDGE_COMMAND};" in err, err
+
+
+def test_judges_saved_with_dtype_auto_share_one_encoder(tiny_scorer_dir, tmp_path, monkeypatch):
+    """Judges of one encoder share one loaded copy; a config holding "auto" was compared unresolved with the loaded
+    encoders' concrete dtype, so every such judge loaded its own."""
+    from pmi_reward.policy.panel import _load
+    from pmi_reward.scoring import encoder as encoder_module
+    from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
+    from pmi_reward.scoring.scorer import PMIScorer
+
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)
+    base = PMIScorer.from_pretrained(tiny_scorer_dir, device="cpu")
+    auto = TextEncoder(EncoderSpec(**{**base.encoder.spec.to_dict(), "dtype": "auto"}), device="cpu")
+    dirs = [PMIScorer(auto, base.template, base.head).save_pretrained(tmp_path / name) for name in "ab"]
+    loaded: list = []
+    first, second = (_load(str(d), loaded) for d in dirs)
+    assert first.encoder is second.encoder and len(loaded) == 1

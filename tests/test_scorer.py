@@ -417,3 +417,39 @@ def test_a_truncated_fine_tuned_encoder_is_a_load_error_the_cli_reports(tiny_enc
     (tmp_path / "in.jsonl").write_text(json.dumps({"context": "hi", "response": "hello"}) + "\n")
     argv = ["score", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--scorer"]
     assert main([*argv, str(good), "--progress", "false"]) == 2  # a user error, not a traceback
+
+
+def test_a_fine_tuned_encoder_saved_from_an_auto_load_records_its_dtype_and_keeps_its_weights(
+    tiny_encoder, tmp_path, monkeypatch
+):
+    """A fine-tuned encoder's weights are written in the dtype they are held in: saving "auto" for it let a machine
+    with native bf16 load them as bfloat16 and save them back rounded, past the guard on float32-saved ones."""
+    from pmi_reward.scoring import encoder as encoder_module
+    from pmi_reward.training.trainable import finish_tuning
+
+    finish_tuning(tiny_encoder)  # as a fine-tune leaves it: ./encoder
+    with torch.no_grad():
+        for p in tiny_encoder.model.parameters():
+            p.add_(1e-4 * torch.randn_like(p))  # weights that bfloat16 would round
+    ft = PMIScorer(tiny_encoder, TEMPLATES["en"], PMIHead(HeadConfig(dim=tiny_encoder.dim))).save_pretrained(
+        tmp_path / "ft"
+    )
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)
+    loaded = PMIScorer.from_pretrained(ft, device="cpu", dtype="auto")
+    again = PMIScorer(loaded.encoder, loaded.template, PMIHead(HeadConfig(dim=tiny_encoder.dim)))
+    head2 = again.save_pretrained(tmp_path / "head2")
+    assert json.loads((head2 / "config.json").read_text())["encoder"]["dtype"] == "float32"
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)
+    with pytest.raises(ValueError, match="loaded in bfloat16"):
+        PMIScorer.from_pretrained(head2, device="cpu", dtype="auto").save_pretrained(tmp_path / "resaved")
+
+
+def test_a_revision_with_the_commands_default_folder_is_refused(tiny_scorer_dir, tmp_path, monkeypatch):
+    """The default folder skipped the Hub resolution, so a revision given with it was silently dropped."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_scorer_dir, tmp_path / "outputs" / "scorer")
+    with pytest.raises(ScorerLoadError, match="applies to Hub repo ids only"):
+        PMIScorer.from_pretrained("outputs/scorer", revision="v2", device="cpu")
+    assert PMIScorer.from_pretrained("outputs/scorer", device="cpu").directory is not None

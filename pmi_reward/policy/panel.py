@@ -152,7 +152,7 @@ def _same_model(a: Any, b: Any) -> bool:
 def _load(path: str, loaded: list[TextEncoder]) -> PMIScorer:
     """A scorer, sharing an already loaded encoder that embeds the same way."""
     spec = EncoderSpec.from_dict(PMIScorer.read_config(path)["encoder"])
-    encoder = next((e for e in loaded if e.spec.embeds_like(spec)), None)
+    encoder = next((e for e in loaded if e.spec.embeds_like(spec.on(e.device))), None)  # a saved "auto" resolved
     scorer = PMIScorer.from_pretrained(path, encoder=encoder)
     if encoder is None:
         loaded.append(scorer.encoder)

@@ -160,7 +160,8 @@ class PMIScorer:
         as ``auto``, not as this machine's answer, so that each machine that loads the scorer resolves it again
         (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16)."""
         encoder = self.encoder.spec.saved_dict()
-        if getattr(self.encoder, "requested_dtype", None) == "auto":
+        # a fine-tuned encoder's weights are written in the dtype they are held in: that dtype, never "auto"
+        if getattr(self.encoder, "requested_dtype", None) == "auto" and self.encoder.spec.model != LOCAL_ENCODER:
             encoder["dtype"] = "auto"
         return {
             "format": FORMAT,
@@ -180,7 +181,8 @@ class PMIScorer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config()
-        if self.encoder.spec.model == LOCAL_ENCODER and self.saved_dtype == "float32" != self.encoder.spec.dtype:
+        tuned_float32 = self.saved_dtype in ("float32", "auto")  # "auto": a fine-tuned one saved so on 2026-11-28
+        if self.encoder.spec.model == LOCAL_ENCODER and tuned_float32 and self.encoder.spec.dtype != "float32":
             raise ValueError(
                 f"this scorer's fine-tuned encoder was loaded in {self.encoder.spec.dtype}, not the {self.saved_dtype} "
                 "it was saved in: saving it would keep the rounded weights; load it without a dtype to save it"
@@ -292,6 +294,10 @@ class PMIScorer:
             raise TypeError(f"unexpected arguments {bad}; the encoder's runtime options are {list(RUNTIME_FIELDS)}")
         try:  # the commands' default is a local directory, never a Hub id, even where it does not exist yet
             local = str(name_or_path) == DEFAULT_SCORER
+            if local and revision is not None:
+                raise hub.HubError(
+                    f"{name_or_path} is a local directory, and revision {revision!r} applies to Hub repo ids only"
+                )
             directory = (
                 Path(name_or_path)
                 if local
