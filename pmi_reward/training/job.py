@@ -153,6 +153,11 @@ def _origin(data: TrainData, split: int) -> str:
     return f"the {name} pairs of " + " and ".join(p for p in parts if p)
 
 
+def _cache_dir(data: TrainData) -> str | Path | None:
+    """The embedding cache's folder the run uses (None: no cache)."""
+    return None if data.no_cache else data.cache_dir or cache_root() / "embeddings"
+
+
 def _inputs(data: TrainData, encoder_spec: EncoderSpec, config: TrainConfig) -> dict[str, str | Path | None]:
     """What the run reads or keeps by path (option name: path), none of which may lie in the output folder that its
     save replaces whole: the pair and dialogue files, a local encoder folder, the checkpoints and the embedding cache
@@ -165,7 +170,7 @@ def _inputs(data: TrainData, encoder_spec: EncoderSpec, config: TrainConfig) -> 
         "--test_file": data.test_file,
         "--model": encoder_spec.model if local else None,
         "--checkpoint_dir": config.checkpoint_dir,
-        "--cache_dir": None if data.no_cache else data.cache_dir or cache_root() / "embeddings",
+        "--cache_dir": _cache_dir(data),
     }
 
 
@@ -186,7 +191,8 @@ def train_scorer(
     for split, pairs in enumerate((train, val, test)):
         if pairs is not None:  # each split's negatives, checked before anything is embedded or trained
             check_negative_draws(pairs, negatives, _origin(data, split))
-    cache = None if data.no_cache else EmbeddingCache(data.cache_dir or cache_root() / "embeddings")
+    cache_dir = _cache_dir(data)
+    cache = None if cache_dir is None else EmbeddingCache(cache_dir)
     encoder = TextEncoder(encoder_spec, cache=cache)
     scorer, result = fit_scorer(  # in place: a fine-tune needs no second copy of the pretrained encoder here
         train,
