@@ -2,10 +2,10 @@
 
 SmolLM2-135M-Instruct (the default policy) on the CPU, even where there is a GPU, in each dtype: one batch of
 ``--batch`` chat prompts sampled to ``--new_tokens`` tokens (T 0.8, top-p 0.95, as the recipes sample), then
-``--steps`` forward+backward passes of 8 x 150 random tokens (a full-parameter SFT step's compute). Prints seconds
-per phase and whether the CPU computes bf16 natively (AVX512-BF16 or AMX; ``native_bf16``). The HF tokenizers run
-on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it) unless the environment says otherwise;
-the result records the setting.
+``--steps`` forward+backward passes of 8 x 150 random tokens (a full-parameter SFT step's compute), after one untimed
+warm-up pass. Prints seconds per phase and whether the CPU computes bf16 natively (AVX512-BF16 or AMX;
+``native_bf16``). The HF tokenizers run on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it)
+unless the environment says otherwise; the result records the setting.
 
     python benchmarks/bf16_cpu.py
 """
@@ -43,6 +43,7 @@ def _time(dtype: str, batch: int, new_tokens: int, steps: int) -> dict[str, floa
     sample = time.perf_counter() - start
     model.train()
     ids = torch.randint(0, 1000, (8, 150))
+    model(input_ids=ids, labels=ids).loss.backward()  # warm-up (allocator, gradient buffers), so no step timed pays it
     start = time.perf_counter()
     for _ in range(steps):
         model(input_ids=ids, labels=ids).loss.backward()

@@ -417,6 +417,46 @@ def test_clients_send_the_key(tiny_scorer, monkeypatch):
         assert answer["rewards"] == pytest.approx(expected[:1])
 
 
+def test_a_key_read_with_its_newline_works_and_a_bad_key_is_refused_unshown(tiny_scorer, monkeypatch, caplog):
+    """A key read from a secret file ends with a newline: http.client refused the header with an error holding the
+    key, which was retried, logged in clear at INFO and WARNING, and every reward was None. Every client strips the
+    key's surrounding whitespace now, and refuses a key no header can carry at once, naming where it came from (the
+    argument or the variable), never the key; ``request_json`` refuses one before sending, not retried."""
+    from pmi_reward.rewards.openrlhf import reward_func
+    from pmi_reward.rewards.remote import RemotePMIReward, request_json
+    from pmi_reward.rewards.verl import compute_score_batch
+
+    prompts, replies = ["I love jazz.", "I ran ten miles."], ["Coltrane!", "Wow, how long did it take?"]
+    expected = PMIReward(tiny_scorer)(prompts, replies)
+    with serving(tiny_scorer, api_key=KEY) as server, caplog.at_level(logging.DEBUG):
+        reward = RemotePMIReward(server.url, api_key=KEY + "\n", retries=1, backoff=0.01, on_failure="raise")
+        assert reward.score_sync(prompts, replies) == pytest.approx(expected)
+        monkeypatch.setenv("PMI_REWARD_API_KEY", f" {KEY}\r\n")
+        monkeypatch.setenv("PMI_REWARD_URL", server.url)
+        assert RemotePMIReward(server.url, on_failure="raise").score_sync(prompts, replies) == pytest.approx(expected)
+        infos = [{"context": p} for p in prompts]
+        got = compute_score_batch(["d"] * 2, replies, [None] * 2, infos, url=server.url)
+        assert [g["score"] for g in got] == pytest.approx(expected)
+        assert reward_func([f"{prompts[0]}\n{replies[0]}"], [f"{prompts[0]}\n"], [""])["rewards"] == pytest.approx(
+            expected[:1]
+        )
+        for bad in ("s3cret key", "s3cret\nkey", "s3cret\x1bkey", "s3cr\u00e9t", " \n"):
+            with pytest.raises(ValueError, match="^api_key must be printable ASCII without spaces"):
+                RemotePMIReward(server.url, api_key=bad)
+            with pytest.raises(ValueError, match="^api_key must be printable ASCII without spaces"):
+                request_json(server.url + "/health", api_key=bad)
+            monkeypatch.setenv("PMI_REWARD_API_KEY", bad)
+            for client in (
+                lambda: RemotePMIReward(server.url),
+                lambda: reward_func([f"{prompts[0]}\n{replies[0]}"], [f"{prompts[0]}\n"], [""]),
+                lambda: compute_score_batch(["d"], replies[:1], [None], infos[:1], url=server.url),
+            ):
+                with pytest.raises(ValueError, match=r"^\$PMI_REWARD_API_KEY must be printable ASCII") as info:
+                    client()
+                assert "s3c" not in str(info.value)
+        assert "s3c" not in caplog.text and server.responses[401] == 0
+
+
 def test_a_warning_when_listening_beyond_loopback_without_a_key(tiny_scorer, caplog):
     with caplog.at_level(logging.WARNING, "pmi_reward.serving.server"):
         RewardServer(tiny_scorer, ServerConfig(host="0.0.0.0", port=0)).close()

@@ -130,7 +130,9 @@ def test_bootstrap_over_groups_draws_whole_groups_and_keeps_row_draws_when_every
 def test_evaluate_resamples_contexts_not_rows(spread_scorer):
     """`pmi-reward evaluate` on a file where each context of a dialogue holds several rated rows: its CI is that of
     the contexts (here three copies of each row, under one dialogue key, give the CI of the rows once), not sqrt(3)
-    narrower; without keys (or under other keys: dialogues that open alike) rows are drawn one by one."""
+    narrower. Without keys the rows were drawn one by one, so a ratings file of several replies per context and no
+    key column (USR-style) got that narrower CI: rows that share a context text are now drawn together, as under one
+    key. Under other keys (dialogues that open alike) rows are still drawn one by one."""
     from pmi_reward.data.negatives import NegativeSpec
     from pmi_reward.data.pairs import PairSet
     from pmi_reward.evaluation.scorer_report import EvaluateArguments, evaluate_scorer
@@ -141,17 +143,20 @@ def test_evaluate_resamples_contexts_not_rows(spread_scorer):
     args = EvaluateArguments(scorer="tiny", input="pairs.csv", targets=["rating"], n_boot=300, progress=False)
     none = NegativeSpec(0, 0, 0)
 
-    def report(copies: int, keyed: bool = True) -> dict:
-        keys = [f"d{i}" for i in range(15)] * copies if keyed else None
+    def report(copies: int, keys: list[str] | None) -> dict:
         pairs = PairSet.from_pairs(contexts * copies, replies * copies, keys, extras={"rating": ratings * copies})
         return evaluate_scorer(spread_scorer, pairs, none, args)["rating"]
 
-    once, thrice, apart = report(1), report(3), report(3, keyed=False)
+    once = report(1, [f"d{i}" for i in range(15)])
+    thrice = report(3, [f"d{i}" for i in range(15)] * 3)
+    keyless = report(3, None)
+    apart = report(3, [f"d{i}" for i in range(45)])
     for name in ("spearman", "pearson"):
         # the same texts, embedded in other batches: the scores agree to float32 rounding
-        assert thrice[name]["value"] == pytest.approx(once[name]["value"], abs=1e-5)
-        assert thrice[name]["ci95"] == pytest.approx(once[name]["ci95"], abs=1e-5)
-        assert thrice[name]["rows"] == apart[name]["rows"] == 45
+        for same in (thrice, keyless):
+            assert same[name]["value"] == pytest.approx(once[name]["value"], abs=1e-5)
+            assert same[name]["ci95"] == pytest.approx(once[name]["ci95"], abs=1e-5)
+        assert thrice[name]["rows"] == keyless[name]["rows"] == apart[name]["rows"] == 45
         assert np.diff(apart[name]["ci95"]) < 0.8 * np.diff(once[name]["ci95"])
 
 

@@ -319,3 +319,23 @@ def test_v090_batch_request(spread_server, group_server, spread_scorer, smol_tok
     if center == "group":  # each prompt's scored replies are centred on their mean
         assert sum(got[3:]) == pytest.approx(0.0, abs=1e-4) and got[2] == -5.0
         assert got[0] + got[1] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_a_query_without_prompts_is_grouped_by_its_scored_context(spread_scorer):
+    """Without ``prompts`` the server cuts each query to ``max_chars`` from its end before parsing it, so one prompt's
+    parsed messages differ with its reply's length; its replies are still one group (the scored context), not a
+    GroupError for every sample."""
+    turns = [f"Turn number {i}: I went hiking in the mountains and the views were amazing, truly." for i in range(8)]
+    prompt = "".join(f"<|im_start|>{('user', 'assistant')[i % 2]}\n{t}<|im_end|>\n" for i, t in enumerate(turns))
+    prompt += "<|im_start|>assistant\n"
+    replies = ["Nice", "Nice " + "x" * 91]  # the second's window holds less of the prompt than the first's
+    server = RewardServer(spread_scorer, ServerConfig(port=0), RewardOptions(center="group", max_chars=60)).start()
+    try:
+        answer = requests.post(
+            server.url + "/get_reward", json={"query": [prompt + r + "<|im_end|>" for r in replies]}, timeout=30
+        )
+    finally:
+        server.close()
+    assert answer.status_code == 200, answer.text
+    rewards = answer.json()["rewards"]
+    assert sum(rewards) == pytest.approx(0.0, abs=1e-5) and abs(rewards[0]) > 1e-4

@@ -1,5 +1,7 @@
 """Loading a policy: a base model, a fine-tuned folder, or a LoRA adapter merged onto its base."""
 
+import pytest
+
 
 def test_an_adapter_of_a_base_given_by_a_relative_path_loads_onto_that_base_anywhere(
     tiny_policy, smol_tokenizer, tmp_path, monkeypatch
@@ -46,3 +48,90 @@ def test_a_shipped_name_keeps_its_name_beside_a_folder_of_that_name(tiny_policy,
     model, _ = loading.load_policy("smollm2-135m-instruct", device="cpu")
     assert asked == ["smollm2-135m-instruct"]  # the shipped name is loaded, not the folder
     assert model.name_or_path == model.config._name_or_path == "smollm2-135m-instruct"  # and kept, not the folder's
+
+
+def test_a_policy_folder_without_a_tokenizer_is_refused_by_name_and_an_adapter_takes_its_bases(
+    tiny_policy, smol_tokenizer, tmp_path
+):
+    """A saved model folder without tokenizer files (``evaluate-policy --tuned DIR``, ``rerank --model DIR``) failed
+    in transformers with a hint to install sentencepiece or tiktoken: it is refused naming the folder and the fix. An
+    adapter folder without one still loads with its base's tokenizer."""
+    from peft import LoraConfig, get_peft_model
+
+    from pmi_reward.policy.loading import load_policy
+
+    tiny_policy(0).save_pretrained(tmp_path / "bare")
+    with pytest.raises(FileNotFoundError, match="no tokenizer files") as refused:
+        load_policy(str(tmp_path / "bare"), device="cpu")
+    assert str(tmp_path / "bare") in str(refused.value) and "tokenizer.save_pretrained" in str(refused.value)
+
+    run = tmp_path / "killed-run"  # a run killed before its save: checkpoints, no model of its own
+    tiny_policy(0).save_pretrained(run / "checkpoint-8")
+    (run / "runs").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no model in this policy folder \(no config\.json\).*checkpoint-8"):
+        load_policy(str(run), device="cpu")
+
+    tiny_policy(0).save_pretrained(tmp_path / "base")
+    smol_tokenizer.save_pretrained(tmp_path / "base")
+    adapter = get_peft_model(tiny_policy(0), LoraConfig(r=4, target_modules=["q_proj"]))
+    adapter.peft_config["default"].base_model_name_or_path = str(tmp_path / "base")
+    adapter.save_pretrained(tmp_path / "adapter")
+    assert not (tmp_path / "adapter" / "tokenizer_config.json").exists()
+    _, tokenizer = load_policy(str(tmp_path / "adapter"), device="cpu")
+    assert tokenizer.get_vocab() == smol_tokenizer.get_vocab() and tokenizer.padding_side == "left"
+
+
+@pytest.mark.parametrize(
+    ("native", "device", "warns"),
+    [
+        ("cuda", "cpu", "this cpu has no native bfloat16 (no AVX512-BF16 or AMX)"),  # --use_cpu on a GPU machine
+        ("cuda", "cuda:0", None),
+        ("cuda", None, None),  # load_policy's default: the GPU
+        ("cpu", "cpu", None),  # an AMX CPU beside a GPU without bf16
+        ("cpu", "cuda:0", "this cuda has no native bfloat16, "),
+        ("neither", "xla:0", None),  # not judged: a TPU computes bf16
+    ],
+)
+def test_policy_from_judges_bf16_by_the_device_the_policy_runs_on(native, device, warns, monkeypatch):
+    """``check_bf16`` looked at the GPU whenever there was one: a ``--use_cpu true`` run in bf16 on a GPU machine
+    whose CPU only emulates bf16 (~25x slower) got no warning, and one on an AMX CPU beside an old GPU got a wrong one.
+    A machine with a GPU is stood in for; which device computes bf16 natively is ``native``."""
+    import warnings
+
+    import torch
+    from trl import ModelConfig
+
+    from pmi_reward.policy import loading, trainers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(loading, "native_bf16", lambda d: d.type == native)
+    monkeypatch.setattr(trainers, "load_policy", lambda *args: ("model", "tokenizer"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainers.policy_from(ModelConfig(model_name_or_path="policy", dtype="bfloat16"), bf16=True, device=device)
+    emulated = [str(w.message) for w in caught if "no native bfloat16" in str(w.message)]
+    if warns is None:
+        assert emulated == []
+    else:
+        assert len(emulated) == 1 and warns in emulated[0]
+        assert emulated[0].startswith("--dtype bfloat16 and --bf16 true")
+
+
+def test_the_bf16_benchmark_times_training_steps_after_an_untimed_warm_up(tiny_policy, smol_tokenizer, monkeypatch):
+    """``benchmarks/bf16_cpu.py`` timed the first training step, one-off set-up included (the AVX2 figure of record
+    is ``--steps 1``): one forward+backward now runs before the clock starts, and each timed step is one pass."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from benchmarks import bf16_cpu
+
+    model = tiny_policy(0)
+    events = []  # training passes (with gradients; sampling runs without) and clock reads, in order
+    model.register_forward_pre_hook(lambda module, args: events.append("step") if torch.is_grad_enabled() else None)
+    clock = iter(range(100))
+    monkeypatch.setattr(bf16_cpu, "time", SimpleNamespace(perf_counter=lambda: events.append("clock") or next(clock)))
+    monkeypatch.setattr(bf16_cpu, "load_policy", lambda **kwargs: (model, smol_tokenizer))
+    result = bf16_cpu._time("float32", batch=2, new_tokens=2, steps=2)
+    assert events == ["clock", "clock", "step", "clock", "step", "step", "clock"]  # sampling, warm-up, 2 timed steps
+    assert result == {"sample_s": 1, "train_s_per_step": 0.5}

@@ -189,3 +189,22 @@ def test_a_short_row_keeps_a_multi_line_field_that_holds_a_delimiter(tmp_path):
     path.write_text('context,response,rating\nHi,"Hmm\nHow are you?,Fine,4\nBye,See you,3"\n')
     with pytest.raises(DataError, match="row 1: fewer values than header columns"):
         read_records(path)
+
+
+def test_a_short_row_with_a_line_that_reads_as_a_row_is_refused_without_asserting_an_unclosed_quote(tmp_path):
+    """A legit short row (its last column left off) whose multi-line field has a later line with a whole row's
+    commas reads exactly as a quote left open that swallowed the rows after it: it is still refused, but the error
+    said the cause was an unclosed quote, which this file does not have. It now names both readings and what mends
+    each (the row given its empty value reads)."""
+    path = tmp_path / "short.csv"
+    path.write_text(
+        'context,response,rating\n"Hi there\nWell, yes, sure",Great,4\n"How are you?\nFine, thanks, you?",Good\n'
+    )
+    with pytest.raises(DataError) as err:
+        read_records(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}, row 2: fewer values than header columns")
+    assert "if a quote was left open" in message and "end the row with an empty value" in message
+    assert "a field that opens with an unclosed quote" not in message
+    path.write_text('context,response,rating\n"How are you?\nFine, thanks, you?",Good,\n')
+    assert read_records(path) == [{"context": "How are you?\nFine, thanks, you?", "response": "Good", "rating": ""}]

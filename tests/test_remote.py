@@ -13,6 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import is_async_callable
@@ -154,12 +155,15 @@ def test_trl_contract(reward_server, tiny_scorer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """A quiet test server's handler that answers JSON."""
+    """A quiet test server's handler that answers JSON (``GET /health`` as a server of a 3-turn scorer would)."""
 
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        self._reply(200, {"scorer": {"trained_context_turns": 3}, "reward_options": {"max_chars": 100_000}})
 
     def _reply(self, status: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -534,13 +538,15 @@ def test_redirects_are_not_followed(serve, code):
         do_POST = do_GET
 
     url = serve(Redirect)
-    for turns in (None, 3):  # GET /health first, or straight to POST /score
+    for turns in (None, 3):  # GET /health comes first either way
         options = {"api_key": "s3cret", "retries": 3, "backoff": 0.01, "max_context_turns": turns}
         with pytest.raises(RemoteRewardError, match=f"HTTP {code}: redirect") as info:
             RemotePMIReward(url, on_failure="raise", **options).score_sync(["c"], ["x"])
         assert info.value.status == code and not info.value.retryable
         assert RemotePMIReward(url, **options).score_sync(["c"], ["x"]) == [None]
-    assert seen == [] and Redirect.calls == 4
+    with pytest.raises(RemoteRewardError, match=f"HTTP {code}: redirect"):  # and a POST /score
+        request_json(url + "/score", {"pairs": [{"context": "c", "response": "x"}]}, api_key="s3cret")
+    assert seen == [] and Redirect.calls == 5
 
 
 def test_an_api_key_over_plain_http_beyond_loopback_is_warned_about(caplog, monkeypatch):
@@ -582,6 +588,28 @@ def test_a_pair_too_large_alone_is_unscorable_not_the_call(spread_server, spread
             got = reward.score_sync(prompts, completions)
         assert got[:2] == pytest.approx(local, abs=1e-5) and got[2] == empty_score
         assert "HTTP 413" in caplog.text and "unscorable" in caplog.text
+
+
+def test_a_server_cutting_texts_shorter_than_max_chars_is_refused(spread_scorer):
+    """A server started with a smaller ``--max_chars`` cuts ``/score`` pairs to it too, so a RemotePMIReward with the
+    default max_chars got other rewards than PMIReward under the same options. Its ``/health`` reports the limit, and
+    the reward refuses the mismatch at its first call (a ValueError, whether or not it learns its turns there)."""
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    prompts = ["I love jazz and I play the saxophone every evening.\nWho do you like?"]
+    completions = ["Coltrane, and also Miles Davis, and Charlie Parker of course."]
+    server = RewardServer(spread_scorer, ServerConfig(port=0), RewardOptions(max_chars=20)).start()
+    try:
+        assert http(server.url, "GET", "/health")[1]["reward_options"]["max_chars"] == 20
+        for turns in (None, 3):
+            reward = RemotePMIReward(server.url, max_context_turns=turns)  # on_failure="none": a setting still raises
+            with pytest.raises(ValueError, match="--max_chars 20, below this reward's max_chars 100000"):
+                reward.score_sync(prompts, completions)
+        for max_chars in (20, 12):
+            got = RemotePMIReward(server.url, max_chars=max_chars, on_failure="raise").score_sync(prompts, completions)
+            assert got == pytest.approx(PMIReward(spread_scorer, max_chars=max_chars)(prompts, completions), abs=1e-5)
+    finally:
+        server.close()
 
 
 def test_unreachable_server():
@@ -672,3 +700,44 @@ def test_a_broken_server_is_a_remote_failure(broken_server, health, score):
     assert RemotePMIReward(url, retries=1, backoff=0.01, timeout=5).score_sync(["c"], ["x"]) == [None]
     with pytest.raises(RemoteRewardError):
         RemotePMIReward(url, retries=0, timeout=5, on_failure="raise").score_sync(["c"], ["x"])
+
+
+def test_an_endpoint_without_health_scores_when_the_turns_are_given_and_a_numeric_key_is_text():
+    """A gateway exposing POST /score alone answers 404 on /health: with ``max_context_turns`` given the client
+    never needed /health, and scores (only turns that must be learnt need it; then the 404 is a failure). A key
+    of digits, as YAML/Hydra read it (an int), is the same key as text."""
+    seen: list[str | None] = []
+
+    class ScoreOnly(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _reply(self, code: int, obj: dict) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._reply(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self._reply(200, {"scores": [1.5] * len(body["pairs"])})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ScoreOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        reward = RemotePMIReward(url, max_context_turns=3, api_key=123456, on_failure="raise")
+        assert reward.score_sync(["I love jazz."], ["Me too!"]) == [1.5]
+        assert seen == ["Bearer 123456"]
+        with pytest.raises(RemoteRewardError):
+            RemotePMIReward(url, on_failure="raise", retries=1, backoff=0.01).score_sync(["I love jazz."], ["Hi."])
+    finally:
+        server.shutdown()

@@ -114,6 +114,37 @@ def test_group_centring_refuses_a_lonely_completion(scorer):
     assert reward(["a", "a", None], ["x", "", "z"])[1:] == [-5.0, -5.0]  # an empty reply is still its group's
 
 
+def test_group_centring_groups_prompts_as_given_not_as_the_scorer_reads_them(spread_scorer):
+    """Groups were keyed on the scored context, so prompts that differ only in what the reward drops (the system
+    prompt, turns older than max_context_turns, text beyond max_chars) merged into one group, centred on a mixed
+    mean, and a prompt with a single completion escaped the GroupError. Each prompt as given is its own group, in
+    TRL's interleaved order too, and in ``rerank_many``."""
+    from pmi_reward.rewards.rerank import rerank_many
+
+    reward = PMIReward(spread_scorer, center="group", max_context_turns=1, max_chars=40)
+    hi = {"role": "user", "content": "I love jazz."}
+    alike = [
+        [{"role": "system", "content": "You are a pirate."}, hi],
+        [{"role": "system", "content": "You are a poet."}, hi],
+        [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi."}, hi],
+        "An older turn, long enough to be cut off.\n" + "I love jazz.",
+        "Another older turn, also cut off by max_chars.\n" + "I love jazz.",
+    ]
+    assert len(set(reward.texts(alike, ["x"] * 5).contexts)) == 1  # the scorer reads them all alike
+    replies = ["Coltrane!", "Me too.", "Which album?", "Nice", "Who?", "Same", "Bebop?", "Miles", "Ok", "Hm"]
+    prompts = alike * 2  # interleaved, as TRL orders a batch: prompt i's samples are i and i + 5
+    raw = np.array(PMIReward(spread_scorer, max_context_turns=1, max_chars=40)(prompts, replies))
+    expected = raw - np.tile((raw[:5] + raw[5:]) / 2, 2)
+    assert np.abs(expected - (raw - raw.mean())).max() > 1e-3  # centring on the merged group would show
+    np.testing.assert_allclose(reward(prompts, replies), expected, atol=1e-5)
+    with pytest.raises(GroupError, match="5 of the 5 samples"):
+        reward(alike, replies[:5])
+    odd = [{"role": "user", "content": "I love jazz.", 1: "a key JSON cannot sort"}]  # grouped by its context
+    assert reward([odd, odd], replies[:2]) == pytest.approx(raw[:2] - raw[:2].mean(), abs=1e-5)
+    ranked = rerank_many(reward, alike[:2], [replies[:2], replies[5:7]])
+    assert [sum(score for _, score in r) for r in ranked] == pytest.approx([0.0, 0.0], abs=1e-5)
+
+
 def test_group_centring_refuses_several_processes(scorer, monkeypatch):
     """Under several processes TRL hands each its own slice of the batch, and a group's completions can be split:
     centring each part on its own mean flipped advantages (or raised on a part of one). Refused, saying why."""
@@ -176,6 +207,32 @@ def test_a_string_prompts_reasoning_goes_before_its_turns_are_cut(scorer):
     text = "I went hiking.\n<think>\nr1 private\nr2 private\n</think>Where did you go?\nYosemite!"
     expected = ["I went hiking.\nWhere did you go?\nYosemite!"]
     assert reward.texts([text], ["Nice"]).contexts == reward.texts([chat], ["Nice"]).contexts == expected
+
+
+def test_completions_trl_parsed_into_reasoning_and_answer_score_their_answer(spread_scorer):
+    """TRL 1.16 decodes conversational completions with the tokenizer's ``parse_response`` when it has a response
+    template: the reasoning goes to ``reasoning_content``, ``content`` holds the answer alone. With think_opened every
+    finished answer read as unfinished reasoning (empty_score), as did the diversity reward's. A parsed message is its
+    answer; one without an answer is unfinished; an unparsed one still needs its ``</think>``."""
+    from pmi_reward.rewards.diversity import DiversityReward
+
+    prompts = ["I love jazz."] * 4
+    completions = [
+        [{"role": "assistant", "reasoning_content": "They like jazz.", "content": "Coltrane!"}],
+        [{"role": "assistant", "reasoning_content": "They like jazz, so"}],  # cut inside its reasoning
+        "They like jazz.\n</think>\n\nColtrane!",  # the same, not parsed: the closing tag says where it ends
+        [{"role": "assistant", "content": "They like jazz, so"}],  # not parsed, no </think>: unfinished
+    ]
+    for opened in (True, False):
+        logged: dict = {}
+        out = PMIReward(spread_scorer, think_opened=opened)(prompts, completions, log_metric=logged.setdefault)
+        assert out[0] == pytest.approx(out[2], abs=1e-6) and out[0] != -5.0 and out[1] == -5.0
+        assert out[3] == (-5.0 if opened else PMIReward(spread_scorer)(prompts[:1], ["They like jazz, so"])[0])
+        assert logged["pmi_reward/think_unfinished_frac"] == (0.5 if opened else 0.25)
+    parsed = [[{"role": "assistant", "reasoning_content": r, "content": "Me too I do"}] for r in ("x", "y")]
+    cut = [{"role": "assistant", "reasoning_content": "z"}]
+    alike = DiversityReward(think_opened=True)(prompts[:3], [*parsed, cut])
+    assert alike == [-0.5, -0.5, 0.0]  # the answers open alike; the unfinished one is an empty answer, not unreadable
 
 
 def test_only_replies_ending_inside_a_think_block_count_as_unfinished(scorer):
@@ -303,6 +360,17 @@ def test_invisible_replies_are_rewarded_as_empty(scorer, invisible):
     -1.93 they scored (above "That's interesting.")."""
     reward = PMIReward(scorer, empty_score=-5.0)
     rewards = reward(["I love jazz."] * 3, [invisible, "", "Me too! Coltrane?\u200b"])
+    assert rewards[:2] == [-5.0, -5.0] and rewards[2] != -5.0
+
+
+@pytest.mark.parametrize("blank", ["\ufffd\ufffd", " \ufffd \ufffd\n", "\ufffd\u200b\ufffd", "\u1734", "\u1734 \ufffd"])
+def test_replacement_character_replies_are_rewarded_as_empty(spread_scorer, blank):
+    """U+FFFD (what a byte-level policy's incomplete UTF-8 decodes to) and U+1734 show as characters, but MiniLM's
+    tokenizer drops them: a reply of nothing else was scored as an empty reply, above real ones under the trained
+    scorer. It gets ``empty_score``; a reply with words beside one is scored."""
+    assert spread_scorer.encoder.tokenizer.tokenize(blank) == []
+    reward = PMIReward(spread_scorer, empty_score=-5.0)
+    rewards = reward(["I love jazz."] * 3, [blank, "", "Coltrane\ufffd"])
     assert rewards[:2] == [-5.0, -5.0] and rewards[2] != -5.0
 
 

@@ -35,6 +35,33 @@ def test_serve_refuses_empty_score_none_before_loading_the_scorer(tmp_path, caps
     assert "empty_score None" in err and "OpenRLHF" in err and "not a directory" not in err
 
 
+def test_serve_refuses_batch_size_which_it_would_ignore(tmp_path, capsys):
+    """``--batch_size`` was accepted and did nothing (the server batches by ``--max_batch_pairs``): refused, naming
+    the options that do batch, before the scorer (here a missing one) loads."""
+    assert main(["serve", "--scorer", str(tmp_path / "missing"), "--batch_size", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch_size 16 has no effect" in err and "--max_batch_pairs" in err and "not a directory" not in err
+
+
+def test_serve_help_says_include_system_reads_a_templates_default_system_prompt(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "holds the template's own default system prompt" in " ".join(capsys.readouterr().out.split())
+
+
+def test_serve_strips_a_key_files_newline_and_refuses_a_bad_key_unshown(tmp_path, capsys, monkeypatch):
+    """``$PMI_REWARD_API_KEY`` read from a secret file ends with a newline, which was refused; it is stripped now
+    (here serve goes on to load the scorer, a missing one). A key no header can carry is refused naming the
+    variable, never the key."""
+    monkeypatch.setenv("PMI_REWARD_API_KEY", "s3cret-key\n")
+    assert main(["serve", "--scorer", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    monkeypatch.setenv("PMI_REWARD_API_KEY", "s3cret key")
+    assert main(["serve", "--scorer", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "$PMI_REWARD_API_KEY must be printable ASCII" in err and "s3c" not in err and "not a directory" not in err
+
+
 @pytest.mark.integration
 def test_serve_answers_then_drains_on_sigterm(tmp_path):
     from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder

@@ -41,6 +41,31 @@ class SlowScorer:
         return getattr(self.inner, name)
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.parametrize("host", ["::1", "[::1]", "::"])
+def test_an_ipv6_host_is_served(spread_scorer, host):
+    """``--host ::1`` (or ``::``) failed with a raw socket.gaierror after the scorer had loaded: the server's socket
+    was IPv4 only. It listens on IPv6 now, its URL has the address in brackets, and clients reach it there."""
+    from pmi_reward.rewards.remote import RemotePMIReward
+
+    server = RewardServer(spread_scorer, ServerConfig(host=host, port=0)).start()
+    try:
+        assert server.url.startswith("http://[") and http(server.url, "GET", "/health")[0] == 200
+        got = RemotePMIReward(server.url, on_failure="raise").score_sync(["I love jazz."], ["Coltrane!"])
+        assert got == pytest.approx(PMIReward(spread_scorer)(["I love jazz."], ["Coltrane!"]), abs=1e-5)
+    finally:
+        server.close()
+
+
 def test_score_matches_the_scorer(spread_server, spread_scorer):
     contexts, responses = ["hi there\nhow are you?", "I like jazz", "", "我喜欢音乐"], ["fine", "me too", "hello", "🎵"]
     expected = spread_scorer.score(contexts, responses).tolist()

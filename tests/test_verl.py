@@ -27,7 +27,9 @@ import torch
 
 import pmi_reward.rewards.verl as verl_adapter
 from pmi_reward.data.conversation import clean_reply
-from pmi_reward.rewards.path import GroupError
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.path import GroupError, RewardPath
+from pmi_reward.rewards.remote import RemotePMIReward
 from pmi_reward.rewards.reward import PMIReward
 
 CONTEXT = "I love jazz.\nMe too!\nWho is your favourite?"
@@ -254,7 +256,10 @@ def test_legacy_batch(spread_server, spread_scorer, center):
     """``custom_reward_function.reward_kwargs`` through the partial, ``reward_model.reward_kwargs`` from the manager."""
     fn = get_custom_reward_fn(PATHS[0], "compute_score_batch", {"url": spread_server.url})
     other = "Did you watch the match?"  # a second group, whose mean differs from the first's
-    rows = [*_rows(), _row({"context": other}), _row({"context": other})]
+    # verl repeats a row for each sample of its group: one conversation in one form (a group is keyed on the prompt as
+    # given, so the forms of _rows() are four groups under center="group")
+    first = _rows() if center == "none" else [*[_row({"context": CONTEXT})] * 4, _rows()[4]]
+    rows = [*first, _row({"context": other}), _row({"context": other})]
     got = legacy_batch(fn, rows, [*RESPONSES, "Yes, what a goal!", "No."], {"center": center})
     contexts = [CONTEXT] * 4 + [None, other, other]
     replies = ["Coltrane, for sure.", "Miles Davis.", "ok", "", "Coltrane.", "Yes, what a goal!", "No."]
@@ -383,6 +388,85 @@ def test_rows_without_a_readable_turn_are_flagged_as_the_reward_path_reads_them(
     assert [r["pmi_no_context"] for r in batch] == [1.0, 1.0, 1.0, 0.0, 1.0] and one == batch
     assert [r["score"] for r in batch if r["pmi_no_context"]] == [-5.0] * 4 and batch[3]["score"] != -5.0
     assert "4 of 5 responses come without a readable conversation" in caplog.text and "['messages']" in caplog.text
+
+
+def _mixed_infos() -> list[dict]:
+    """``extra_info`` of rows the flags must tell apart: read as they are, a system message skipped, none at all, a
+    system message alone, and a lone surrogate in the oldest of four turns, which only the scorer's
+    ``max_context_turns`` (3, learnt from the server by a remote reward on its first call) cuts away."""
+    system = {"role": "system", "content": "Be nice."}
+    return [
+        {"context": CONTEXT, "index": 0},
+        {"raw_prompt": np.array([system, *MESSAGES], dtype=object)},
+        {"split": "train", "index": 2},
+        {"messages": [system]},
+        {"history": np.array(["\ud800", *CONTEXT.split("\n")], dtype=object)},
+        {"messages": np.array(MESSAGES[:2], dtype=object)},
+    ]
+
+
+MIXED_RESPONSES = ["Coltrane, for sure.", "Miles Davis.<|im_end|>", "Monk.", "Coltrane.", "Monk!", "Me too."]
+
+
+@pytest.mark.parametrize("where", ["scorer", "url"])
+def test_a_call_builds_its_texts_once(where, spread_scorer, spread_server, monkeypatch):
+    """compute_score_batch (and so compute_score) built the reward texts twice per call: once to score, once more
+    only to learn which rows had no context (reading and cutting every context and reply again)."""
+    built = []
+    texts = RewardPath.texts
+    monkeypatch.setattr(RewardPath, "texts", lambda self, *a: built.append(1) or texts(self, *a))
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", lambda *a, **k: spread_scorer)
+    kwargs = {"scorer": "s-once-texts"} if where == "scorer" else {"url": spread_server.url}
+    verl_adapter._load_reward.cache_clear()
+    try:
+        infos, n = _mixed_infos(), len(MIXED_RESPONSES)
+        batch = verl_adapter.compute_score_batch(["d"] * n, MIXED_RESPONSES, [None] * n, infos, **kwargs)
+        assert len(built) == 1 and [r["pmi_no_context"] for r in batch] == [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+        built.clear()
+        verl_adapter.compute_score("d", MIXED_RESPONSES[0], None, infos[0], **kwargs)
+        assert len(built) == 1
+    finally:
+        verl_adapter._load_reward.cache_clear()
+
+
+@pytest.mark.parametrize("where", ["scorer", "url"])
+def test_scores_and_flags_are_the_reward_path_s_own(where, spread_scorer, spread_server, monkeypatch):
+    """Each result is, bit for bit, the reward's own reward for the row and its path's no-context flag, the flags read
+    with the setting the rewards were computed with: a fresh remote reward learns ``max_context_turns`` from the
+    server in its first call, and only with it is the surrogate row (4) readable (scored, not flagged)."""
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", lambda *a, **k: spread_scorer)
+    kwargs = {"scorer": "s-own"} if where == "scorer" else {"url": spread_server.url}
+    options = RewardOptions(empty_score=-1.0)
+    infos, n = _mixed_infos(), len(MIXED_RESPONSES)
+    contexts, replies = [verl_adapter.context_of(i) for i in infos], [clean_reply(r) for r in MIXED_RESPONSES]
+
+    def expected(rows: slice) -> list[dict]:
+        """What the reward itself says for ``rows`` (a reward of its own, fresh as the adapter's)."""
+        if where == "url":
+            remote = RemotePMIReward(spread_server.url, options, on_failure="raise")
+            scores, reward = remote.score_sync(contexts[rows], replies[rows]), remote
+        else:
+            reward = PMIReward(spread_scorer, options)
+            scores = reward(contexts[rows], replies[rows])
+        missing = reward.texts(contexts[rows], replies[rows]).no_context
+        return [{"score": s, "pmi_no_context": float(i in missing)} for i, s in enumerate(scores)]
+
+    verl_adapter._load_reward.cache_clear()  # a fresh remote reward: it learns max_context_turns in this call
+    try:
+        batch = verl_adapter.compute_score_batch(
+            ["d"] * n, MIXED_RESPONSES, [None] * n, infos, empty_score=-1.0, **kwargs
+        )
+        verl_adapter._load_reward.cache_clear()
+        one = [
+            verl_adapter.compute_score("d", r, None, i, empty_score=-1.0, **kwargs)
+            for i, r in zip(infos, MIXED_RESPONSES, strict=True)
+        ]
+    finally:
+        verl_adapter._load_reward.cache_clear()
+    assert batch == expected(slice(None))
+    assert one == [expected(slice(i, i + 1))[0] for i in range(n)]
+    assert [r["pmi_no_context"] for r in batch] == [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert batch[4]["score"] != -1.0 and len({r["score"] for r in batch}) == 5  # the scored rows score apart
 
 
 def test_the_missing_conversation_warning_is_recorded_once(monkeypatch):

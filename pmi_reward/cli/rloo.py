@@ -11,9 +11,19 @@ from __future__ import annotations
 
 import sys
 
-from trl import RLOOConfig, RLOOTrainer
+import trl
+from trl import RLOOTrainer
 
-from ..policy.trainers import trl_main
+from ..policy.trainers import settle_trl_config, trl_main
+
+
+class RLOOConfig(trl.RLOOConfig):
+    """TRL's ``RLOOConfig``, with ``top_p`` checked and an unset ``bf16`` settled for a CPU-only machine as it is
+    read (``settle_trl_config``), before TRL's and transformers' checks."""
+
+    def __post_init__(self) -> None:
+        settle_trl_config(self)
+        super().__post_init__()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,16 @@ class ServeArguments:
     )
 
 
+def check_batch_size(options: RewardOptions) -> None:
+    """``--batch_size`` (pairs per scorer call, a client's setting) does nothing in the server, which merges
+    requests into encoder batches of ``--max_batch_pairs``: refused rather than silently ignored."""
+    if options.batch_size != RewardOptions.batch_size:
+        raise ValueError(
+            f"--batch_size {options.batch_size} has no effect on the server: it batches concurrent requests by "
+            "--max_batch_pairs (pairs per encoder call) and --max_batch_chars; set those instead"
+        )
+
+
 def check_device(device: str | None) -> None:
     """``--device`` names a device of this machine (a CUDA index it has), checked before the scorer loads: ``gpu``,
     or ``cuda`` where there is none, was a traceback after loading."""
@@ -45,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     args, config, options, runtime = parse_args(
         (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime), argv, prog="pmi-reward serve"
     )
-    config = replace(config, api_key=api_key_from_env(config.api_key))
     try:
+        config = replace(config, api_key=api_key_from_env(config.api_key))  # a key from a file: its newline goes
         check_options(options)  # before the scorer loads: a mistake in the command fails at once
+        check_batch_size(options)
         check_device(args.device)
     except ValueError as err:
         print(f"pmi-reward serve: {err}", file=sys.stderr)

@@ -83,7 +83,7 @@ def prompt_to_context(prompt: Any, include_system: bool = False, max_turns: int 
                 said.append((None, m))
             elif isinstance(m, dict) and (text := message_text(m.get("content"))) is not None:
                 role = str(m.get("role", "user")).strip().lower()
-                if (who := speaker(role)) is not None or (include_system and role == "system"):
+                if (who := speaker(role)) is not None or (include_system and role in ("system", "developer")):
                     said.append((who, text))
         turns = speaker_turns(said)
     else:

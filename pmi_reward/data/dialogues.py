@@ -2,14 +2,16 @@
 
 A dialogue is an id plus its turns (one string per speaker turn, oldest first). Sources: the embedded
 ``chitchat`` corpus (PyPI ``chitchat-dataset``), JSONL/JSON files (``{"id", "turns": [...]}`` or chat
-``{"messages": [{"role", "content"}]}``), CSV/TSV files with one row per turn (``dialog_id``, ``text``),
-and Hugging Face ``datasets`` objects or ``save_to_disk`` folders with either JSON layout as columns.
+``{"messages": [{"role", "content"}]}``, a content as text or OpenAI's list of parts), CSV/TSV files with one row
+per turn (``dialog_id``, ``text``), and Hugging Face ``datasets`` objects or ``save_to_disk`` folders with either
+JSON layout as columns.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +34,8 @@ __all__ = [
 
 CHAT_ROLES = ("user", "assistant")
 SPEAKER_ALIASES = ("human", "bot", "ai", "model", "gpt")  # other datasets' names of the two speakers
-SKIPPED_ROLES = ("system", "tool", "function", "ipython")  # not a speaker's turn
+# not a speaker's turn ("developer": OpenAI's successor of "system"; the reward skips every role but a speaker's)
+SKIPPED_ROLES = ("system", "developer", "tool", "function", "ipython")
 _ASSISTANT_ALIASES = tuple(a for a in SPEAKER_ALIASES if a != "human")  # "human" names the user; the rest the assistant
 
 
@@ -98,6 +101,10 @@ def speaker_turns(messages: Iterable[tuple[str | None, str]]) -> list[str]:
 
 
 def _turns_of(record: dict, where: str) -> tuple[str, ...]:
+    """The turns of a JSON-layout record, read as the reward reads a chat prompt (``conversation.prompt_to_context``:
+    the same speakers, a content's text parts as its text), or a DataError naming ``where`` and the field."""
+    from .conversation import message_text  # here: conversation imports this module (speaker, speaker_turns)
+
     if "turns" in record:
         turns = record["turns"]
         if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
@@ -108,13 +115,18 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
         if not isinstance(messages, list):
             raise DataError(f"{where}, field 'messages': expected a list of {{role, content}} objects")
         said: list[tuple[str | None, str]] = []
-        for m in messages:
+        for i, m in enumerate(messages, 1):
             if isinstance(m, str):
                 said.append((None, m))
-            elif isinstance(m, dict) and isinstance(m.get("content"), str):
-                role = str(m.get("role", "user")).strip().lower()
+            elif isinstance(m, dict) and (text := message_text(m.get("content"))) is not None:
+                if "role" not in m:  # read as the user's, a chat of role-less messages was one turn, then dropped
+                    raise DataError(
+                        f"{where}, field 'messages': message {i} has no 'role' (give each message its speaker's "
+                        "role, or the turns as a 'turns' list of strings)"
+                    )
+                role = str(m["role"]).strip().lower()
                 if (who := speaker(role)) is not None:
-                    said.append((who, m["content"]))
+                    said.append((who, text))
                 elif role not in SKIPPED_ROLES:  # a whole speaker dropped made "user replies to user" pairs
                     raise DataError(
                         f"{where}, field 'messages': unknown role {m.get('role')!r} (speakers: "
@@ -159,7 +171,16 @@ def dialogues_from_records(records: Sequence[dict], source: str = "<records>") -
             key = record.get("dialog_id")
             if key is None or (isinstance(key, str) and not key.strip()):  # not a dialogue named "None" or ""
                 raise DataError(f"{source}, row {n}, field 'dialog_id': missing value")
-            grouped.setdefault(str(key), []).append(text.strip())
+            # a whole number names a dialogue, 1.0 too (an int column with gaps, as pandas writes it)
+            whole = isinstance(key, numbers.Integral) and not isinstance(key, bool)
+            if whole or (isinstance(key, float) and key.is_integer()):
+                key = str(int(key))
+            if not isinstance(key, str):  # text or a whole number: 1.5 or True names no dialogue
+                raise DataError(
+                    f"{source}, row {n}, field 'dialog_id': expected text or a whole number, got "
+                    f"{type(key).__name__} {key!r}"
+                )
+            grouped.setdefault(key, []).append(text.strip())
     return [Dialogue(key, tuple(turns)) for key, turns in grouped.items()]
 
 

@@ -52,6 +52,8 @@ class PairSet:
     scrambled kind's is per gold reply).
     ``context_turns`` is how many turns a context keeps at most (None when unknown, e.g. for pair files): a
     scorer trained on these pairs reads contexts the same way.
+    ``keyed`` is whether the pairs' dialogues are known: False for pairs given without keys (a pair file with no key
+    column), where each pair is a dialogue of its own although several may be rated replies to one context.
     """
 
     contexts: list[str]
@@ -66,6 +68,7 @@ class PairSet:
     extras: dict[str, list] | None = None
     context_turns: int | None = None
     mined: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    keyed: bool = True
 
     def __len__(self) -> int:
         return len(self.ctx)
@@ -84,6 +87,7 @@ class PairSet:
         items: Sequence[tuple[str, str, str, Sequence[str]]],
         extras: dict[str, list] | None = None,
         context_turns: int | None = None,
+        keyed: bool = True,
     ) -> PairSet:
         """From (context, response, dialogue key, the dialogue's candidate turns) tuples."""
         contexts, responses, groups = _Interner(), _Interner(), _Interner()
@@ -114,6 +118,7 @@ class PairSet:
             lines,
             extras,
             context_turns,
+            keyed=keyed,
         )
 
     @classmethod
@@ -167,15 +172,16 @@ class PairSet:
             raise ValueError("contexts, responses and keys must have the same length")
         if max_context_turns is not None and max_context_turns < 1:
             raise ValueError("max_context_turns must be >= 1 or None")
-        keys = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
+        keyed = keys is not None
+        names = keys if keys is not None else [f"#{i}" for i in range(len(contexts))]
         items = []
-        for c, r, k in zip(contexts, responses, keys, strict=True):
+        for c, r, k in zip(contexts, responses, names, strict=True):
             lines = [line.strip() for line in c.split("\n") if line.strip()]
             kept = join_turns(lines[-max_context_turns:] if max_context_turns else lines)
             # read as a context line reads it (join_turns: stripped, line breaks as spaces): one turn, one text (a
             # multi-line reply was two, and its context-line copy an in-dialogue negative of its own pair)
             items.append((kept, join_turns([r]), k, lines))
-        return cls._build(items, extras, context_turns=max_context_turns)
+        return cls._build(items, extras, context_turns=max_context_turns, keyed=keyed)
 
     @classmethod
     def concat(cls, sets: Sequence[PairSet]) -> PairSet:
@@ -197,7 +203,8 @@ class PairSet:
         columns = set.intersection(*(set(p.extras or {}) for p in sets))
         extras = {c: [v for p in sets for v in (p.extras or {})[c]] for c in sorted(columns)} or None
         kept = {p.context_turns for p in sets}
-        return cls._build(items, extras, context_turns=kept.pop() if len(kept) == 1 else None)
+        context_turns = kept.pop() if len(kept) == 1 else None
+        return cls._build(items, extras, context_turns, keyed=all(p.keyed for p in sets))
 
 
 def csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -259,6 +266,10 @@ def load_pairs(
 
 
 def _maybe_float(value):
+    """A cell as a float where it reads as one; anything else as it is, for the caller to name its row (JSON's
+    true/false too: float() read them as 1.0 and 0.0, a rating or a probability nobody wrote)."""
+    if isinstance(value, bool):
+        return value
     try:
         return float(value)
     except (TypeError, ValueError):

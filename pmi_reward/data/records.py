@@ -111,12 +111,16 @@ def read_records(path: str | Path) -> list[dict]:
                 if None in row:
                     raise DataError(f"{_where(path, n)}: more values than header columns")
                 if None in row.values() and spans_rows(row.values(), len(columns), delimiter):
-                    # a short row with a field whose later lines read as whole rows: a quote opened the field and ran
-                    # on over the rows after it (a short row alone leaves its missing columns None, as a reader
-                    # expects, even when a multi-line field holds a delimiter or two)
+                    # a short row with a field whose later lines read as whole rows: most likely a quote opened the
+                    # field and ran on over the rows after it, but a row that leaves off its last columns and quotes
+                    # a multi-line field with such a line reads the same, so the message names both (a short row
+                    # alone leaves its missing columns None, as a reader expects, even when a multi-line field holds
+                    # a delimiter or two)
                     raise DataError(
-                        f"{_where(path, n)}: fewer values than header columns (a field that opens with an unclosed "
-                        "quote runs on over the rows after it)"
+                        f"{_where(path, n)}: fewer values than header columns (a later line of one of its fields "
+                        f"holds {len(columns) - 1} or more {delimiter!r}, as a whole row does): if a quote was left "
+                        "open, that field ran on over the rows after it, so close it; if not, end the row with an "
+                        "empty value for each missing column"
                     )
                 records.append(row)
         except csv.Error as err:

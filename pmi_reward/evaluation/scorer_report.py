@@ -4,7 +4,8 @@ Scores every (context, response) row; with a non-empty negative mix, also scores
 the ROC-AUC of the rows against them (overall and per kind); against ``targets`` columns (e.g. human ratings)
 it reports Spearman and Pearson; against ``pmi_columns`` (``p_xy p_x p_y`` of a synthetic file) Spearman,
 Pearson and MSE with the analytic PMI. The CIs resample contexts: rows that share a dialogue key and a context
-(several rated replies to one) are drawn together. ``pmi-reward evaluate`` prints the result.
+(several rated replies to one) are drawn together, and in a file without keys rows that share a context text.
+``pmi-reward evaluate`` prints the result.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ class EvaluateArguments:
     input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON pair file"})
     context_column: str = "context"
     response_column: str = "response"
-    key_column: str = field(default="dialog_key", metadata={"help": "dialogue id column (in-dialogue negatives)"})
+    key_column: str = field(
+        default="dialog_key",
+        metadata={
+            "help": "dialogue id column (in-dialogue negatives); the CIs resample contexts of a dialogue (rows that "
+            "share a key and a context are drawn together) or, in a file without it, contexts (rows that share a "
+            "context text)"
+        },
+    )
     targets: list[str] = field(default_factory=list, metadata={"help": "columns to correlate with (e.g. ratings)"})
     pmi_columns: list[str] = field(default_factory=list, metadata={"help": "p_xy p_x p_y: compare with true PMI"})
     context_turns: int | None = field(
@@ -104,12 +112,16 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
     pos, neg = score_with_negatives(scorer, pairs, negatives if negatives.k else None, args.seed, args.progress)
     report: dict = {"rows": len(pairs), "mean_score": float(pos.mean())}
 
-    units = pairs.group * (int(pairs.ctx.max(initial=0)) + 1) + pairs.ctx  # one id per (dialogue, context)
+    # one id per (dialogue, context); without keys each row is a dialogue of its own, so one per context text: the
+    # rated replies to one context are not independent draws (drawn one by one, their CI was too narrow), and
+    # unrelated rows that open alike ("Hi!") drawn together only widen it
+    units = pairs.group * (int(pairs.ctx.max(initial=0)) + 1) + pairs.ctx if pairs.keyed else pairs.ctx
 
     def estimate(fn: Callable[..., float], *arrays: np.ndarray) -> dict:
         """``fn`` on the rows where every array is finite; the bootstrap resamples contexts of a dialogue (rows that
-        share a dialogue key and a context text), so that the replies rated for one context move together, while
-        rows of other dialogues that open alike ("Hi!") or pair files without keys are drawn one by one."""
+        share a dialogue key and a context text; without keys, rows that share a context text), so that the replies
+        rated for one context move together, while rows of other dialogues that open alike ("Hi!") are drawn one by
+        one."""
         keep = np.all([np.isfinite(a.reshape(len(a), -1)).all(1) for a in arrays], axis=0)
         kept = (a[keep] for a in arrays)
         return {

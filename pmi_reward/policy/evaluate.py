@@ -214,7 +214,8 @@ def _comparable(replies: dict[str, Replies], base: str) -> Replies:
 def _best_of_n(
     base: tuple, prompts: list, reward: PMIReward | None, args: EvalArguments, settings: SamplingSettings
 ) -> dict[str, Replies]:
-    """Best-of-n rows from one pool of max(n) samples per context of the base (its own seeds)."""
+    """Best-of-n rows from one pool of lcm(n) samples per context of the base (its own seeds): a multiple of every
+    n, so that best-of-n takes the best of each of the pool's lcm(n)/n disjoint groups of n."""
     if not args.best_of_n:
         return {}
     if reward is None:
@@ -324,7 +325,8 @@ def evaluate_policies(  # one pass: sample, score with every judge, summarise; e
     if references is not None:
         replies[HUMAN] = Replies([[r] for r in references], [[[]] for _ in references], [[False] for _ in references])
     scores = _judge_all(judges, prompts, replies)
-    lengths = {n: reply_lengths(r.texts) for n, r in replies.items()}
+    # the answer's length, as the judges and the words column read it (a <think> block is no part of it)
+    lengths = {n: reply_lengths([[strip_think(t) for t in row] for row in r.texts]) for n, r in replies.items()}
     edges = length_edges(lengths[base])
     rows: list[dict[str, Any]] = []
     for name, rep in replies.items():

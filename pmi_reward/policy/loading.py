@@ -21,6 +21,14 @@ from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16, shippe
 __all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
 
 DEFAULT_POLICY = "smollm2-135m-instruct"
+# what a folder's tokenizer is read from (``save_pretrained`` writes the first two, older formats the others)
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    """Whether ``folder`` holds a tokenizer's files; without them transformers fails on the folder with a hint to
+    install sentencepiece or tiktoken, which names neither the folder nor what it lacks."""
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
 
 
 def load_policy(
@@ -54,6 +62,15 @@ def load_policy(
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
+        if path.is_dir() and shipped_name(name_or_path) is None and not (path / "config.json").is_file():
+            checkpoints = sorted(p.name for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
+            hint = f"; its checkpoints: {', '.join(checkpoints)} (pass one of them)" if checkpoints else ""
+            raise FileNotFoundError(f"{path}: no model in this policy folder (no config.json){hint}")
+        if path.is_dir() and shipped_name(name_or_path) is None and not _has_tokenizer(path):
+            raise FileNotFoundError(
+                f"{path}: no tokenizer files in this policy folder (none of {', '.join(TOKENIZER_FILES)}): save "
+                f"the tokenizer beside the model, tokenizer.save_pretrained({str(path)!r})"
+            )
         model = load_causal_lm(name_or_path, dtype, attn_implementation=attn_implementation)
         # an adapter trained on it records this name as its base: absolute, not the cwd's (a shipped name loads the
         # shipped model even beside a folder of that name, and keeps its name)
@@ -68,20 +85,21 @@ def load_policy(
     return model.to(default_device(device)), tokenizer
 
 
-def check_bf16(dtype: str | None, autocast: bool = False) -> None:
+def check_bf16(dtype: str | None, autocast: bool = False, device: str | None = None) -> None:
     """Warn when bfloat16 weights or autocast are asked for on a device that only emulates bfloat16: a CPU without
     AVX512-BF16 or AMX trains ~25x and samples ~3x slower in bf16 than in float32 (``benchmarks/bf16_cpu.py``), so a
-    CPU-seconds budget buys a fraction of the steps."""
+    CPU-seconds budget buys a fraction of the steps. ``device``: the one the policy runs on (``load_policy``'s
+    default where None): a ``--use_cpu`` run on a machine with a GPU is judged by its CPU. Devices other than a CPU or
+    a CUDA GPU are not judged."""
     if dtype != "bfloat16" and not autocast:
         return
-    import torch
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if native_bf16(device):
+    on = default_device(device)
+    if on.type not in ("cpu", "cuda") or native_bf16(on):
         return
     asked = " and ".join(f for f, on in (("--dtype bfloat16", dtype == "bfloat16"), ("--bf16 true", autocast)) if on)
+    lacks = " (no AVX512-BF16 or AMX)" if on.type == "cpu" else ""
     warnings.warn(
-        f"{asked}: this {device.type} has no native bfloat16 (no AVX512-BF16 or AMX), torch emulates it and runs far "
-        "slower than float32 (benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
+        f"{asked}: this {on.type} has no native bfloat16{lacks}, torch emulates it and runs far slower than "
+        "float32 (benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
         stacklevel=2,
     )

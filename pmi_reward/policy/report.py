@@ -264,7 +264,7 @@ def write_report(
         f"Evaluation took {result.get('seconds', 0) / 60:.1f} min.\n"
     )
     text = report_text(result, judges, reward_meta, header)
-    (out / "results.md").write_text(text)
+    (out / "results.md").write_text(text, encoding="utf-8")
     payload: dict[str, Any] = {
         "rows": result["rows"],
         "judges": result.get("judges"),

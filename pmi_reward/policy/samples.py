@@ -154,10 +154,11 @@ def write_samples(out: Path, result: dict, references: list[str] | None, n_conte
 
 def write_records(out: Path, records: list[dict], n_contexts: int) -> None:
     """``samples.jsonl`` (every record) and ``samples.md`` (the first ``n_contexts``) into ``out``."""
-    with (out / "samples.jsonl").open("w") as f:
+    # replies are written raw (ensure_ascii=False): UTF-8, whatever the locale (LC_ALL=C could not encode them)
+    with (out / "samples.jsonl").open("w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    (out / "samples.md").write_text(samples_markdown(records, n_contexts))
+    (out / "samples.md").write_text(samples_markdown(records, n_contexts), encoding="utf-8")
 
 
 def _text(value: object, what: str) -> str:
@@ -174,8 +175,11 @@ def read_samples(path: str | Path) -> tuple[list[str], list[str] | None, dict[st
     references: list[str | None] = []
     replies: dict[str, Replies] = {}
     counts: dict[str, list[list[int]]] = {}
-    with Path(path).open() as f:
-        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    try:
+        with Path(path).open(encoding="utf-8") as f:  # as write_records writes it, whatever the locale
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason}), as samples files are written") from None
     if not lines:
         raise ValueError(f"{path}: no samples")
     for n, line in lines:

@@ -17,14 +17,17 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Dataset
 from peft import LoraConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
+from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
@@ -47,6 +50,9 @@ __all__ = [
     "build_rewards",
     "check_trl_empty_score",
     "check_reward_weights",
+    "check_top_p",
+    "settle_trl_config",
+    "main_process_first",
     "RewardTimer",
     "cpu_seconds",
     "write_summary",
@@ -125,7 +131,7 @@ def policy_from(
     """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16), on
     ``device``: the one the trainer will use (its config's ``device``, the CPU under ``use_cpu``; each process's own
     GPU when several run), else the GPU where there is one."""
-    check_bf16(model_args.dtype, bool(bf16))
+    check_bf16(model_args.dtype, bool(bf16), device)
     ignored = {
         "--model_revision": model_args.model_revision != "main",
         "--load_in_8bit": model_args.load_in_8bit,
@@ -161,14 +167,23 @@ def _import(spec: str) -> Callable:
 
 
 def fit_prompt_length_baseline(
-    args: ScriptArguments, reward: PMIReward, path: str | Path, tokenizer: PreTrainedTokenizerBase | None = None
+    args: ScriptArguments,
+    reward: PMIReward,
+    path: str | Path,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    prompts: Dataset | None = None,
 ) -> Path:
     """Fit the reward scorer's mean PMI of the training prompts' human replies by length and save it (the
     baseline of the length-neutral reward; no judge involved); with the policy's ``tokenizer``, on the prompts as its
-    chat template takes them (``fit_prompt_column``), the contexts the reward then reads in training."""
-    data = build_prompts(args)
-    if tokenizer is not None:
-        data = fit_prompt_column(data, tokenizer)
+    chat template takes them (``fit_prompt_column``), the contexts the reward then reads in training. ``prompts``:
+    the dataset the trainer gets, already fitted (``tokenizer`` then unused), so that the baseline is fitted on the
+    very prompts trained on, without building them a second time (a prompt file changed in between, or another
+    draw, fitted it on others); without it they are built from ``args``."""
+    data = prompts
+    if data is None:
+        data = build_prompts(args)
+        if tokenizer is not None:
+            data = fit_prompt_column(data, tokenizer)
     if "reference" not in data.column_names:
         raise ValueError(
             "--length_neutral needs prompts cut from dialogues (their human replies); give --length_baseline"
@@ -203,15 +218,21 @@ def build_rewards(
     model: PreTrainedModel | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     output_dir: str | None = None,
+    prompts: Dataset | None = None,
 ) -> list[Callable]:
     """``PMIReward`` first (length-neutral with ``--length_neutral``), then the extra reward functions in the order
     given, then the truncation and fluency penalties when asked for (they need the policy's ``model`` and
     ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen copy of it, in
-    ``--fluency_dtype``)."""
+    ``--fluency_dtype``). The length-neutral baseline is fitted on ``prompts`` (the trainer's dataset, fitted to the
+    chat template) where given, else on the prompts ``args`` name; under DDP the main process alone fits and writes
+    it, the others then read its file."""
     options = options or RewardOptions()
     pmi = PMIReward.from_pretrained(args.scorer, options=options)
     if args.length_neutral and options.length_baseline is None:
-        path = fit_prompt_length_baseline(args, pmi, Path(output_dir or ".") / "length_baseline.json", tokenizer)
+        path = Path(output_dir or ".") / "length_baseline.json"
+        with main_process_first() as main:
+            if main:
+                path = fit_prompt_length_baseline(args, pmi, path, tokenizer, prompts)
         pmi = PMIReward(pmi.scorer, replace(pmi.options, length_baseline=str(path)))
     rewards: list[Callable] = [pmi] + [_import(spec) for spec in args.extra_reward_funcs]
     if args.truncation_penalty is not None:
@@ -228,6 +249,49 @@ def build_rewards(
         rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
     check_reward_names(rewards)  # TRL keys metrics and its completions table by name
     return rewards
+
+
+@contextmanager
+def main_process_first() -> Iterator[bool]:
+    """Whether this is its node's main process (local rank 0), the others entering only once the main ones have
+    left: what it writes inside is there for them to read (every rank had fitted and written the same file, each then
+    reading whichever write landed last). One main process per node, as transformers saves on nodes without a shared
+    disk; on a shared one they write the same file, each in one step. A main process's exit lets the others in even
+    when it fails (they then fail on the missing file rather than wait). A single process goes straight through."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    main = not distributed or int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())) == 0
+    if distributed and not main:
+        torch.distributed.barrier()
+    try:
+        yield main
+    finally:
+        if distributed and main:
+            torch.distributed.barrier()
+
+
+def check_top_p(config: Any) -> None:
+    """TRL's GRPO/RLOO sampling ``top_p`` in (0, 1], refused when read: generate() failed on a negative one only once
+    the models had loaded, read one above 1 as 1 and 0 as the likeliest token alone."""
+    top_p = getattr(config, "top_p", None)
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"--top_p must be in (0, 1] (1: every token), got {top_p}")
+
+
+def settle_trl_config(config: Any) -> None:
+    """Called by ``pmi-reward grpo``/``rloo``'s config classes as they are read, before TRL's own checks: ``top_p``
+    checked (``check_top_p``), and ``bf16`` left unset turned off where no GPU computes bfloat16 and ``--use_cpu`` is
+    not given: training runs in float32 on the CPU, as README advises there (TRL turns an unset bf16 on, which
+    transformers then refused on a CPU-only machine); ``--bf16 true`` there is refused naming the flags to pass."""
+    check_top_p(config)
+    if config.use_cpu or is_torch_bf16_gpu_available() or is_torch_xla_available():
+        return
+    if config.bf16 is None:
+        config.bf16 = False
+    elif config.bf16:
+        raise ValueError(
+            "--bf16 true: no GPU here computes bfloat16; pass --bf16 false to train in float32 (README's setting on a "
+            "CPU), or --use_cpu true for bfloat16 autocast on the CPU (slow without AVX512-BF16 or AMX)"
+        )
 
 
 def check_trl_empty_score(args: ScriptArguments, options: RewardOptions | None) -> None:
@@ -392,11 +456,14 @@ def train_with_trl(
         check_trl_empty_score(script_args, reward_options)
     else:  # a caller's own list (e.g. two PMIRewards, both named pmi_reward by default), before anything loads
         check_reward_names(rewards)
+    check_top_p(training_args)  # a caller's own config, not read by the commands' classes
     dataset = build_prompts(script_args)
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
     dataset = fit_prompt_column(dataset, tokenizer)
-    rewards = rewards or build_rewards(script_args, reward_options, model, tokenizer, training_args.output_dir)
+    rewards = rewards or build_rewards(
+        script_args, reward_options, model, tokenizer, training_args.output_dir, prompts=dataset
+    )
     weights = training_args.reward_weights
     missing = penalties(script_args)
     if weights is not None and missing and len(weights) == len(rewards) - missing:

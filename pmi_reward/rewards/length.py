@@ -51,8 +51,8 @@ class LengthBaseline:
         return np.interp(np.asarray(n_words, dtype=np.float64), self.lengths, self.pmi)
 
     def save(self, path: str | Path) -> Path:
-        """Write the baseline to ``path`` in one step (a temporary file moved into place): under DDP every rank
-        fits and saves the same file, then loads it, and a rank could read another's half-written one."""
+        """Write the baseline to ``path`` in one step (a temporary file moved into place), so that no reader ever
+        sees a half-written file (under DDP the main process writes it and the other ranks then read it)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"unit": "words", **asdict(self)}, indent=1)

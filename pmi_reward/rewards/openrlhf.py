@@ -4,7 +4,8 @@ OpenRLHF posts ``{"query", "prompts", "labels"}`` to a reward URL without custom
 API key of a server that requires one. Given a ``.py`` file instead of a URL, it calls the file's
 ``reward_func(queries, prompts, labels)`` and uses the dict it returns as it would use the server's answer. This
 one forwards the call to a ``pmi-reward serve`` server's ``/get_reward`` with the key: the URL from
-``$PMI_REWARD_URL`` and the key from ``$PMI_REWARD_API_KEY`` in the workers' environment. It retries connection
+``$PMI_REWARD_URL`` and the key from ``$PMI_REWARD_API_KEY`` in the workers' environment (its surrounding whitespace
+stripped; one no header can carry raises a ValueError naming the variable, never the key). It retries connection
 errors, timeouts, 429 and 5xx, as OpenRLHF retries its own requests. OpenRLHF loads the file by path under
 another module name, so it imports the library by absolute name; ``docs/serving.md`` has the command.
 """

@@ -18,11 +18,11 @@ class RewardOptions:
     """How raw PMI becomes a reward: raw -> minus the expected PMI at the reply's length (``length_baseline``)
     -> minus baseline (``center``) -> times ``scale`` -> clipped.
 
-    ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a context in
-    the same call (a GRPO/RLOO group); a call in which a context has only one completion is refused
-    (``GroupError``): its reward would be 0.0 whatever the reply. ``empty_score`` is returned for empty,
-    whitespace-only or unreadable completions (None hands TRL an unscorable sample, which gets zero
-    advantage); it is not centred. ``strip_think`` scores a reasoning model's answer, not its reasoning.
+    ``center``: "none" keeps raw PMI; "group" subtracts the mean over completions that share a prompt (as given,
+    not as the scorer reads it) in the same call (a GRPO/RLOO group); a call in which a prompt has only one
+    completion is refused (``GroupError``): its reward would be 0.0 whatever the reply. ``empty_score`` is
+    returned for empty, whitespace-only or unreadable completions (None hands TRL an unscorable sample, which gets
+    zero advantage); it is not centred. ``strip_think`` scores a reasoning model's answer, not its reasoning.
     """
 
     center: str = field(default="none", metadata={"help": "none | group (subtract the mean of a prompt's group)"})
@@ -45,14 +45,18 @@ class RewardOptions:
         default=False,
         metadata={
             "help": "the chat template opens <think> in the generation prompt (Qwen3.5, DeepSeek-R1 distills), so "
-            "a reply without </think> is unfinished reasoning (empty); the server detects this from OpenRLHF's prompts"
+            "a reply without </think> is unfinished reasoning (empty); the server detects this from OpenRLHF's "
+            "prompts. A completion TRL parsed into reasoning_content and content is its content either way"
         },
     )
     include_system: bool = field(
         default=False,
         metadata={
             "help": "read the system prompt as a context turn: the oldest, so the first that max_context_turns cuts "
-            "(a prompt of that many turns besides it reads without it)"
+            "(a prompt of that many turns besides it reads without it). A prompt given as chat-templated text (the "
+            "server's /get_reward queries) holds the template's own default system prompt where the messages had "
+            "none (SmolLM2, Qwen2.5, Llama 3.1's date header), read as a turn too: with such templates keep this "
+            "false, or always send a system message"
         },
     )
     max_context_turns: int | None = field(

@@ -6,12 +6,14 @@ Only the scoring step differs, so for the same scorer and options they all retur
 
 1. samples -> text (``RewardPath.texts``): prompts and completions (strings or chat messages) become a context
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
-   both cut to ``max_chars``; unreadable ones are None.
+   both cut to ``max_chars``; unreadable ones are None. A completion a chat parser already split (a message with
+   ``reasoning_content``: TRL's ``parse_response``) is its ``content``: the answer.
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
 3. raw PMI -> rewards (``RewardPath.shape``): minus the expected PMI at the reply's length (with a
    ``length_baseline``), centred, scaled, clipped; ``empty_score`` for the rest (replies that
    are empty, unreadable or invisible: nothing but zero-width, control or blank characters). With
-   ``center="group"`` a call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
+   ``center="group"`` the samples of one prompt (as given, not as the scorer reads it) are centred together, and a
+   call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
 
 Samples without a readable context get ``empty_score``; they are counted in the ``<name>/no_context_frac``
 metric and logged as a warning, since they usually mean a data problem (e.g. a verl row with no conversation).
@@ -19,6 +21,7 @@ metric and logged as a warning, since they usually mean a data problem (e.g. a v
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import unicodedata
@@ -51,6 +54,8 @@ __all__ = [
     "cut_context",
     "cut_reply",
     "score_robustly",
+    "reasoning_parsed",
+    "prompt_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -75,16 +80,18 @@ def readable(text: str) -> bool:
 
 
 # What renders as nothing: controls (NUL, ...), format characters (zero-width space and joiners, BOM, word joiner,
-# soft hyphen, bidi marks), unassigned and private-use code points, separators, lone combining marks; and the
-# letters and symbols that are drawn blank (Hangul fillers, the Braille blank).
+# soft hyphen, bidi marks), unassigned and private-use code points, separators, lone combining marks; the letters
+# and symbols that are drawn blank (Hangul fillers, the Braille blank); and what says nothing and MiniLM's tokenizer
+# drops: U+FFFD (what a byte-level policy's incomplete UTF-8 decodes to) and U+1734 (a scan of every code point found
+# no others), so that a reply of them read as an empty one and scored above real replies.
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
-_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\ufffd\u1734")
 
 
 def visible(text: str) -> bool:
-    """Whether ``text`` shows anything: a reply of only invisible or control characters (``"\\u200b"``,
-    ``"\\x00"``, ``"\\ufeff"``, ...) tokenizes like an empty one and must be rewarded like one, or a policy
-    learns to emit it."""
+    """Whether ``text`` shows anything: a reply of only invisible, control or replacement characters
+    (``"\\u200b"``, ``"\\x00"``, ``"\\ufeff"``, ``"\\ufffd"``, ...) tokenizes like an empty one and must be
+    rewarded like one, or a policy learns to emit it."""
     return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
 
 
@@ -106,6 +113,31 @@ def plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v, depth + 1) for v in value]
     return value
+
+
+def reasoning_parsed(completion: Any) -> bool:
+    """Whether a completion is chat messages already split into reasoning and answer: TRL (1.16) decodes a
+    conversational completion with the tokenizer's ``parse_response`` when it has a response template, giving
+    ``{"role": "assistant", "reasoning_content": ..., "content": <the answer>}`` (no ``content``: the reasoning
+    never closed). Its ``content`` is the answer whether or not the template opened the think block."""
+    return (
+        isinstance(completion, Sequence)
+        and not isinstance(completion, (str, bytes, bytearray))
+        and any(isinstance(m, dict) and "reasoning_content" in m for m in completion)
+    )
+
+
+def prompt_key(prompt: Any) -> str | None:
+    """A prompt as given (plain Python values), as canonical JSON: which GRPO group a sample is in. Prompts the
+    scorer reads alike (that differ only in a dropped system prompt, in turns older than ``max_context_turns`` or
+    beyond ``max_chars``) are still distinct prompts. Objects JSON cannot write are named by their type; None for a
+    prompt JSON cannot order or nest (keys of mixed types, nesting past the recursion limit)."""
+    try:
+        return json.dumps(
+            prompt, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=lambda o: f"<{type(o).__name__}>"
+        )
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def world_size() -> int:
@@ -163,12 +195,15 @@ def score_robustly(scorer: PMIScorer, contexts: list[str], replies: list[str]) -
 @dataclass
 class RewardBatch:
     """One call's samples as scorer text: per-sample context and reply (None when unreadable), the indices
-    of the samples worth scoring, and how many replies were emptied by an unterminated think block."""
+    of the samples worth scoring, how many replies were emptied by an unterminated think block, and each sample's
+    group (its prompt's ``prompt_key``; None without a context; the whole list None when the options do not centre
+    on groups, or for a batch built elsewhere: the samples are then grouped by context)."""
 
     contexts: list[str | None]
     replies: list[str | None]
     valid: list[int]
     unfinished_think: int = 0
+    groups: list[str | None] | None = None
 
     @property
     def no_context(self) -> list[int]:
@@ -223,8 +258,15 @@ class RewardPath:
             )
         return prompts, completions
 
-    def texts(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None) -> RewardBatch:
-        """Step 1: the samples as scorer text (contexts keep their end, replies their start: ``max_chars``)."""
+    def texts(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        group_by: Sequence[str | None] | None = None,
+    ) -> RewardBatch:
+        """Step 1: the samples as scorer text (contexts keep their end, replies their start: ``max_chars``).
+        ``group_by``: each sample's group name where the prompts do not say it (the server's queries parsed without
+        ``prompts``, whose parsed prompt depends on each reply's length), None for its scored context."""
         opts = self.options
         prompts, completions = self.samples(prompts, completions)
 
@@ -236,17 +278,34 @@ class RewardPath:
             return cut_context(c, opts.max_chars) if c is not None and c.strip() and readable(c) else None
 
         contexts = _once(prompts, context)  # a prompt given as one object for many samples is read once
+        groups: list[str | None] | None = None
+        if opts.center == "group":  # a prompt JSON cannot write is grouped by its context ("\0": no JSON is alike)
+            if group_by is None:
+                keys = _once(prompts, prompt_key)
+            else:  # a caller's names ("\1": no JSON is alike either)
+                keys = [None if k is None else "\1" + k for k in group_by]
+                if len(keys) != len(prompts):
+                    raise ValueError(f"got {len(keys)} group names for {len(prompts)} samples")
+            groups = [c if c is None else k or "\0" + c for k, c in zip(keys, contexts, strict=True)]
         replies = [completion_to_text(c) for c in completions]
         unfinished = 0
         if opts.strip_think:
-            answers = [strip_think(r, opts.think_opened) if r is not None else None for r in replies]
-            unfinished = sum(1 for r in replies if r and r.strip() and think_unfinished(r, opts.think_opened))
+            # a parsed completion's content is its answer: the block the template opened was closed by the parser,
+            # and a parsed one with no answer is reasoning that never closed (or closed on nothing: it cannot tell)
+            parsed = [reasoning_parsed(c) for c in completions]
+            opened = [opts.think_opened and not p for p in parsed]
+            answers = [strip_think(r, o) if r is not None else None for r, o in zip(replies, opened, strict=True)]
+            unfinished = sum(
+                1
+                for r, o, p in zip(replies, opened, parsed, strict=True)
+                if (r and r.strip() and think_unfinished(r, o)) or (p and not (r and r.strip()))
+            )
             replies = answers
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
         valid = [
             i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r and visible(r)
         ]
-        return RewardBatch(contexts, replies, valid, unfinished)
+        return RewardBatch(contexts, replies, valid, unfinished, groups)
 
     def shape(self, batch: RewardBatch, raw: np.ndarray, log_metric: LogMetric | None = None) -> list[float | None]:
         """Step 3: rewards from raw PMI (NaN where unscored): length-neutral (with a baseline), centred, scaled,
@@ -271,7 +330,8 @@ class RewardPath:
         return [float(r) if math.isfinite(r) else opts.empty_score for r in shaped]
 
     def groups(self, batch: RewardBatch) -> dict[str, list[int]]:
-        """The samples of each context (a GRPO group); a GroupError if a context has a single sample, whose
+        """The samples of each prompt (a GRPO group: the prompt as given, not the context the scorer reads, which
+        prompts that differ only in what it drops share); a GroupError if a prompt has a single sample, whose
         centred reward would be 0.0 whatever the reply, or when several processes each score a slice of the batch."""
         if (processes := world_size()) > 1:
             raise GroupError(
@@ -281,9 +341,9 @@ class RewardPath:
                 "center='none': GRPO and RLOO centre each group's rewards over all processes themselves"
             )
         groups: dict[str, list[int]] = {}
-        for i, c in enumerate(batch.contexts):
-            if c is not None:
-                groups.setdefault(c, []).append(i)
+        for i, key in enumerate(batch.groups if batch.groups is not None else batch.contexts):
+            if key is not None:
+                groups.setdefault(key, []).append(i)
         lonely = [members[0] for members in groups.values() if len(members) == 1]
         if lonely:
             raise GroupError(
@@ -297,10 +357,14 @@ class RewardPath:
         return groups
 
     def measure(
-        self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, score: Score
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        score: Score,
+        group_by: Sequence[str | None] | None = None,
     ) -> tuple[RewardBatch, np.ndarray]:
         """Steps 1 and 2: the samples as text and their raw PMI (NaN where unscored), unshaped (reranking)."""
-        batch = self.texts(prompts, completions)
+        batch = self.texts(prompts, completions, group_by)
         return batch, batch.raw(score(*batch.pairs()))
 
     def run(
@@ -309,9 +373,10 @@ class RewardPath:
         completions: Sequence[Any] | None,
         score: Score,
         log_metric: LogMetric | None = None,
+        group_by: Sequence[str | None] | None = None,
     ) -> Rewards:
-        """The whole path with a synchronous scoring step."""
-        batch, raw = self.measure(prompts, completions, score)
+        """The whole path with a synchronous scoring step (``group_by``: as in ``texts``)."""
+        batch, raw = self.measure(prompts, completions, score, group_by)
         return Rewards(self.shape(batch, raw, log_metric), raw, batch)
 
     async def run_async(

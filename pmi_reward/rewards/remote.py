@@ -3,7 +3,8 @@
 The GRPO/RLOO process keeps its accelerator for the policy; the scorer lives on another device or host.
 It runs the one reward path (``path``) as ``PMIReward`` does: prompts and completions become scorer text
 here, only the raw PMI of the readable pairs crosses the wire (``POST /score``), and the answer is shaped
-here with the same options. So for the same scorer and options both return the same rewards. ``__call__`` is
+here with the same options. So for the same scorer and options both return the same rewards (a server that cuts
+texts shorter, started with a smaller ``--max_chars``, is refused at the first call). ``__call__`` is
 a coroutine: TRL detects it and gathers it with the other async reward functions. Each try must be answered within
 ``timeout`` seconds; requests retry on connection errors, timeouts, 429 and 5xx answers (waiting as long as a
 ``Retry-After`` header asks, up to 30 s); if the server stays unreachable, the call returns None (unscorable) for
@@ -39,16 +40,41 @@ from typing import Any
 import numpy as np
 
 from .options import RewardOptions
-from .path import RewardPath
+from .path import RewardPath, Rewards
 
-__all__ = ["RemotePMIReward", "RemoteRewardError", "request_json", "run_sync", "api_key_from_env", "is_loopback"]
+__all__ = [
+    "RemotePMIReward",
+    "RemoteRewardError",
+    "request_json",
+    "run_sync",
+    "api_key_from_env",
+    "check_api_key",
+    "is_loopback",
+]
 
 API_KEY_ENV = "PMI_REWARD_API_KEY"
 
 
+def check_api_key(api_key: str, where: str) -> None:
+    """Refuse a key an HTTP header cannot carry as is: it must be printable ASCII without spaces (a newline in one
+    made every request fail to be built, and retried). The error names ``where`` the key came from, never the key."""
+    if not api_key or not api_key.isascii() or not api_key.isprintable() or any(c.isspace() for c in api_key):
+        raise ValueError(f"{where} must be printable ASCII without spaces (the key is not shown)")
+
+
 def api_key_from_env(api_key: str | None = None) -> str | None:
-    """The server's API key: ``api_key`` if given, else ``$PMI_REWARD_API_KEY`` (None when neither is set)."""
-    return api_key or os.environ.get(API_KEY_ENV) or None
+    """The server's API key: ``api_key`` if given, else ``$PMI_REWARD_API_KEY`` (None when neither is set), without
+    its surrounding whitespace (a key read from a secret file ends with a newline); ``check_api_key``'d, so a key
+    that is blank or holds spaces or control characters raises a ValueError naming the argument or the variable."""
+    where, key = ("api_key", api_key) if api_key else (f"${API_KEY_ENV}", os.environ.get(API_KEY_ENV))
+    if not key:
+        return None
+    if isinstance(key, int) and not isinstance(key, bool):  # YAML/Hydra read a key of digits as a number
+        key = str(key)
+    if not isinstance(key, str):
+        raise ValueError(f"{where} must be a string, got {type(key).__name__}")
+    check_api_key(key.strip(), where)
+    return key.strip()
 
 
 logger = logging.getLogger(__name__)
@@ -125,7 +151,11 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
     token, directly (environment proxies are ignored, redirects are not followed); RemoteRewardError on a non-2xx
     answer (with the server's message) or on a connection failure (status None; also an answer cut short, not HTTP
     at all or not JSON). ``timeout`` bounds each socket operation and the reading of the answer as a whole (a
-    server trickling its answer is cut off once it has taken ``timeout`` in all)."""
+    server trickling its answer is cut off once it has taken ``timeout`` in all). A key no header can carry raises
+    a ValueError (``check_api_key``) before anything is sent: http.client refused it with a message holding the key,
+    which was then retried and logged."""
+    if api_key:
+        check_api_key(api_key, "api_key")
     # UTF-8 as is: escaped, a CJK character took 6 bytes of the server's body limit
     data = None if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
     headers = {"Content-Type": "application/json"}
@@ -178,11 +208,11 @@ def _request_slots() -> asyncio.Semaphore:
 async def _in_daemon_thread(function: Callable[..., Any], *args: Any) -> Any:
     """``await function(*args)`` run on a daemon thread, its result or exception handed back to this event loop.
 
-    Not ``asyncio.to_thread``: ``asyncio.run`` (``run_sync``, ``score_sync``: verl's path) waits for the default
-    executor's threads before it returns, and the interpreter joins every ``concurrent.futures`` thread at exit, so a
-    try given up on (a server trickling its answer) held the call, and the process, until the answer ended. A daemon
-    thread is waited for by neither; given up on, it ends by itself (the answer completes or a socket operation
-    times out) and its result is dropped."""
+    Not ``asyncio.to_thread``: ``asyncio.run`` (``run_sync``: ``score_sync``, the verl adapter) waits for the
+    default executor's threads before it returns, and the interpreter joins every ``concurrent.futures`` thread at
+    exit, so a try given up on (a server trickling its answer) held the call, and the process, until the answer
+    ended. A daemon thread is waited for by neither; given up on, it ends by itself (the answer completes or a socket
+    operation times out) and its result is dropped."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -241,7 +271,7 @@ class RemotePMIReward(RewardPath):
             self.url = self.url.removesuffix(suffix)
         self.timeout, self.retries, self.backoff, self.on_failure = timeout, retries, backoff, on_failure
         self.api_key = api_key_from_env(api_key)
-        self._turns_resolved = self.options.max_context_turns is not None
+        self._server_checked = False
         parts = urllib.parse.urlsplit(self.url)
         if self.api_key and parts.scheme.lower() == "http" and not is_loopback(parts.hostname or ""):
             logger.warning(
@@ -274,17 +304,40 @@ class RemotePMIReward(RewardPath):
                 await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
-    async def _resolve_turns(self) -> None:
-        """``max_context_turns=None`` means "as the scorer was trained": ask the server once (into our own copy of
-        the options; the caller's are never written)."""
-        if not self._turns_resolved:
+    async def _check_server(self) -> None:
+        """Ask the server's ``/health`` once (until it answers). ``max_context_turns=None`` means "as the scorer was
+        trained": learnt into our own copy of the options (the caller's are never written). A server whose
+        ``--max_chars`` is below ``max_chars`` is refused with a ValueError: its ``/score`` cuts every pair to its own
+        limit, so the rewards would silently differ from ``PMIReward``'s under these options (a setting to mend, not a
+        server to retry; an older server that does not report it is not checked). With ``max_context_turns`` given,
+        an endpoint without a readable ``/health`` (a gateway exposing ``/score`` alone) goes unchecked, as before
+        the check existed: only turns that must be learnt need it."""
+        if self._server_checked:
+            return
+        try:
             health = await self._request("/health")
+        except RemoteRewardError as err:
+            if self.options.max_context_turns is None or err.status not in (404, 405):
+                raise
+            logger.info("pmi_reward remote: %s/health unreadable (%s); max_chars not checked", self.url, err)
+            self._server_checked = True
+            return
+        if self.options.max_context_turns is None:
             scorer = (health.get("scorer") or {}) if isinstance(health, dict) else None
             trained = scorer.get("trained_context_turns") if isinstance(scorer, dict) else ""
             if not (trained is None or (isinstance(trained, int) and not isinstance(trained, bool))):
                 raise RemoteRewardError(f"{self.url}/health: not a pmi-reward server's answer: {str(health)[:200]}")
             self.options = replace(self.options, max_context_turns=trained)
-            self._turns_resolved = True
+        served = health.get("reward_options") if isinstance(health, dict) else None
+        limit = served.get("max_chars") if isinstance(served, dict) else None
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit < self.options.max_chars:
+            raise ValueError(
+                f"{self.url}: the server runs with --max_chars {limit}, below this reward's max_chars "
+                f"{self.options.max_chars}: its /score would cut contexts and replies shorter than PMIReward does "
+                f"with the same options; pass max_chars={limit} (or less) here, or serve with --max_chars "
+                f"{self.options.max_chars} (or more)"
+            )
+        self._server_checked = True
 
     async def _scores(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """Raw PMI of the readable pairs: one ``/score`` request per ``batch_size`` pairs, sent concurrently."""
@@ -330,8 +383,7 @@ class RemotePMIReward(RewardPath):
     ) -> list[float | None]:
         prompts, completions = self.samples(prompts, completions)  # a length mismatch raises before any request
         try:
-            await self._resolve_turns()
-            result = await self.run_async(prompts, completions, self._scores, log_metric)
+            result = await self.run_remote(prompts, completions, log_metric)
         except RemoteRewardError as err:
             if self.on_failure == "raise":
                 raise
@@ -343,6 +395,16 @@ class RemotePMIReward(RewardPath):
             log_metric(f"{self.__name__}/remote_failures", 0.0)
         return result.rewards
 
+    async def run_remote(
+        self, prompts: Sequence[Any], completions: Sequence[Any], log_metric: Callable[[str, float], None] | None = None
+    ) -> Rewards:
+        """The whole path against the server: rewards, raw PMI and the texts they were computed from (the verl
+        adapter reads its ``pmi_no_context`` flags there rather than building the texts again). ``max_context_turns``
+        is learnt from the server before the texts are built, so that they are read with the setting the server
+        scores with (``_check_server``). A failure raises (``RemoteRewardError``), whatever ``on_failure`` says."""
+        await self._check_server()
+        return await self.run_async(prompts, completions, self._scores, log_metric)
+
     def score_sync(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float | None]:
-        """The rewards from synchronous code (verl's reward managers, scripts)."""
+        """The rewards from synchronous code (scripts; the verl adapter runs ``run_remote``, for the texts too)."""
         return run_sync(self(prompts, completions))

@@ -43,8 +43,8 @@ from typing import Any, cast
 from pmi_reward.data.conversation import clean_reply, parse_chat
 from pmi_reward.data.pairs import join_turns
 from pmi_reward.rewards.options import RewardOptions
-from pmi_reward.rewards.path import plain
-from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env
+from pmi_reward.rewards.path import Rewards, plain
+from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env, run_sync
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.encoder import RUNTIME_FIELDS
 from pmi_reward.scoring.scorer import HUB_OPTIONS, PMIScorer
@@ -204,14 +204,23 @@ def compute_score_batch(
     if len(infos) != len(responses):
         raise ValueError(f"pmi_reward verl: {len(responses)} responses but {len(infos)} extra_infos")
     contexts = [context_of(info) for info in infos]
-    out = reward.score_sync(contexts, responses) if isinstance(reward, RemotePMIReward) else reward(contexts, responses)
-    # the samples the path found no context in, read after the call: a remote reward learns max_context_turns then
-    missing = set(reward.texts(contexts, responses).no_context)
+    result = _rewards(reward, contexts, responses)
+    # the samples the path found no context in, from the texts the rewards were computed from (a remote reward
+    # builds them after learning max_context_turns from the server)
+    missing = set(result.batch.no_context)
     if missing:
         _warn_missing(infos[min(missing)], len(missing), len(infos))
     return [  # empty_score is a number (see _settings): no reward is None
-        {"score": float(cast(float, x)), "pmi_no_context": float(i in missing)} for i, x in enumerate(out)
+        {"score": float(cast(float, x)), "pmi_no_context": float(i in missing)} for i, x in enumerate(result.rewards)
     ]
+
+
+def _rewards(reward: PMIReward | RemotePMIReward, contexts: list[Any], responses: list[Any]) -> Rewards:
+    """One pass down the reward path: the rewards with the texts they were computed from, which the flags read
+    (building the texts again for them read and cut every context and reply twice, a share of each call on CPU)."""
+    if isinstance(reward, RemotePMIReward):
+        return run_sync(reward.run_remote(contexts, responses))  # errors raise: the reward was made on_failure="raise"
+    return reward.run(contexts, responses, reward._score)  # PMIReward's call, less its seconds counter (unread here)
 
 
 def compute_score(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from ..rewards.remote import check_api_key
+
 __all__ = ["ServerConfig"]
 
 
@@ -12,7 +14,10 @@ __all__ = ["ServerConfig"]
 class ServerConfig:
     """Where the server listens, who may call it, how it batches, and its limits (``docs/serving.md``, Security)."""
 
-    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
+    host: str = field(
+        default="127.0.0.1",
+        metadata={"help": "address to listen on (0.0.0.0: every IPv4 interface; IPv6: ::1, or :: for every interface)"},
+    )
     port: int = field(default=8000, metadata={"help": "port (0: any free port)"})
     api_key: str | None = field(
         default=None,
@@ -73,13 +78,8 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.api_key is not None and (
-            not self.api_key
-            or not self.api_key.isascii()
-            or not self.api_key.isprintable()
-            or any(c.isspace() for c in self.api_key)
-        ):
-            raise ValueError("api_key must be printable ASCII without spaces")
+        if self.api_key is not None:
+            check_api_key(self.api_key, "api_key")  # the clients' check: a key they can send
         for name in (
             "max_batch_pairs",
             "max_batch_chars",

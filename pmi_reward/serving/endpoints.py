@@ -206,7 +206,10 @@ class Endpoints:
             contexts.append(split[0] if split else None)
             replies.append(split[1] if split else None)
         try:
-            result = self.path.run(contexts, replies, self._scorer(deadline, alive))
+            # a group is a prompt's samples: the prompt given, else the context scored (a query parsed alone is cut
+            # to a window that depends on its reply's length, so its parsed prompt differs from reply to reply)
+            group_by = list(prompts) if prompts is not None else [None] * len(queries)
+            result = self.path.run(contexts, replies, self._scorer(deadline, alive), group_by=group_by)
         except GroupError as err:
             self._warn_group(err)
             raise ApiError(422, f"this server runs with --center group: {err}") from None

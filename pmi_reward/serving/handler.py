@@ -163,6 +163,9 @@ class HTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[Handler], app: App) -> None:
         self.app, self.refuser = app, Refuser()
+        host, port = address
+        if ":" in host:  # an IPv6 address (::1, ::, [::1]): the base class's socket is IPv4 only
+            self.address_family, address = socket.AF_INET6, (host.strip("[]"), port)
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:

@@ -83,7 +83,8 @@ class RewardServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
 
     # -- life cycle ---------------------------------------------------------------------------------
     def serve_forever(self) -> None:

@@ -135,13 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per_seed", nargs="*", default=[], help="run names to list seed by seed")
     parser.add_argument("--digits", type=int, default=3, help="decimals of every figure")
     args = parser.parse_args(argv)
-    runs = [json.loads(line) for line in Path(args.runs).read_text().splitlines() if line.strip()]
+    # JSON Lines end at \n only (str.splitlines() also splits at U+2028, U+2029 and \x85 inside a string)
+    runs = [json.loads(line) for line in Path(args.runs).read_text(encoding="utf-8").split("\n") if line.strip()]
     out = Path(args.runs).parent
     text = "\n\n".join(f"## {stage}\n\n{table(stage, runs, args.digits)}" for stage in ("val", "test"))
     if args.per_seed:
         text += f"\n\n## per seed\n\n{per_seed_table(runs, args.per_seed, args.digits)}"
     plot = scaling_plot(runs, args.scaling, out / "scaling.png")
-    (out / "results.md").write_text(text + "\n")
+    (out / "results.md").write_text(text + "\n", encoding="utf-8")
     print(text)
     if plot:
         print(f"\nscaling plot: {plot}")

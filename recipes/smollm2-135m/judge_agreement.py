@@ -34,16 +34,32 @@ def base_grid(rows: list[dict], policy: str = "base") -> dict[str, np.ndarray]:
 
 
 def pick_gain(selector: np.ndarray, evaluator: np.ndarray) -> np.ndarray:
-    """Per context: the evaluator's score of the selector's top reply minus the evaluator's mean over the replies."""
-    top = np.argmax(selector, axis=1)
-    return evaluator[np.arange(len(evaluator)), top] - evaluator.mean(1)
+    """Per context: the evaluator's score of the selector's top reply minus the evaluator's mean over the replies.
+    A reply the selector left unscored (NaN) is never its pick (np.argmax would take the first NaN); NaN where the
+    evaluator left any of the context's replies unscored (its mean would read other replies) or the selector all."""
+    top = np.argmax(np.where(np.isnan(selector), -np.inf, selector), axis=1)
+    gain = evaluator[np.arange(len(evaluator)), top] - evaluator.mean(1)
+    return np.where(np.isnan(selector).all(1), np.nan, gain)
 
 
 def within_spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Mean over contexts of the Spearman correlation of two judges' scores of that context's replies (contexts
-    where either judge gives every reply one score are left out)."""
-    values = [spearmanr(x, y).statistic for x, y in zip(a, b, strict=True) if np.ptp(x) > 0 and np.ptp(y) > 0]
+    where either judge gives every reply one score, or left any reply unscored, are left out)."""
+    values = [
+        spearmanr(x, y).statistic
+        for x, y in zip(a, b, strict=True)
+        if not (np.isnan(x).any() or np.isnan(y).any()) and np.ptp(x) > 0 and np.ptp(y) > 0
+    ]
     return float(np.mean(values)) if values else float("nan")
+
+
+def _ci(gain: np.ndarray) -> str:
+    """The mean gain with its bootstrap CI over the contexts that have one ("–" without any)."""
+    gain = gain[~np.isnan(gain)]
+    if not gain.size:
+        return "–"
+    low, high = bootstrap_ci(np.mean, gain)
+    return f"{gain.mean():+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def agreement(path: Path, policy: str = "base") -> str:
@@ -52,13 +68,20 @@ def agreement(path: Path, policy: str = "base") -> str:
     rows = []
     for sel in grid:
         for ev in grid:
-            gain = pick_gain(grid[sel], grid[ev])
-            low, high = bootstrap_ci(np.mean, gain)
             rho = "" if sel == ev else f"{within_spearman(grid[sel], grid[ev]):+.2f}"
-            rows.append([sel, ev, f"{gain.mean():+.2f} [{low:+.2f}, {high:+.2f}]", rho])
+            rows.append([sel, ev, _ci(pick_gain(grid[sel], grid[ev])), rho])
     n, k = next(iter(grid.values())).shape
+    text = f"{n} contexts, {k} replies of {policy} each"
+    unscored = {j: int(np.isnan(g).any(1).sum()) for j, g in grid.items()}
+    if any(unscored.values()):
+        counts = ", ".join(f"{j} {c}" for j, c in unscored.items() if c)
+        text += (
+            f"; contexts with a reply left unscored (null), by judge: {counts} (a context counts out of a pair's "
+            "gain where its evaluator left any of its replies unscored or its selector all, and out of its Spearman "
+            "where either left any)"
+        )
     header = ["selector", "evaluator", "evaluator's gain of the selector's pick [95% CI]", "within-context Spearman"]
-    return f"{n} contexts, {k} replies of {policy} each\n\n" + markdown_table(header, rows)
+    return f"{text}\n\n" + markdown_table(header, rows)
 
 
 def main() -> None:

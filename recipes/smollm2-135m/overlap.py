@@ -51,7 +51,8 @@ def main() -> None:
     args = parser.parse_args()
     table = []
     for path in args.samples:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
         if not rows or "base" not in rows[0]:
             parser.error(f"{path}: no base samples (expected one JSON object per context, as evaluate-policy writes)")
         base = [s["reply"] for row in rows for s in row["base"]]

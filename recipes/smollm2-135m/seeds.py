@@ -61,7 +61,9 @@ def group_gain(rows: list[dict], members: list[str], judge: str) -> dict[str, fl
 def summary(directory: Path) -> str:
     """The markdown table of every seed group in an evaluation directory."""
     samples = directory / "samples.jsonl"
-    rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()] if samples.exists() else []
+    # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw
+    text = samples.read_text(encoding="utf-8") if samples.exists() else ""
+    rows = [json.loads(line) for line in text.split("\n") if line.strip()]
     if not rows:
         raise SystemExit(f"{samples}: no samples (expected evaluate-policy's samples.jsonl)")
     results = json.loads((directory / "results.json").read_text())
