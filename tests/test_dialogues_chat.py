@@ -84,3 +84,24 @@ def test_a_turn_per_row_dialog_id_is_text_or_a_whole_number(tmp_path):
         ("1", ("a", "c")),
         ("x", ("b", "d")),
     ]
+
+
+def test_a_tool_call_message_is_skipped_for_training_as_the_reward_skips_it(tmp_path):
+    """An assistant message that only calls a tool (content None, ``tool_calls``; OpenAI's format) was refused for
+    training while the reward skips it: training skips it too, with the tool's answer (role "tool"). A message
+    with no content and no tool call is still an error naming the row."""
+    call = {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": "f"}}]}
+    messages = [
+        {"role": "user", "content": "weather in Paris?"},
+        call,
+        {"role": "tool", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "thanks"},
+    ]
+    path = _jsonl(tmp_path / "chat.jsonl", [{"id": "a", "messages": messages}])
+    (dialogue,) = load_dialogues(path)
+    assert dialogue.turns == ("weather in Paris?", "It is sunny.", "thanks")
+    assert join_turns(dialogue.turns[:-1]) == prompt_to_context(messages[:-1])
+    _jsonl(path, [{"id": "a", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}]}])
+    with pytest.raises(DataError, match="row 1, field 'messages': expected"):
+        load_dialogues(path)

@@ -132,6 +132,8 @@ def _turns_of(record: dict, where: str) -> tuple[str, ...]:
                         f"{where}, field 'messages': unknown role {m.get('role')!r} (speakers: "
                         f"{sorted({*CHAT_ROLES, *SPEAKER_ALIASES})}; left out: {sorted(SKIPPED_ROLES)})"
                     )
+            elif isinstance(m, dict) and m.get("content") is None and (m.get("tool_calls") or m.get("function_call")):
+                continue  # an assistant's tool call: no words said, as the reward reads it (a tool's answer is skipped)
             else:
                 raise DataError(f"{where}, field 'messages': expected {{role, content}} objects with text content")
         return tuple(speaker_turns(said))
