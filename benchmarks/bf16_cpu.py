@@ -3,9 +3,9 @@
 SmolLM2-135M-Instruct (the default policy) on the CPU, even where there is a GPU, in each dtype: one batch of
 ``--batch`` chat prompts sampled to ``--new_tokens`` tokens (T 0.8, top-p 0.95, as the recipes sample), then
 ``--steps`` forward+backward passes of 8 x 150 random tokens (a full-parameter SFT step's compute), after one untimed
-warm-up pass. Prints seconds per phase and whether the CPU computes bf16 natively (AVX512-BF16 or AMX;
-``native_bf16``). The HF tokenizers run on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile sets it)
-unless the environment says otherwise; the result records the setting.
+warm-up pass. Prints seconds per phase and whether the CPU counts as computing bf16 faster (AMX, or AVX512-BF16 on a
+non-Intel CPU; ``native_bf16``). The HF tokenizers run on one thread (``TOKENIZERS_PARALLELISM=false``, as the Makefile
+sets it) unless the environment says otherwise; the result records the setting.
 
     python benchmarks/bf16_cpu.py
 """

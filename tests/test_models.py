@@ -174,3 +174,22 @@ def test_a_build_killed_outright_leaves_nothing_the_next_build_keeps(tmp_path):
 
     models._build_once(target, build)
     assert sorted(p.name for p in models_dir.iterdir()) == sorted([".split.lock", "split", *kept])
+
+
+@pytest.mark.parametrize(
+    "capabilities, fast",
+    [
+        ({"avx512_bf16": True, "cpu_name": "AMD EPYC"}, True),  # 2.38x float32 (benchmarks/RESULTS.md)
+        ({"avx512_bf16": True, "cpu_name": "Intel(R) Xeon(R) Processor"}, False),  # 0.57x there: no AMX
+        ({"avx512_bf16": True, "amx_bf16": True, "cpu_name": "Intel(R) Xeon(R) Platinum"}, True),
+        ({"avx2": True, "cpu_name": "AMD EPYC"}, False),  # emulated
+        ({}, False),
+    ],
+)
+def test_native_bf16_is_false_on_an_intel_cpu_without_amx(monkeypatch, capabilities, fast):
+    """``dtype="auto"`` and the trainers' unset bf16 read ``native_bf16``: on an Intel Xeon with AVX512-BF16 and no
+    AMX it said True, and ``auto`` picked bfloat16 at 0.57x float32's scoring speed."""
+    import torch
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    assert models.native_bf16(torch.device("cpu")) is fast

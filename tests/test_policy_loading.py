@@ -84,11 +84,12 @@ def test_a_policy_folder_without_a_tokenizer_is_refused_by_name_and_an_adapter_t
 @pytest.mark.parametrize(
     ("native", "device", "warns"),
     [
-        ("cuda", "cpu", "this cpu has no native bfloat16 (no AVX512-BF16 or AMX)"),  # --use_cpu on a GPU machine
+        # --use_cpu on a GPU machine
+        ("cuda", "cpu", "this cpu has no fast bfloat16 (it takes AMX, or AVX512-BF16 on a non-Intel CPU)"),
         ("cuda", "cuda:0", None),
         ("cuda", None, None),  # load_policy's default: the GPU
         ("cpu", "cpu", None),  # an AMX CPU beside a GPU without bf16
-        ("cpu", "cuda:0", "this cuda has no native bfloat16, "),
+        ("cpu", "cuda:0", "this cuda has no fast bfloat16, "),
         ("neither", "xla:0", None),  # not judged: a TPU computes bf16
     ],
 )
@@ -109,7 +110,7 @@ def test_policy_from_judges_bf16_by_the_device_the_policy_runs_on(native, device
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainers.policy_from(ModelConfig(model_name_or_path="policy", dtype="bfloat16"), bf16=True, device=device)
-    emulated = [str(w.message) for w in caught if "no native bfloat16" in str(w.message)]
+    emulated = [str(w.message) for w in caught if "no fast bfloat16" in str(w.message)]
     if warns is None:
         assert emulated == []
     else:

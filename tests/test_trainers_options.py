@@ -147,7 +147,7 @@ def test_top_p_outside_0_1_is_refused_when_read(command, top_p, stop_at_the_poli
     loaded; one above 1 read as 1, 0 as the likeliest token alone): one line naming --top_p and exit code 2."""
     flags = ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path)]
     assert main([command, *flags, "--top_p", top_p]) == 2
-    assert f"--top_p must be in (0, 1] (1: every token), got {float(top_p)}" in capsys.readouterr().err
+    assert f"--top_p must be in (0, 1] (1: every token), got {float(top_p)}; unlike" in capsys.readouterr().err
     assert stop_at_the_policy == []
     with pytest.raises(Stop):  # an allowed value reaches the policy's load
         main([command, *flags, "--top_p", "1"])

@@ -86,9 +86,10 @@ def load_policy(
 
 
 def check_bf16(dtype: str | None, autocast: bool = False, device: str | None = None) -> None:
-    """Warn when bfloat16 weights or autocast are asked for on a device that only emulates bfloat16: a CPU without
-    AVX512-BF16 or AMX trains ~25x and samples ~3x slower in bf16 than in float32 (``benchmarks/bf16_cpu.py``), so a
-    CPU-seconds budget buys a fraction of the steps. ``device``: the one the policy runs on (``load_policy``'s
+    """Warn when bfloat16 weights or autocast are asked for on a device where bfloat16 is slower than float32
+    (``native_bf16`` False): a CPU without AVX512-BF16 or AMX emulates it, training ~25x and sampling ~3x slower
+    (``benchmarks/bf16_cpu.py``); an Intel Xeon with AVX512-BF16 and no AMX trained 1.5x slower. A CPU-seconds budget
+    buys a fraction of the steps. ``device``: the one the policy runs on (``load_policy``'s
     default where None): a ``--use_cpu`` run on a machine with a GPU is judged by its CPU. Devices other than a CPU or
     a CUDA GPU are not judged."""
     if dtype != "bfloat16" and not autocast:
@@ -97,9 +98,9 @@ def check_bf16(dtype: str | None, autocast: bool = False, device: str | None = N
     if on.type not in ("cpu", "cuda") or native_bf16(on):
         return
     asked = " and ".join(f for f, on in (("--dtype bfloat16", dtype == "bfloat16"), ("--bf16 true", autocast)) if on)
-    lacks = " (no AVX512-BF16 or AMX)" if on.type == "cpu" else ""
+    lacks = " (it takes AMX, or AVX512-BF16 on a non-Intel CPU)" if on.type == "cpu" else ""
     warnings.warn(
-        f"{asked}: this {on.type} has no native bfloat16{lacks}, torch emulates it and runs far slower than "
-        "float32 (benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
+        f"{asked}: this {on.type} has no fast bfloat16{lacks}, torch runs it slower than float32 "
+        "(benchmarks/bf16_cpu.py); use --dtype float32 --bf16 false here",
         stacklevel=2,
     )

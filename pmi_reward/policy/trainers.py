@@ -274,7 +274,10 @@ def check_top_p(config: Any) -> None:
     the models had loaded, read one above 1 as 1 and 0 as the likeliest token alone."""
     top_p = getattr(config, "top_p", None)
     if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"--top_p must be in (0, 1] (1: every token), got {top_p}")
+        raise ValueError(
+            f"--top_p must be in (0, 1] (1: every token), got {top_p}; unlike `evaluate`'s and `rft`'s samplers, "
+            "0 is not greedy here: a group of identical greedy completions has no advantage to learn from"
+        )
 
 
 def settle_trl_config(config: Any) -> None:

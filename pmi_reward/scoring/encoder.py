@@ -55,7 +55,7 @@ class EncoderSpec:
         default="float32",
         metadata={
             "help": "compute dtype: float32 | bfloat16 | float16 | auto (bfloat16 where the device computes it "
-            "natively, else float32)"
+            "faster: native_bf16, else float32)"
         },
     )
     layer: int = field(default=-1, metadata={"help": "hidden layer to pool (-1: the last)"})
@@ -90,11 +90,11 @@ class EncoderSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def on(self, device: torch.device) -> EncoderSpec:
-        """This spec with ``dtype="auto"`` made concrete for ``device``: bfloat16 where the torch backend runs it
-        natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), else float32; float32 for the onnx backend (a
-        scorer saved with bfloat16 on a GPU and served with ``--backend onnx`` on a CPU crashed in the export).
-        Embeddings are cached by the concrete dtype, so machines that resolve it differently never share cache
-        entries."""
+        """This spec with ``dtype="auto"`` made concrete for ``device``: bfloat16 where the torch backend runs it faster
+        (``native_bf16``: a GPU with bf16, a CPU with AMX, or AVX512-BF16 on a non-Intel CPU), else float32; float32 for
+        the onnx backend (a scorer saved with bfloat16 on a GPU and served with ``--backend onnx`` on a CPU crashed in
+        the export). Embeddings are cached by the concrete dtype, so machines that resolve it differently never share
+        cache entries."""
         if self.backend == "onnx" and self.dtype != "float32":  # ONNX Runtime runs the float32 graph (fast.py)
             return replace(self, dtype="float32")
         if self.dtype != "auto":
@@ -169,8 +169,9 @@ class EncoderRuntime:
     dtype: str | None = field(
         default=None,
         metadata={
-            "help": "float32 | bfloat16 | float16 | auto: bfloat16 where the device runs it natively (a GPU, a CPU "
-            "with AVX512-BF16/AMX: 2.4x float32 there, PMI within 0.1 nat), else float32"
+            "help": "float32 | bfloat16 | float16 | auto: bfloat16 where the device runs it faster (a GPU, a CPU "
+            "with AMX, or AVX512-BF16 on a non-Intel CPU: 2.4x float32 on an AMD EPYC, PMI within 0.1 nat), "
+            "else float32"
         },
     )
 

@@ -268,8 +268,10 @@ def _dtype(dtype: str):
 
 
 def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes bfloat16 natively: a GPU with bf16 support, or a CPU with AVX512-BF16 or AMX-BF16
-    (where bf16 runs ~2.4x float32's speed; on other CPUs it is emulated and slower)."""
+    """Whether ``device`` computes bfloat16 faster than float32, as ``dtype="auto"`` and the trainers' unset bf16
+    assume: a GPU with bf16 support, a CPU with AMX-BF16, or a non-Intel CPU with AVX512-BF16 (an AMD EPYC scored
+    2.38x float32's speed). An Intel CPU with AVX512-BF16 but no AMX is not: on an Intel Xeon so, bf16 scored at
+    0.57x and a policy trained at 0.66x (``benchmarks/RESULTS.md``); elsewhere bf16 is emulated, slower still."""
     import torch
 
     if device.type == "cuda":
@@ -277,7 +279,9 @@ def native_bf16(device: torch.device) -> bool:
     if device.type != "cpu":
         return False
     capabilities: dict = getattr(torch.cpu, "get_capabilities", dict)()
-    return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
+    if capabilities.get("amx_bf16"):
+        return True
+    return bool(capabilities.get("avx512_bf16")) and "intel" not in str(capabilities.get("cpu_name", "")).lower()
 
 
 def load_backbone(name: str, dtype: str = "float32"):

@@ -101,7 +101,8 @@ class TrainConfig:
         default=None,
         metadata={
             "help": "with train_encoder: run the encoder under bfloat16 autocast (float32 weights); default: where the "
-            "device computes bf16 natively (2.3x faster on a CPU with AVX512-BF16; emulated, slower, on AVX2)"
+            "device computes bf16 faster (a GPU, a CPU with AMX, or AVX512-BF16 on a non-Intel CPU: 2.3x on an AMD "
+            "EPYC; slower on an Intel one without AMX, emulated on AVX2)"
         },
     )
     steps_per_round: int | None = field(
