@@ -33,7 +33,7 @@ def test_the_head_rows_follow_its_config():
 
 
 def test_dialogues_and_pair_files_are_both_named():
-    """A scorer trained on dialogues plus pair files (each split the union of the two) named only the dialogues."""
+    """A scorer trained on dialogues plus pair files (training pairs the union of the two) named only the dialogues."""
     data = {
         "dialogues": "chitchat",
         "n_dialogues": [240, 30, 30],
@@ -44,9 +44,17 @@ def test_dialogues_and_pair_files_are_both_named():
     card = model_card({"encoder": ENCODER, "head": {}}, {"data": data, "train_pairs": 900, "val_pairs": 100})
     assert "train / validation / test = 240 / 30 / 30" in card
     assert (
-        "Pair files, their pairs added to the dialogues' splits: train_file `extra.jsonl`, val_file `extra-val.jsonl`"
-        in card
+        "Pair files: train_file `extra.jsonl` (added to the dialogues' training pairs), val_file `extra-val.jsonl` "
+        "(replacing the dialogues' validation split)" in card
     )
     assert "(900 training and 100 validation pairs in all, dialogues included)" in card
     files = model_card({"encoder": ENCODER, "head": {}}, {"data": {"train_file": "a.csv"}})
     assert "Pair files: train_file `a.csv`." in files and "Chit-Chat" not in files
+
+
+def test_a_test_file_beside_dialogues_is_named_as_the_test_split():
+    """``--dialogues X --test_file Y`` (no train file): Y is the test split (``build_pairs``), but the card named
+    only the dialogues."""
+    data = {"dialogues": "chitchat", "n_dialogues": [240, 30, 0], "max_context_turns": 3, "test_file": "mine.csv"}
+    card = model_card({"encoder": ENCODER, "head": {}}, {"data": data, "train_pairs": 900, "val_pairs": 100})
+    assert "Pair files: test_file `mine.csv` (replacing the dialogues' test split) (900 training and 100" in card

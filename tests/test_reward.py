@@ -171,7 +171,9 @@ def test_think_blocks_are_not_scored(spread_scorer):
         ],
         log_metric=lambda k, v: logged.setdefault(k, v),
     )
-    assert out[0] == out[1] == out[3] and out[2] == -5.0  # the answer is scored; unfinished reasoning is empty
+    # the answer is scored (the same pair, equal but for float sums that differ by batch row on some CPUs: ~2e-7);
+    # unfinished reasoning is empty
+    assert out[0] == pytest.approx(out[1], abs=1e-6) and out[3] == pytest.approx(out[1], abs=1e-6) and out[2] == -5.0
     assert logged["pmi_reward/think_unfinished_frac"] == 0.25
     kept = PMIReward(spread_scorer, strip_think=False)
     assert kept.texts(["I love jazz."], ["<think>x</think>Coltrane!"]).replies == ["<think>x</think>Coltrane!"]
@@ -227,7 +229,8 @@ def test_completions_trl_parsed_into_reasoning_and_answer_score_their_answer(spr
         logged: dict = {}
         out = PMIReward(spread_scorer, think_opened=opened)(prompts, completions, log_metric=logged.setdefault)
         assert out[0] == pytest.approx(out[2], abs=1e-6) and out[0] != -5.0 and out[1] == -5.0
-        assert out[3] == (-5.0 if opened else PMIReward(spread_scorer)(prompts[:1], ["They like jazz, so"])[0])
+        alone = PMIReward(spread_scorer)(prompts[:1], ["They like jazz, so"])[0]
+        assert out[3] == (-5.0 if opened else pytest.approx(alone, abs=1e-6))
         assert logged["pmi_reward/think_unfinished_frac"] == (0.5 if opened else 0.25)
     parsed = [[{"role": "assistant", "reasoning_content": r, "content": "Me too I do"}] for r in ("x", "y")]
     cut = [{"role": "assistant", "reasoning_content": "z"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import sqlite3
@@ -19,6 +20,16 @@ logger = logging.getLogger(__name__)
 _CHUNK = 900  # below SQLite's host-parameter limit
 # SQLite's primary result codes of a database this process cannot write at all: PERM, READONLY, CANTOPEN, AUTH
 _READ_ONLY_CODES = frozenset({3, 8, 14, 23})
+_NO_PERMISSION = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})  # a cache folder this process may not make
+
+
+def _read_only(err: sqlite3.Error) -> bool:
+    """Whether ``err`` says the database cannot be written at all (SQLite's READONLY, PERM, CANTOPEN, AUTH; by the
+    message where Python does not give the code), as opposed to a failure that may clear (locked, busy, full)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _READ_ONLY_CODES
+    return "readonly" in str(err) or "unable to open" in str(err)
 
 
 def cache_key(*parts: str) -> bytes:
@@ -34,22 +45,66 @@ def cache_key(*parts: str) -> bytes:
 class EmbeddingCache:
     """Maps keys to float32 vectors in ``<directory>/embeddings.sqlite``; safe to share between processes and between
     threads of one (one connection, its calls taken in turn). A cache that cannot be written (a read-only mount,
-    another user's file, a full disk) still answers lookups: its writes are skipped, with one warning."""
+    another user's file or folder, a full disk) still answers lookups where SQLite can read it: its writes are
+    skipped, with one warning; one it cannot even read (a folder it may not write, where SQLite cannot make the
+    files a WAL database is read through) gives every lookup a miss, with one warning: scoring goes on, but the
+    embeddings it computes are not saved."""
 
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "embeddings.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.writable = True  # False once a write failed for good: later ones are skipped
         self._skipped: set[str] = set()  # the failures warned about that skipped one write each
+        self._db: sqlite3.Connection | None = None  # None: no usable cache (every lookup misses, writes skipped)
         try:
-            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            self._wal()
-            self._db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            if err.errno not in _NO_PERMISSION:
+                raise
+            self._without_cache(err)
+            return
+        try:
+            self._db = db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            self._wal(db)
+            db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
         except sqlite3.DatabaseError as err:
-            if isinstance(err, sqlite3.OperationalError):  # locked, read-only, no permission: not a broken file
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if isinstance(err, sqlite3.OperationalError) and _read_only(err):  # another user's folder, a read-only fs
+                self._open_read_only(err)
+                return
+            if isinstance(err, sqlite3.OperationalError):  # locked past the timeout: not a broken file
                 raise
             raise sqlite3.DatabaseError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
+
+    def _open_read_only(self, cause: sqlite3.Error) -> None:
+        """Open the cache for lookups only (``mode=ro``), or, where SQLite cannot read it so either (a WAL database
+        whose folder does not let it make its ``-shm`` file, a folder without the file), run without one."""
+        self.writable = False
+        try:
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self._db.execute("SELECT 1 FROM emb LIMIT 1").fetchall()  # the open itself is lazy: read once here
+        except sqlite3.DatabaseError as err:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            self._without_cache(f"{cause}; read-only too: {err}")
+            return
+        logger.warning(
+            "embedding cache %s: cannot write it (%s); reading it only: new embeddings will not be saved",
+            self.path,
+            cause,
+        )
+
+    def _without_cache(self, cause: object) -> None:
+        """No cache at all: every lookup a miss, every write skipped, said once here."""
+        self.writable, self._db = False, None
+        logger.warning(
+            "embedding cache %s: cannot open it (%s); running without a cache: embeddings will not be saved",
+            self.path,
+            cause,
+        )
 
     def __getstate__(self) -> dict:
         """A copy (deepcopy, pickle) reopens the file: a connection and a lock do not travel."""
@@ -58,13 +113,14 @@ class EmbeddingCache:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["directory"])  # type: ignore[misc]
 
-    def _wal(self) -> None:
+    @staticmethod
+    def _wal(db: sqlite3.Connection) -> None:
         """Switch to write-ahead logging; processes opening a new cache at once can find it locked for the switch
         (which does not wait on the busy timeout): retried for up to a minute."""
         deadline = time.monotonic() + 60
         while True:
             try:
-                self._db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as err:
                 if "locked" not in str(err) or time.monotonic() > deadline:
@@ -73,6 +129,8 @@ class EmbeddingCache:
 
     def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
         found: dict[bytes, np.ndarray] = {}
+        if self._db is None:
+            return found
         with self._lock:
             for i in range(0, len(keys), _CHUNK):
                 chunk = keys[i : i + _CHUNK]
@@ -87,18 +145,18 @@ class EmbeddingCache:
         unwritable: SQLite's READONLY, PERM, CANTOPEN, AUTH) is not written again; any other failure (locked or busy
         past the timeout, WAL's locking protocol, a full disk, an I/O error: they may clear) skips only that write,
         with one warning per kind."""
-        if not self.writable:
+        db = self._db
+        if not self.writable or db is None:
             return
         rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
         with self._lock:
             try:
-                with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
+                with db:
+                    db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
             except sqlite3.DatabaseError as err:
                 if isinstance(err, sqlite3.ProgrammingError):  # a closed connection: the caller's bug
                     raise
-                code = getattr(err, "sqlite_errorcode", None)
-                if code is not None and code & 0xFF in _READ_ONLY_CODES or code is None and "readonly" in str(err):
+                if _read_only(err):
                     self.writable = False
                     logger.warning("embedding cache %s: cannot write it (%s); reading it only now", self.path, err)
                 elif str(err) not in self._skipped:
@@ -106,8 +164,11 @@ class EmbeddingCache:
                     logger.warning("embedding cache %s: write skipped (%s); later writes are tried", self.path, err)
 
     def __len__(self) -> int:
+        if self._db is None:
+            return 0
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()

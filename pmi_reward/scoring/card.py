@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .models import HUB_IDS, hub_id_form, shipped_name
+from .models import HUB_IDS, SHIPPED, hub_id_form, shipped_name
 
 __all__ = ["model_card", "BASE_MODELS"]
 
@@ -33,7 +33,8 @@ def _number(value: Any, digits: int | None = 3) -> str:
 
 
 def _data(meta: dict) -> str:
-    """The training data: dialogues, pair files, or both (each split then the union of the two sources' splits)."""
+    """The training data: dialogues, pair files, or both (the training pairs then the union of the two sources'; a
+    named validation or test file is that split by itself, ``build_pairs``)."""
     data = meta.get("data") or {}
     parts = []
     if data.get("dialogues"):
@@ -45,16 +46,18 @@ def _data(meta: dict) -> str:
             f"{name}: dialogues split by dialogue into train / validation / test = {split}{skip}; each reply is "
             f"paired with up to {data.get('max_context_turns', MISSING)} preceding turns as its context."
         )
-    if data.get("train_file"):
-        files = ", ".join(f"{k} `{data[k]}`" for k in ("train_file", "val_file", "test_file") if data.get(k))
-        both = " in all, dialogues included" if parts else ""
+    roles = {"train_file": "training pairs", "val_file": "validation split", "test_file": "test split"}
+    if any(data.get(k) for k in roles):
+        dialogues = bool(parts)
+        how = {k: ("added to" if k == "train_file" else "replacing") + f" the dialogues' {r}" for k, r in roles.items()}
+        files = ", ".join(f"{k} `{data[k]}`" + (f" ({how[k]})" if dialogues else "") for k in roles if data.get(k))
+        both = " in all, dialogues included" if dialogues and data.get("train_file") else ""
         counts = (
             f" ({meta['train_pairs']} training and {meta['val_pairs']} validation pairs{both})"
             if "val_pairs" in meta
             else ""
         )
-        added = ", their pairs added to the dialogues' splits" if parts else ""
-        parts.append(f"Pair files{added}: {files}{counts}.")
+        parts.append(f"Pair files: {files}{counts}.")
     return " ".join(parts) or MISSING
 
 
@@ -137,9 +140,23 @@ def _encoder(model: str, metadata: dict, training: dict) -> tuple[str, str | Non
     )
 
 
-def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
+def _pooling(encoder: dict, metadata: dict, pooling: str | None) -> str:
+    """How the encoder pools, in words: as config.json sets it, else as the encoder runs (``pooling``, which the
+    scorer saving the card knows), else a shipped model's own (a fine-tuned one's: its base model's); "default
+    pooling" named none (a SmolLM2 scorer's card never said it reads the last token)."""
+    from .scorer import LOCAL_ENCODER  # here: the scorer module imports this one
+
+    model = str(encoder.get("model", ""))
+    shipped = shipped_name(str(metadata.get("base_encoder") or "") if model == LOCAL_ENCODER else model)
+    how = encoder.get("pooling") or pooling or (SHIPPED[shipped].pooling if shipped is not None else None)
+    words = {"mean": "mean pooling", "last": "last-token pooling"}
+    return words.get(str(how), "the model's default pooling (mean for an encoder, the last token for a decoder LM)")
+
+
+def model_card(config: dict, metadata: dict, repo_id: str | None = None, pooling: str | None = None) -> str:
     """The README.md of a scorer directory whose ``config.json`` and ``metadata.json`` are ``config`` and
-    ``metadata``; ``repo_id`` (when pushed to the Hub) goes into the usage examples."""
+    ``metadata``; ``repo_id`` (when pushed to the Hub) goes into the usage examples; ``pooling`` is the pooling the
+    encoder runs with, where config.json leaves it to the model (``pooling: null``)."""
     from huggingface_hub import ModelCardData
 
     encoder, head = config.get("encoder") or {}, config.get("head") or {}
@@ -154,7 +171,9 @@ def model_card(config: dict, metadata: dict, repo_id: str | None = None) -> str:
     where = repo_id or "path/to/this/scorer"
     chitchat = (metadata.get("data") or {}).get("dialogues") == "chitchat"
     domain = "English chit-chat" if chitchat else "its training domain"
-    pooling = encoder.get("pooling") or "default"
+    pooled = _pooling(encoder, metadata, pooling)
+    turns = config.get("context_turns")
+    context = f"the last {turns} turns" if turns else "every turn"
     cap = _number(head.get("cap"), None)
     return f"""---
 {header}
@@ -179,10 +198,10 @@ dialogue RL (TRL's GRPO/RLOO, OpenRLHF, verl), to rerank candidate replies, or t
 
 | | |
 |---|---|
-| encoder | {described}; {pooling} pooling, up to {encoder.get("max_length", MISSING)} tokens per input |
+| encoder | {described}; {pooled}, up to {encoder.get("max_length", MISSING)} tokens per input |
 | head input | {_head_input(head)} |
 | head | {_head(head, cap)} |
-| context read | the last {config.get("context_turns") or "all"} turns, one per line, oldest first |
+| context read | {context}, one per line, oldest first |
 | objective | `{training.get("objective", MISSING)}`{_OBJECTIVES.get(str(training.get("objective")), "")} |
 
 ## Training data

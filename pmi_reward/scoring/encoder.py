@@ -25,7 +25,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .cache import EmbeddingCache, cache_key
-from .models import default_pooling, load_backbone, load_tokenizer, native_bf16, pad_token_ids, shipped_name
+from .models import (
+    default_pooling,
+    load_backbone,
+    load_tokenizer,
+    model_identity,
+    native_bf16,
+    pad_token_ids,
+    shipped_name,
+)
 from .templates import fill
 
 if TYPE_CHECKING:
@@ -34,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["EncoderSpec", "EncoderRuntime", "TextEncoder", "pool_hidden", "default_device", "RUNTIME_FIELDS"]
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
+FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every this many texts (or so)
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
@@ -119,7 +128,9 @@ class EncoderSpec:
         """Whether both embed with the same model the same way (batch size, backend and quantization aside)."""
 
         def plain(spec: EncoderSpec) -> EncoderSpec:
-            return replace(spec, encode_batch_size=1, backend="torch", quantize="none")
+            # one model by any name: a scorer saves a local folder by its absolute path, a run may name it relatively
+            model = spec.model if spec.model == LOCAL_ENCODER else model_identity(spec.model)
+            return replace(spec, model=model, encode_batch_size=1, backend="torch", quantize="none")
 
         return plain(self) == plain(other)
 
@@ -215,6 +226,11 @@ def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch
     raise ValueError(f"pooling must be 'mean' or 'last', got {pooling!r}")
 
 
+def _put(cache: EmbeddingCache, keys: list[bytes], done: np.ndarray, vectors: np.ndarray) -> None:
+    """Store the embeddings ``vectors`` of ``keys[j]`` for each ``j`` in ``done`` (``_embed``'s ``on_done``)."""
+    cache.put([keys[j] for j in done], vectors)
+
+
 @dataclass
 class _Stats:
     texts: int = 0
@@ -269,6 +285,12 @@ class TextEncoder:
         limit = position_limit(self.model)
         if limit is not None and spec.max_length > limit:  # it failed only when a long enough text came, mid-run
             raise ValueError(f"max_length {spec.max_length} exceeds the {limit} positions {spec.model} can read")
+        layers = getattr(getattr(self.model, "config", None), "num_hidden_layers", None)
+        if isinstance(layers, int) and not -(layers + 1) <= spec.layer <= layers:  # an IndexError at the first encode
+            raise ValueError(
+                f"--layer {spec.layer}: {spec.model} has {layers} layers, so the hidden state to pool is one of "
+                f"{-(layers + 1)}..{layers} (-1: the last layer's, 0: the token embeddings)"
+            )
         if spec.backend == "onnx" and self.device.type != "cpu":
             raise ValueError(
                 "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
@@ -484,10 +506,9 @@ class TextEncoder:
                 todo.append(i)
         self.stats.cache_hits += len(keys) - len(first)
         if todo:
-            vectors = self._embed(make(todo), progress)
-            out[todo] = vectors
-            if self.cache is not None:
-                self.cache.put([keys[i] for i in todo], vectors)
+            # the cache is written as the embedding goes (``_embed``), not only once it is all done
+            save = None if self.cache is None else functools.partial(_put, self.cache, [keys[i] for i in todo])
+            out[todo] = self._embed(make(todo), progress, on_done=save)
         for i, k in enumerate(keys):
             j = first.get(k)
             if j is not None and j != i:
@@ -501,18 +522,32 @@ class TextEncoder:
         return {"input_ids": input_ids, "attention_mask": mask}
 
     @torch.inference_mode()
-    def _embed(self, token_ids: list[list[int]], progress: bool | str) -> np.ndarray:
-        """(n, dim) embeddings of tokenized texts, in length-sorted batches."""
+    def _embed(
+        self,
+        token_ids: list[list[int]],
+        progress: bool | str,
+        on_done: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    ) -> np.ndarray:
+        """(n, dim) embeddings of tokenized texts, in length-sorted batches. ``on_done(positions, vectors)`` is handed
+        the embeddings finished so far every ``FLUSH_TEXTS`` texts or so, and the rest at the end: the cache writes
+        them as they come, so that a call killed mid-way (Ctrl-C, a preemption, the OOM killer in a long training
+        embedding) keeps what it finished; the batches, and so the embeddings, are those of one pass."""
         ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in token_ids]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         bs = self.spec.encode_batch_size
         starts = range(0, len(order), bs)
         desc = progress if isinstance(progress, str) else "encoding"
+        flushed = 0  # ``order[:flushed]`` were handed to ``on_done``
         for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch", leave=False):
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
             out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
+            finished = s + len(idx)
+            if on_done is not None and (finished - flushed >= FLUSH_TEXTS or finished == len(order)):
+                done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them
+                on_done(done, out[done])
+                flushed = finished
         self.stats.texts += len(ids)
         self.stats.tokens += int(sum(len(x) for x in ids))
         return out

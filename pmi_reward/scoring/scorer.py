@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from ..data.pairs import join_turns
 from ..data.records import atomic_write, json_safe
@@ -55,6 +56,9 @@ TOKENIZER_FILES = (
 # from_pretrained's options of where a Hub scorer comes from (the callers that pass them on: PMIReward, verl's adapter)
 HUB_OPTIONS = ("revision", "token", "hub_cache_dir", "local_files_only")
 DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
+# pairs whose head inputs ``score`` builds at once: about 45 KiB a pair at 768-d with line features, so a whole input
+# file's (``pmi-reward score``) ran out of memory only after all of its encoding; the head reads each pair alone
+SCORE_BLOCK = 4096
 
 
 class ScorerLoadError(ValueError):
@@ -76,6 +80,14 @@ def _check_texts(name: str, values: Sequence[str]) -> list[str]:
     bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
     if bad is not None:
         raise TypeError(f"{name}[{bad}] must be a string, got {type(values[bad]).__name__}")
+    for i, value in enumerate(values):  # the tokenizer's own error for one named neither the argument nor the row
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"{name}[{i}] is not valid text: a lone surrogate {value[err.start]!r} at character {err.start} (half "
+                "of an emoji cut apart, or a bad \\u escape in JSON); repair or drop that text"
+            ) from None
     return list(values)
 
 
@@ -138,9 +150,10 @@ class PMIScorer:
 
     @torch.no_grad()
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
-        """float32 PMI estimates, one per pair; each distinct context and response is encoded once. A blank response
-        is refused: PMI is not defined for it, and the head would rate it like any text (one scorer: +2.3 nats);
-        ``PMIReward`` gives such replies its ``empty_score``."""
+        """float32 PMI estimates, one per pair; each distinct context and response is encoded once (within a block of
+        ``SCORE_BLOCK`` pairs, which are scored in turn; across blocks by the embedding cache, where there is one).
+        A blank response is refused: PMI is not defined for it, and the head would rate it like any text (one scorer:
+        +2.3 nats); ``PMIReward`` gives such replies its ``empty_score``. So is a text with a lone surrogate."""
         contexts, responses = _check_texts("contexts", contexts), _check_texts("responses", responses)
         if len(contexts) != len(responses):
             raise ValueError(f"got {len(contexts)} contexts but {len(responses)} responses")
@@ -149,10 +162,16 @@ class PMIScorer:
             raise ValueError(
                 f"responses[{blank}] is blank: PMI is not defined for an empty reply (PMIReward scores it empty_score)"
             )
-        if not contexts:
-            return np.zeros(0, dtype=np.float32)
-        u, v = self.embed(contexts, responses, progress)
-        return self.head(u, v).numpy().astype(np.float32)
+        out = np.zeros(len(contexts), dtype=np.float32)
+        blocks = range(0, len(contexts), SCORE_BLOCK)
+        bar = tqdm(total=len(contexts), desc="scoring", unit="pair", disable=not progress or len(blocks) < 2)
+        with bar:  # in blocks of pairs: the memory of one block's head inputs, not of the whole call's
+            for s in blocks:
+                end = min(s + SCORE_BLOCK, len(contexts))
+                u, v = self.embed(contexts[s:end], responses[s:end], progress)
+                out[s:end] = self.head(u, v).numpy()
+                bar.update(end - s)
+        return out
 
     # -- persistence ------------------------------------------------------------------------------
     def config(self) -> dict:
@@ -160,6 +179,11 @@ class PMIScorer:
         as ``auto``, not as this machine's answer, so that each machine that loads the scorer resolves it again
         (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16)."""
         encoder = self.encoder.spec.saved_dict()
+        model = encoder["model"]
+        # a local folder by its absolute path: a relative one, loaded from any other working directory, was read as a
+        # Hub id (an error about huggingface.co, or another model of that name under this head)
+        if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).is_dir():
+            encoder["model"] = str(Path(model).resolve())
         # a fine-tuned encoder's weights are written in the dtype they are held in: that dtype, never "auto"
         if getattr(self.encoder, "requested_dtype", None) == "auto" and self.encoder.spec.model != LOCAL_ENCODER:
             encoder["dtype"] = "auto"
@@ -197,7 +221,7 @@ class PMIScorer:
             files = sorted(p for p in local.iterdir() if p.is_file())
             digests[ENCODER_DIGESTS] = {p.name: _digest(p) for p in files}
         _write_json(directory / METADATA_NAME, self.metadata)
-        card = model_card(config, self.metadata, repo_id)
+        card = model_card(config, self.metadata, repo_id, pooling=self.encoder.pooling)
         atomic_write(directory / CARD_NAME, lambda p: Path(p).write_text(card, encoding="utf-8"))
         if self.saved_dtype:  # a dtype chosen at load time is the machine's, not the scorer's
             config = {**config, "encoder": {**config["encoder"], "dtype": self.saved_dtype}}
@@ -368,7 +392,19 @@ class PMIScorer:
         if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
-            encoder = TextEncoder(spec, cache=cache, device=device, **weights)
+            try:
+                encoder = TextEncoder(spec, cache=cache, device=device, **weights)
+            except OSError as err:  # no such folder, no such Hub repo, no network
+                if cache is not None:
+                    cache.close()
+                if not _maybe_relative(spec.model):
+                    raise
+                raise ScorerLoadError(
+                    f"{source}: its encoder {spec.model!r} did not load ({err}). If it is a local folder, config.json "
+                    f"names it relative to the directory the scorer was trained in, and it is not in this one "
+                    f"({Path.cwd()}): run from that directory, or write the folder's absolute path into config.json's "
+                    "encoder.model (scorers saved now record it so)"
+                ) from None
             if spec.model == LOCAL_ENCODER and isinstance(metadata, dict):  # what its weights were tuned from
                 encoder.base_model = metadata.get("base_encoder")
         elif not encoder.spec.embeds_like(resolved):
@@ -425,6 +461,14 @@ def _check_encoder_files(path: Path, digests: Any, source: str) -> None:
                 f"{file} is not the file the fine-tuned encoder was saved with (a save cut short, a broken download, "
                 "or another model's?); re-download or save again"
             )
+
+
+def _maybe_relative(model: str) -> bool:
+    """Whether a saved encoder name that failed to load may be a local folder's relative path (a scorer saved before
+    ``config`` recorded local folders by their absolute paths): not a shipped model, not absolute, not here."""
+    if model == LOCAL_ENCODER or shipped_name(model) is not None:
+        return False
+    return not Path(model).expanduser().is_absolute() and not Path(model).exists()
 
 
 def _context_turns(config: dict) -> int | None:

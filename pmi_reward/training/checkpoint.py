@@ -90,6 +90,9 @@ class RoundState:
     epoch: int  # the last finished round
     best: tuple[float, int, dict]  # (best validation AUC, its round, the head's state then)
     history: list[dict]
+    # the run's wall-clock seconds when that round ended (its history row's), so that a resumed run's clock goes on
+    # from there: every checkpoint holds it, older ones too
+    seconds: float = 0.0
 
 
 def _optimizer_tensors(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -193,4 +196,6 @@ def load_round(
     if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
         torch.cuda.set_rng_state_all(cuda)
     rng.bit_generator.state = meta["numpy_rng"]
-    return RoundState(meta["epoch"], (meta["best_auc"], meta["best_epoch"], best_state), meta["history"])
+    history = meta["history"]
+    seconds = float((history[-1] if history else {}).get("seconds") or 0.0)
+    return RoundState(meta["epoch"], (meta["best_auc"], meta["best_epoch"], best_state), history, seconds)

@@ -93,7 +93,8 @@ def fit_scorer(
     mix drawn every round; fixed ``train_negatives``/``val_negatives`` (response-table indices, one row per
     pair) replace the draws; see ``train_head``. ``metadata`` is provenance, saved beside the scorer.
     ``start_head``: a trained head of this shape to continue from (``encoder`` the one it was trained on), validated as
-    round 0, so that training can only replace it with a better round.
+    round 0, so that training can only replace it with a better round. A copy of it trains: the caller's head (and a
+    scorer built on it) is left as it was, to compare the old scorer with the new one.
 
     With ``config.train_encoder`` full or lora the encoder is fine-tuned as a copy, in float32
     (``check_encoder_dtype``): ``encoder`` itself is left as it was (a scorer built on it keeps its embeddings), unless
@@ -134,6 +135,8 @@ def fit_scorer(
     fixed: dict[str, Any] = {"train_negatives": train_negatives, "val_negatives": val_negatives, "negatives": negatives}
     if start_head is not None and start_head.config != head_config:
         raise ValueError(f"start_head is a {start_head.config} head, this training asks for {head_config}")
+    if start_head is not None:  # train_head trains the head it is given in place
+        start_head = copy.deepcopy(start_head)
     origin = start_head  # what the run starts from, for its checkpoints' fingerprint: the warm-up is part of the run
     if config.train_encoder != "none":
         resuming = config.checkpoint_dir is not None and (Path(config.checkpoint_dir) / CHECKPOINT_NAME).is_file()

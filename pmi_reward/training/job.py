@@ -37,9 +37,27 @@ class TrainData:
     dialogues: str | None = field(
         default=None, metadata={"help": "chitchat | dialogue file (.jsonl/.json/.csv) | datasets folder"}
     )
-    train_file: str | None = field(default=None, metadata={"help": "pair file with context,response[,dialog_key]"})
-    val_file: str | None = field(default=None, metadata={"help": "pair file for model selection"})
-    test_file: str | None = field(default=None, metadata={"help": "pair file for a held-out AUC"})
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "pair file with context,response[,dialog_key]; with --dialogues, its pairs join the dialogues' "
+            "training pairs"
+        },
+    )
+    val_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "pair file for model selection; with --dialogues, it replaces their validation split (whose "
+            "dialogues stay out of training: --val_fraction 0 trains on them)"
+        },
+    )
+    test_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "pair file for a held-out AUC; with --dialogues, it replaces their test split (whose dialogues "
+            "stay out of training: --test_fraction 0 trains on them)"
+        },
+    )
     context_column: str = "context"
     response_column: str = "response"
     key_column: str = "dialog_key"
@@ -80,6 +98,8 @@ ARGUMENTS = (TrainData, EncoderSpec, PromptTemplate, HeadConfig, NegativeSpec, T
 
 
 def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
+    """The dialogues' (train, val, test) pairs, split by dialogue, and their provenance; a validation split is
+    needed unless ``--val_file`` gives one."""
     dialogues = load_dialogues(args.dialogues)[args.skip_dialogues :]  # type: ignore[arg-type]
     dialogues = dialogues[: args.max_dialogues] if args.max_dialogues else dialogues
     if not dialogues:
@@ -93,7 +113,7 @@ def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
         else None
         for s in splits
     ]
-    if made[0] is None or made[1] is None:
+    if made[0] is None or (made[1] is None and not args.val_file):
         raise SystemExit(f"{args.dialogues}: too few dialogues for a training and a validation split")
     source = {
         "dialogues": args.dialogues,
@@ -110,6 +130,8 @@ def _dialogue_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
 
 
 def _file_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
+    """The pair files' (train, val, test) pairs, None for a file not named, and their provenance (a missing file
+    is a DataError naming it)."""
     if not args.val_file and not args.dialogues:
         raise SystemExit("--train_file needs --val_file for model selection (or --dialogues, whose split gives one)")
     columns = (args.context_column, args.response_column, args.key_column)
@@ -127,29 +149,36 @@ def _file_pairs(args: TrainData) -> tuple[list[PairSet | None], dict]:
 
 def build_pairs(args: TrainData) -> tuple[PairSet, PairSet, PairSet | None, dict]:
     """(train, val, test or None, provenance) from the data arguments: dialogues split by dialogue, pair files,
-    or both (each split the union of the two sources' splits)."""
-    parts = []
-    if args.dialogues:
-        parts.append(_dialogue_pairs(args))
-    if args.train_file:
-        parts.append(_file_pairs(args))
-    if not parts:
-        raise SystemExit("give --dialogues (e.g. chitchat) and/or --train_file")
+    or both. With both, the training pairs are the union of the dialogues' and ``--train_file``'s; a named
+    ``--val_file`` or ``--test_file`` replaces the dialogues' split of it (whose dialogues stay out of training), so
+    that model selection and the held-out AUC are those of the file the user named, not of a mix of it with the
+    dialogues'."""
+    if not args.dialogues and not args.train_file:
+        held_out = [f"--{k}" for k in ("val_file", "test_file") if getattr(args, k)]
+        plural = "" if len(held_out) > 1 else "s"
+        given = f" ({' and '.join(held_out)} only give{plural} held-out pairs)" if held_out else ""
+        raise SystemExit(f"give --dialogues (e.g. chitchat) and/or --train_file{given}")
+    # the pair files first: a missing one fails before a large dialogue source is read
+    files = _file_pairs(args) if args.train_file or args.val_file or args.test_file else None
+    dialogues = _dialogue_pairs(args) if args.dialogues else None
+    parts = [part for part in (dialogues, files) if part is not None]
     source = {k: v for _, s in parts for k, v in s.items()}
     splits: list[PairSet | None] = []
     for i in range(3):
-        present = [p for p in (made[i] for made, _ in parts) if p is not None]
+        named = files[0][i] if files is not None and i > 0 else None  # a named val or test file is that split
+        present = [named] if named is not None else [p for p in (made[i] for made, _ in parts) if p is not None]
         splits.append(PairSet.concat(present) if len(present) > 1 else (present[0] if present else None))
     train, val, test = splits
-    assert train is not None and val is not None  # each source gives both
+    assert train is not None and val is not None  # each source gives both, or a val file the validation pairs
     return train, val, test, source
 
 
 def _origin(data: TrainData, split: int) -> str:
-    """Where split ``split`` (0 train, 1 validation, 2 test) comes from, for error messages."""
+    """Where split ``split`` (0 train, 1 validation, 2 test) comes from, for error messages (``build_pairs``)."""
     name = ("training", "validation", "test")[split]
     file = (data.train_file, data.val_file, data.test_file)[split]
-    parts = [f"{data.dialogues} (its {name} dialogues)" if data.dialogues else None, file]
+    dialogues = data.dialogues and not (split and file)  # a named val or test file is that split by itself
+    parts = [f"{data.dialogues} (its {name} dialogues)" if dialogues else None, file]
     return f"the {name} pairs of " + " and ".join(p for p in parts if p)
 
 
@@ -208,7 +237,7 @@ def train_scorer(
     )
     summary = {"train_pairs": len(train), "val_pairs": len(val), **result.summary()}
     if test is not None:
-        summary["test_auc"] = evaluate_auc(scorer, test, negatives, seed=config.seed + 2)
+        summary["test_auc"] = evaluate_auc(scorer, test, negatives, seed=config.seed + 2, progress=data.progress)
         scorer.metadata["test_auc"] = summary["test_auc"]
     summary["wall_seconds"] = round(time.perf_counter() - start, 1)
     summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

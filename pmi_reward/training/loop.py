@@ -14,8 +14,10 @@ the start. A round whose head scores validation pairs as non-numbers (training d
 overflow) ends the run with a warning and the best round so far (an error when no round was finite). With
 ``graded_in_dialogue``, each round also draws other turns of each positive's dialogue, which join
 the positives at weight ``graded_weight`` (``pmi_reward.data.graded``). Checkpoints hold the head, the optimizer,
-the RNGs and a trainable encoder, so a killed run resumes to the same result. Seeded and deterministic on CPU (all
-but the rounds' wall-clock ``seconds``).
+the RNGs and a trainable encoder, so a killed run resumes to the same result; its wall-clock ``seconds`` go on from
+the checkpoint's, and the result names the round it resumed from (``resumed_from_round``). Seeded and deterministic
+on CPU (all but the rounds' wall-clock ``seconds``). The first round's texts are embedded before the round bar
+starts, so that its ETA times rounds, not that embedding (most of a frozen encoder's run).
 """
 
 from __future__ import annotations
@@ -159,11 +161,16 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """A run's best head, its round and validation AUC, every round's figures, the wall-clock seconds of the whole
+    run (a resumed one's included: they go on from the checkpoint's), and the checkpoint's last round when the run
+    resumed from one (None: it did not)."""
+
     head: PMIHead
     best_epoch: int
     best_val_auc: float
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    resumed_from_round: int | None = None
 
     def untimed_history(self) -> list[dict]:
         """The rounds without their wall-clock ``seconds``: what a seeded run (or a resumed one) reproduces."""
@@ -177,6 +184,7 @@ class TrainResult:
             "epochs_run": sum(h["epoch"] > 0 for h in self.history),  # round 0 only validates a starting head
             **({"diverged_round": diverged[0]} if diverged else {}),
             "seconds": round(self.seconds, 2),
+            "resumed_from_round": self.resumed_from_round,
         }
 
 
@@ -213,6 +221,13 @@ def _validate(
     labels = np.r_[np.ones(len(pos)), np.zeros(neg.size)]
     loss = float(objective(torch.from_numpy(pos), torch.from_numpy(neg)))
     return float(roc_auc_score(labels, np.r_[pos, neg.ravel()])), loss
+
+
+def _prepare_validation(features: Any, pairs: PairSet, negs: np.ndarray) -> None:
+    """Embed what ``_validate`` needs, in the calls it makes (the positives, then the negatives), so that its
+    embeddings come out as they would there."""
+    features.prepare(pairs.ctx.ravel(), pairs.resp.ravel())
+    features.prepare(np.repeat(pairs.ctx[:, None], negs.shape[1], 1).ravel(), negs.ravel())
 
 
 def _pairs_digest(pairs: PairSet) -> str:
@@ -329,6 +344,16 @@ def _check_negatives(negs: np.ndarray | None, pairs: PairSet, name: str) -> np.n
     return negs
 
 
+@dataclass
+class _Round:
+    """One round's draws: each training positive's negatives and graded replies (-1: none), and the positives it
+    trains on, in order (``_Run.plan``)."""
+
+    negs: np.ndarray
+    partial: np.ndarray
+    order: np.ndarray
+
+
 class _Run:
     """The state of one ``train_head`` run: the head, trainable features, the optimizer, the best state so far."""
 
@@ -352,6 +377,9 @@ class _Run:
         self.optim = torch.optim.AdamW(groups, lr=lr, weight_decay=config.weight_decay)
         self.best: tuple[float, int, tuple[dict, dict]] = (-math.inf, 0, self.snapshot())
         self.history: list[dict] = []
+        # a resumed run: the checkpoint's last round, and the wall-clock seconds its rounds had taken by then
+        self.resumed_from: int | None = None
+        self.carried_seconds = 0.0
         # what a checkpoint saves: the head, and a fine-tuned encoder whole (its frozen weights included)
         self.saved = nn.ModuleDict({"head": self.head})
         if self.tuned and self.encoder is not None:
@@ -378,6 +406,7 @@ class _Run:
         resumed = load_round(directory, fingerprint, self.saved, self.optim, rng, _default_settings())
         if resumed is None:
             return None
+        self.resumed_from, self.carried_seconds = resumed.epoch, resumed.seconds
         stop = _stop_round(resumed.history, config)
         if stop is not None and stop < resumed.epoch:
             raise ValueError(
@@ -392,31 +421,51 @@ class _Run:
         stopped = resumed.epoch - epoch >= config.patience or self.history[-1]["val_auc"] is None
         return sys.maxsize if stopped else resumed.epoch + 1
 
-    def epoch(
+    def plan(
         self,
-        objective: Callable,
         features: Any,
         pairs: PairSet,
         negs: np.ndarray,
         config: TrainConfig,
         rng: np.random.Generator,
-        progress: bool,
         batch_random: int = 0,
         partial: np.ndarray | None = None,
-    ) -> float:
-        """One round: shuffled batches of positives (all, or ``steps_per_round`` batches), each with its K
-        negatives (``batch_random`` random ones drawn from the batch first; with ``in_batch_negatives``, all the
-        batch's other replies too) and its ``partial`` replies (graded supervision; -1: none); the mean loss."""
+    ) -> _Round:
+        """A round's order of positives (all shuffled, or ``steps_per_round`` batches of them) with its ``negs`` and
+        ``partial`` replies (graded supervision; -1: none), every text it needs embedded (``features.prepare``; the
+        ``batch_random`` negatives drawn from the batch are the batch's own replies)."""
         k = negs.shape[1] + batch_random
         order = rng.permutation(len(pairs))
         if config.steps_per_round:
             order = order[: config.steps_per_round * self.batch_size]
         partial = np.zeros((len(pairs), 0), np.int64) if partial is None else partial
-        kp, have = partial.shape[1], partial[order] >= 0
+        have = partial[order] >= 0
         features.prepare(
-            np.r_[pairs.ctx[order], np.repeat(pairs.ctx[order], k), np.repeat(pairs.ctx[order], kp)[have.ravel()]],
+            np.r_[
+                pairs.ctx[order],
+                np.repeat(pairs.ctx[order], k),
+                np.repeat(pairs.ctx[order], partial.shape[1])[have.ravel()],
+            ],
             np.r_[pairs.resp[order], negs[order].ravel(), partial[order][have]],
         )
+        return _Round(negs, partial, order)
+
+    def epoch(
+        self,
+        objective: Callable,
+        features: Any,
+        pairs: PairSet,
+        planned: _Round,
+        config: TrainConfig,
+        rng: np.random.Generator,
+        progress: bool,
+        batch_random: int = 0,
+    ) -> float:
+        """One round as ``planned`` (``plan``): batches of positives, each with its K negatives (``batch_random``
+        random ones drawn from the batch first; with ``in_batch_negatives``, all the batch's other replies too) and
+        its graded replies; the mean loss."""
+        negs, partial, order = planned.negs, planned.partial, planned.order
+        k, kp = negs.shape[1] + batch_random, partial.shape[1]
         losses = []
         self.set_training(True)
         starts = range(0, len(order), self.batch_size)
@@ -479,11 +528,15 @@ def train_head(
     Each round draws ``negatives`` (default ``NegativeSpec()``) for every training positive. Fixed
     ``train_negatives`` (n_train, K) response indices replace those draws in every round (the paper's
     protocol; lets several methods share one draw); ``val_negatives`` likewise fixes the validation negatives.
-    ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one; it is
-    validated first, as round 0, so that the result is never worse on validation than the start. ``origin`` is the
+    ``head`` continues training a head (e.g. one warmed up on the frozen encoder) instead of a fresh one, in place
+    (the result's head is that object: ``fit_scorer`` trains a copy of its ``start_head``); it is validated first, as
+    round 0, so that the result is never worse on validation than the start. ``origin`` is the
     head the checkpoints' fingerprint names as the start: ``head`` itself by default; where ``head`` comes from a
     warm-up that a resumed run skips (``fit_scorer``: the checkpoint holds its result), the head the warm-up started
     from (None: a fresh one), so that a resumed run needs no warm-up to be recognised.
+
+    With ``config.checkpoint_dir`` holding a checkpoint of this run, the run resumes after its last round: the
+    result's ``seconds`` (and the history's) go on from the checkpoint's, and ``resumed_from_round`` names that round.
 
     A round that diverges (validation scores that are not numbers) is recorded with ``val_auc`` and ``val_loss``
     None and ends the run with a warning: the result is the best round before it. With no finite round before it
@@ -516,6 +569,7 @@ def train_head(
             head if origin is _HEAD else origin,
         )
         first = run.resume(config.checkpoint_dir, fingerprint, rng, config) or 1
+        start -= run.carried_seconds  # a resumed run's clock goes on from its checkpoint's
     if head is None and head_config.residual != "none" and first == 1:  # a resumed head is the checkpoint's
         _fit_prior(run.head, train_features, train_pairs, config.seed)
     if head is not None and first == 1:  # the head it continues (e.g. warmed up on the frozen encoder) is round 0:
@@ -533,17 +587,29 @@ def train_head(
             }
         )
         run.best = (start_auc if config.select_by == "auc" else -start_loss, 0, run.snapshot())
-    rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
-    bar = tqdm(
-        rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
-    )
-    for epoch in bar:
+
+    def plan() -> _Round:
+        """The next round's draws, its texts embedded."""
         if train_negatives is not None:
             negs = train_negatives
         else:
             negs = sample_negatives(train_pairs, drawn, rng) if drawn.k else np.zeros((len(train_pairs), 0), np.int64)
         partial = partial_replies(train_pairs, config.graded_in_dialogue, rng) if config.graded_in_dialogue else None
-        loss = run.epoch(objective, train_features, train_pairs, negs, config, rng, progress, batch_random, partial)
+        return run.plan(train_features, train_pairs, negs, config, rng, batch_random, partial)
+
+    rounds, done = range(first, config.epochs + 1), min(first, config.epochs + 1) - 1
+    # the first round's draws and embeddings (with a frozen encoder nearly all the run's embedding, the same calls
+    # in the same order) before the round bar starts its clock: its ETA then times rounds, not that embedding
+    if len(rounds):
+        planned = plan()
+        _prepare_validation(val_features, val_pairs, val_negs)
+    bar = tqdm(
+        rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
+    )
+    for epoch in bar:
+        if epoch > first:  # the first round's was planned above
+            planned = plan()
+        loss = run.epoch(objective, train_features, train_pairs, planned, config, rng, progress, batch_random)
         validated = _validate(run.head, val_features, val_pairs, val_negs, objective)
         auc, val_loss = validated if validated is not None else (None, None)
         run.history.append(
@@ -576,4 +642,5 @@ def train_head(
             break
     run.restore_best()
     best_auc = next((h["val_auc"] for h in run.history if h["epoch"] == run.best[1]), run.best[0])
-    return TrainResult(run.head, run.best[1], best_auc, run.history, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return TrainResult(run.head, run.best[1], best_auc, run.history, seconds, resumed_from_round=run.resumed_from)
