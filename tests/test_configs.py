@@ -48,8 +48,10 @@ def _package_dataclasses() -> list[type]:
     ],
 )
 def test_each_concept_is_declared_in_one_dataclass(concept, fields):
-    """A newcomer changes a default (e.g. the number of random negatives) in exactly one place."""
-    declaring = [cls for cls in _package_dataclasses() if fields & set(cls.__dataclass_fields__)]
+    """A newcomer changes a default (e.g. the number of random negatives) in exactly one place. Fields a class
+    declares itself: a subclass of TRL's SFTConfig inherits TRL's own ``max_length`` (sequence length), another
+    concept of the same name."""
+    declaring = [cls for cls in _package_dataclasses() if fields & set(inspect.get_annotations(cls))]
     assert declaring == [concept], [f"{c.__module__}.{c.__qualname__}" for c in declaring]
 
 

@@ -41,11 +41,20 @@ class RerankArguments:
         default=None, metadata={"help": "where to write the ranked rows (.jsonl/.json); without it, print them"}
     )
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
-    context_column: str = "context"
-    candidates_column: str = "candidates"
+    context_column: str = field(
+        default="context",
+        metadata={"help": "--input's context column: text (turns one per line, oldest first) or chat messages"},
+    )
+    candidates_column: str = field(
+        default="candidates",
+        metadata={"help": "--input's column of candidate replies (a list); a row without them is sampled with --model"},
+    )
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
     n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
-    system_prompt: str | None = None
+    system_prompt: str | None = field(
+        default=None,
+        metadata={"help": "system message of --model's prompts (not added to a context given as chat messages)"},
+    )
 
     def __post_init__(self) -> None:
         if self.n < 1:  # checked when read: sampling would refuse it only after the chat model had loaded

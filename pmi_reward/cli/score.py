@@ -40,9 +40,11 @@ class ScoreArguments:
         },
     )
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
-    context_column: str = "context"
-    response_column: str = "response"
-    score_column: str = "pmi"
+    context_column: str = field(default="context", metadata={"help": "--input's context column"})
+    response_column: str = field(default="response", metadata={"help": "--input's response column"})
+    score_column: str = field(
+        default="pmi", metadata={"help": "the column added for the scores (one --input has already is refused)"}
+    )
     context_turns: int | None = field(
         default=None,
         metadata={
@@ -51,7 +53,7 @@ class ScoreArguments:
         },
     )
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
         if self.context_turns is not None and self.context_turns < 0:

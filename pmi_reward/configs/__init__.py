@@ -11,6 +11,7 @@ the recipes' own next to their recipe.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import tempfile
@@ -235,6 +236,45 @@ def _yaml_values(types: Sequence[Any], values: dict, source: str = "--config") -
     return out
 
 
+def _describe_negations(parser: argparse.ArgumentParser) -> None:
+    """Give each ``--no_X`` flag that transformers' parser generates for a boolean option ``X`` whose default is true
+    a help line of its own: the parser copies ``X``'s help, so ``--no_normalize`` read "L2-normalize embeddings", the
+    opposite of what it does. The flag is marked with the option it turns off (``negates``), for ``_HelpFormatter``
+    to say whether that option is on. An option whose own name begins with ``no_`` (``--no_cache``) is left alone."""
+    options = {option: action for action in parser._actions for option in action.option_strings}
+    for action in parser._actions:
+        name = action.dest
+        positive = options.get(f"--{name}")
+        if isinstance(action, argparse._StoreFalseAction) and f"--no_{name}" in action.option_strings and positive:
+            action.help = f"turn off --{name} (the same as --{name} false)"
+            action.negates = positive  # type: ignore[attr-defined]
+
+
+def _is_on(value: Any) -> bool:
+    """Whether a boolean option's default is true; a ``--config`` value may be the text a flag takes (``"yes"``)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "true", "t", "y", "1")
+    return bool(value)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's help with each option's default appended, except where that default misleads:
+
+    - after a help that already says what the option does when unset ("mean | last (default: by model type)"), a
+      "(default: None)" read as a second, contradicting default;
+    - after a generated ``--no_X``, "(default: False)" is the flag's own default, not X's: it says instead whether X
+      is on, by default or as a ``--config`` set it (argparse shows a config's values as the defaults)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        positive = getattr(action, "negates", None)
+        if positive is not None:
+            state = "on by default" if _is_on(positive.default) else "off here (a --config turned it off)"
+            return f"{action.help}; {state}"
+        if action.default is None and "default" in (action.help or "").lower():
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
 def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
     """Instances of ``types`` from ``--config`` YAML (paths or shipped names; several merge in order) and flags,
     flags winning. Options are read from these alone: not from a ``<program>.args`` file (transformers' parser reads
@@ -242,6 +282,10 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
     from trl import TrlParser
 
     class Parser(TrlParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _describe_negations(self)
+
         def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
             return super().set_defaults_with_config(**_yaml_values(types, kwargs))
 
@@ -254,5 +298,5 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
     )
     with ExitStack() as stack:
         args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack, types)
-        parser = Parser(tuple(types), prog=prog, epilog=epilog, allow_abbrev=False)
+        parser = Parser(tuple(types), prog=prog, epilog=epilog, allow_abbrev=False, formatter_class=_HelpFormatter)
         return tuple(parser.parse_args_and_config(args))

@@ -33,8 +33,10 @@ class EvaluateArguments:
 
     scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
     input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON pair file"})
-    context_column: str = "context"
-    response_column: str = "response"
+    context_column: str = field(
+        default="context", metadata={"help": "--input's context column (turns one per line, oldest first)"}
+    )
+    response_column: str = field(default="response", metadata={"help": "--input's response column"})
     key_column: str = field(
         default="dialog_key",
         metadata={
@@ -52,10 +54,10 @@ class EvaluateArguments:
             "context_turns), as PMIReward reads them; 0 scores every line (how evaluate read them before 2026-11-28)"
         },
     )
-    n_boot: int = 1000
-    seed: int = 0
-    no_cache: bool = False
-    progress: bool = True
+    n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for each 95%% confidence interval"})
+    seed: int = field(default=0, metadata={"help": "seed for the negatives' draw and the bootstrap"})
+    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
     output: str | None = field(default=None, metadata={"help": "also write the report to this .json file"})
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})
 

@@ -57,7 +57,13 @@ class DemoArguments:
     judge_config: str = field(default="scorer/smollm2", metadata={"help": "the SmolLM2 judge's config"})
     grpo_config: str = field(default="demo/grpo", metadata={"help": "the GRPO run's config (path or shipped)"})
     eval_config: str = field(default="demo/evaluate", metadata={"help": "the evaluation's config (path or shipped)"})
-    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default: ~/.cache/pmi_reward)"})
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings "
+            "where $PMI_REWARD_CACHE is unset)"
+        },
+    )
 
 
 def _stage(title: str) -> tuple[float, float]:

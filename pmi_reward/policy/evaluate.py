@@ -70,10 +70,14 @@ class EvalPromptArguments(PromptArguments):
     """Evaluation contexts: by default the held-out chitchat dialogues (3700+), used by no scorer and no training
     run; the tuning contexts are 3400-3699 (``pmi_reward.policy.protocol``)."""
 
-    first_dialogue: int = 3700
-    max_dialogues: int | None = None
-    max_prompts: int | None = 100
-    prompt_seed: int = 1
+    first_dialogue: int = field(
+        default=3700, metadata={"help": "skip the dialogues before this index (3700+: the held-out range)"}
+    )
+    max_dialogues: int | None = field(
+        default=None, metadata={"help": "use at most N dialogues from first_dialogue (unset or 0: all)"}
+    )
+    max_prompts: int | None = field(default=100, metadata={"help": "keep at most N prompts (0: all)"})
+    prompt_seed: int = field(default=1, metadata={"help": "seed for picking positions in dialogues"})
 
 
 @dataclass
@@ -112,7 +116,10 @@ class EvalArguments:
     kl: bool = field(default=True, metadata={"help": "measure each tuned policy's KL to the base on its replies"})
     sample_contexts: int = field(default=30, metadata={"help": "contexts shown side by side in samples.md"})
     log_file: str | None = field(default=None, metadata={"help": "append one JSON line per policy (a trials log)"})
-    output_dir: str = "outputs/eval"
+    output_dir: str = field(
+        default="outputs/eval",
+        metadata={"help": "where results.md, results.json, samples.jsonl, samples.md and pmi_hist.png are written"},
+    )
 
     def __post_init__(self) -> None:
         """Refuse counts that sampling would only reject after every policy had loaded (best-of-n: sampled); a list

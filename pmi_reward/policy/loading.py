@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..scoring.encoder import default_device
-from ..scoring.models import load_causal_lm, load_tokenizer, native_bf16, shipped_name
+from ..scoring.models import check_not_scorer, load_causal_lm, load_tokenizer, native_bf16, shipped_name
 
 __all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
 
@@ -45,7 +45,8 @@ def load_policy(
     local folder is named by its absolute path (a relative one, recorded by an adapter, was read against another
     working directory); a shipped or Hub name keeps the name transformers loads it by (TRL builds reference models
     from it). An adapter whose
-    recorded base is another machine's converted copy of a shipped model loads on this machine's.
+    recorded base is another machine's converted copy of a shipped model loads on this machine's. A pmi-reward
+    scorer folder is refused as one (``check_not_scorer``), before the tokenizer check it would fail.
     """
     name_or_path = name_or_path or DEFAULT_POLICY
     dtype = "float32" if dtype in (None, "auto") else dtype
@@ -62,6 +63,8 @@ def load_policy(
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
+        if shipped_name(name_or_path) is None:  # a scorer lacks a tokenizer: say what it is, not what it lacks
+            check_not_scorer(name_or_path, "a chat model (a policy)", encoder_hint=False)
         if path.is_dir() and shipped_name(name_or_path) is None and not (path / "config.json").is_file():
             checkpoints = sorted(p.name for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
             hint = f"; its checkpoints: {', '.join(checkpoints)} (pass one of them)" if checkpoints else ""

@@ -59,33 +59,48 @@ from .trainers import (
 class PPOConfig:
     """Rollout, loss and optimisation settings (names follow the usual RLHF PPO recipe)."""
 
-    output_dir: str = "outputs/policies/ppo"
-    steps: int = 20  # rollout + update iterations
-    rollout_batch_size: int = 16  # rollouts per step and process
-    mini_batch_size: int = 8
-    ppo_epochs: int = 2
-    learning_rate: float = 1e-4
+    output_dir: str = field(
+        default="outputs/policies/ppo",
+        metadata={"help": "where the policy (LoRA adapter or full weights), its value head, log and summary go"},
+    )
+    steps: int = field(default=20, metadata={"help": "rollout + update iterations"})
+    rollout_batch_size: int = field(default=16, metadata={"help": "replies sampled per step and process"})
+    mini_batch_size: int = field(default=8, metadata={"help": "replies per gradient step of an update"})
+    ppo_epochs: int = field(default=2, metadata={"help": "passes over each step's rollouts"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(
         default=0.01,
         metadata={"help": "AdamW's weight decay (torch's default, which every PPO run here used; TRL's trainers: 0.0)"},
     )
-    max_grad_norm: float = 1.0
-    kl_coef: float = 0.05
-    gamma: float = 1.0
-    lam: float = 0.95
-    clip_range: float = 0.2
-    clip_range_value: float = 0.2
-    vf_coef: float = 0.1
-    whiten_advantages: bool = True
-    max_new_tokens: int = 32
-    temperature: float = 0.8  # the policy is the tempered softmax; log-probs use the same temperature
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient norm clipped to this"})
+    kl_coef: float = field(
+        default=0.05, metadata={"help": "per-token penalty on the KL to the reference, subtracted from the reward"}
+    )
+    gamma: float = field(default=1.0, metadata={"help": "discount of future rewards (GAE)"})
+    lam: float = field(default=0.95, metadata={"help": "GAE's lambda: bias vs. variance of the advantages"})
+    clip_range: float = field(default=0.2, metadata={"help": "the policy ratio is clipped to [1 - this, 1 + this]"})
+    clip_range_value: float = field(
+        default=0.2, metadata={"help": "a value prediction moves at most this far from the rollout's"}
+    )
+    vf_coef: float = field(default=0.1, metadata={"help": "weight of the value loss beside the policy loss"})
+    whiten_advantages: bool = field(
+        default=True,
+        metadata={"help": "normalise the advantages to zero mean and unit variance (pooled over processes)"},
+    )
+    max_new_tokens: int = field(default=32, metadata={"help": "longest reply sampled, in tokens"})
+    temperature: float = field(
+        default=0.8,
+        metadata={"help": "sampling temperature; the policy is the tempered softmax and its log-probs use it too"},
+    )
     mask_truncated_completions: bool = field(
         default=False, metadata={"help": "leave replies cut at max_new_tokens out of the losses (as TRL's option)"}
     )
     reward_weights: list[float] | None = field(
         default=None, metadata={"help": "weights of the reward functions (PMI, extras, penalty); default all 1"}
     )
-    seed: int = 0
+    seed: int = field(
+        default=0, metadata={"help": "seed of the prompt order and the sampling (each process adds its rank)"}
+    )
     use_cpu: bool = field(default=True, metadata={"help": "run on CPU even when a GPU is visible"})
 
     def __post_init__(self) -> None:

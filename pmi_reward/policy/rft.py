@@ -52,11 +52,14 @@ from .trainers import (
     lora_config,
     policy_from,
     run_provenance,
+    settle_bf16,
     write_summary,
 )
 
 __all__ = [
     "RFTConfig",
+    "RFTSFTConfig",
+    "RFTDPOConfig",
     "ARGUMENTS",
     "DPO_ARGUMENTS",
     "select_best",
@@ -86,8 +89,13 @@ class RFTConfig:
         },
     )
     rollout_max_new_tokens: int = field(default=64, metadata={"help": "token limit of the sampled replies"})
-    rollout_temperature: float = 1.0
-    rollout_top_p: float = 1.0
+    rollout_temperature: float = field(
+        default=1.0, metadata={"help": "sampling temperature of the rollouts (0: greedy)"}
+    )
+    rollout_top_p: float = field(
+        default=1.0,
+        metadata={"help": "nucleus sampling of the rollouts: the smallest top set of this mass (0: greedy)"},
+    )
     rollout_batch_size: int = field(default=32, metadata={"help": "sequences per generate call"})
     reward_weights: list[float] | None = field(
         default=None, metadata={"help": "weights of the reward functions (PMI, extras, penalty); default all 1"}
@@ -119,8 +127,28 @@ class RFTConfig:
             raise ValueError(f"rollout_top_p must be in [0, 1] (0: greedy), got {self.rollout_top_p}")
 
 
-ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, SFTConfig, ModelConfig)
-DPO_ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, DPOConfig, ModelConfig)
+class RFTSFTConfig(SFTConfig):
+    """TRL's ``SFTConfig`` as ``pmi-reward rft`` reads it: an unset ``bf16`` settled for a CPU-only machine
+    (``settle_bf16``) before TRL turns it on and transformers refuses it there (pointing to ``--use_cpu``: bf16
+    autocast, emulated and slow), as ``grpo``/``rloo``'s configs do. It declares no field: the sampler's
+    ``rollout_top_p`` is ``RFTConfig``'s, checked there. Module-level, so that the trainer's checkpoints can pickle it
+    (``training_args.bin``)."""
+
+    def __post_init__(self) -> None:
+        settle_bf16(self)
+        super().__post_init__()
+
+
+class RFTDPOConfig(DPOConfig):
+    """TRL's ``DPOConfig`` as ``pmi-reward dpo`` reads it, its unset ``bf16`` settled as ``RFTSFTConfig``'s."""
+
+    def __post_init__(self) -> None:
+        settle_bf16(self)
+        super().__post_init__()
+
+
+ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, RFTSFTConfig, ModelConfig)
+DPO_ARGUMENTS = (ScriptArguments, RewardOptions, RFTConfig, RFTDPOConfig, ModelConfig)
 
 
 def _candidates(replies: Replies, scores: np.ndarray, i: int, drop_truncated: bool) -> np.ndarray:

@@ -7,7 +7,7 @@ under fixed sampling settings"; this is that, once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -78,13 +78,22 @@ def plain_sampling(model: Any) -> dict[str, Any]:
 class SamplingSettings:
     """How replies are sampled (the same settings for every policy that is compared)."""
 
-    max_new_tokens: int = 48
-    temperature: float = 0.8
-    top_p: float = 0.95
-    # sequences per generate call; one seed per call, so a prompt's samples depend on it and on the prompts beside
-    # it (reproducible with the same settings and prompts, not across batch sizes)
-    batch_size: int = 32
-    seed: int = 0
+    max_new_tokens: int = field(default=48, metadata={"help": "longest reply sampled, in tokens"})
+    temperature: float = field(default=0.8, metadata={"help": "sampling temperature (0: greedy)"})
+    top_p: float = field(
+        default=0.95,
+        metadata={"help": "nucleus sampling: draw from the likeliest tokens of this much mass (0: greedy)"},
+    )
+    batch_size: int = field(
+        default=32,
+        metadata={
+            "help": "sequences per generate call; one seed per call, so a prompt's samples depend on it and on the "
+            "prompts beside it (reproducible with the same settings and prompts, not across batch sizes)"
+        },
+    )
+    seed: int = field(
+        default=0, metadata={"help": "sampling seed: each generate call is seeded from it and the call's position"}
+    )
 
     def __post_init__(self) -> None:
         """Refuse settings that generate cannot use when they are read, not after the models have loaded."""

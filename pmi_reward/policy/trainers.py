@@ -39,6 +39,7 @@ from ..rewards.length import fit_length_baseline
 from ..rewards.options import RewardOptions
 from ..rewards.reward import PMIReward
 from ..rewards.truncation import TruncationPenalty
+from ..scoring.scorer import DEFAULT_SCORER
 from .loading import check_bf16, load_policy
 from .prompts import PromptArguments, build_prompts, fit_prompt_column
 from .sampling import stop_ids
@@ -52,6 +53,7 @@ __all__ = [
     "check_reward_weights",
     "check_top_p",
     "settle_trl_config",
+    "settle_bf16",
     "main_process_first",
     "RewardTimer",
     "cpu_seconds",
@@ -65,7 +67,13 @@ __all__ = [
 class ScriptArguments(PromptArguments):
     """Prompts (dialogue contexts), the reward's scorer and extra reward functions, and where LoRA goes."""
 
-    scorer: str = field(default="outputs/scorers/reward-minilm-s0", metadata={"help": "reward scorer directory"})
+    scorer: str = field(
+        default=DEFAULT_SCORER,
+        metadata={
+            "help": "the reward's scorer: a directory written by `pmi-reward train`, or a Hub repo id org/name "
+            "(default: `make scorer`'s, as score/rerank/serve; the recipes' configs name theirs)"
+        },
+    )
     extra_reward_funcs: list[str] = field(
         default_factory=list, metadata={"help": "more reward callables as module:function"}
     )
@@ -282,10 +290,18 @@ def check_top_p(config: Any) -> None:
 
 def settle_trl_config(config: Any) -> None:
     """Called by ``pmi-reward grpo``/``rloo``'s config classes as they are read, before TRL's own checks: ``top_p``
-    checked (``check_top_p``), and ``bf16`` left unset turned off where no GPU computes bfloat16 and ``--use_cpu`` is
-    not given: training runs in float32 on the CPU, as README advises there (TRL turns an unset bf16 on, which
-    transformers then refused on a CPU-only machine); ``--bf16 true`` there is refused naming the flags to pass."""
+    checked (``check_top_p``) and ``bf16`` settled (``settle_bf16``)."""
     check_top_p(config)
+    settle_bf16(config)
+
+
+def settle_bf16(config: Any) -> None:
+    """Called by every TRL-based command's config class as it is read (``grpo``/``rloo`` through
+    ``settle_trl_config``; ``rft``'s SFT and ``dpo``'s DPO configs), before TRL's and transformers' checks: ``bf16``
+    left unset turned off where no GPU computes bfloat16 and ``--use_cpu`` is not given: training runs in float32 on
+    the CPU, as README advises there (TRL turns an unset bf16 on, which transformers then refused on a CPU-only
+    machine, pointing to ``--use_cpu``: bf16 autocast, emulated and slow on most CPUs); ``--bf16 true`` there is
+    refused naming the flags to pass."""
     if config.use_cpu or is_torch_bf16_gpu_available() or is_torch_xla_available():
         return
     if config.bf16 is None:

@@ -8,7 +8,11 @@ texts shorter, started with a smaller ``--max_chars``, is refused at the first c
 a coroutine: TRL detects it and gathers it with the other async reward functions. Each try must be answered within
 ``timeout`` seconds; requests retry on connection errors, timeouts, 429 and 5xx answers (waiting as long as a
 ``Retry-After`` header asks, up to 30 s); if the server stays unreachable, the call returns None (unscorable) for
-every sample and logs a warning, or raises with ``on_failure="raise"``. A pair the server refuses alone as too large
+every sample and logs a warning, or raises with ``on_failure="raise"``. An API key the server refuses (401/403) before
+any request of the reward has been answered raises ``RemoteKeyError`` whatever ``on_failure`` says: a key missing or
+mistyped from the start is a setting to mend, and each of its calls would give every sample None (zero advantage) for
+the whole run; once a request has been answered, a refusal (a key rotated mid-run) is a failure like the others, so
+that a long run is not stopped by it. A pair the server refuses alone as too large
 (413) is unscorable by itself (``empty_score``, as a pair the in-process scorer fails on). Requests go straight to
 the server, never through ``$http_proxy`` / ``$https_proxy``, and redirects are not followed, so the API key is not
 handed to a proxy or another host (OpenRLHF >= 0.9.1's aiohttp client ignores the proxies too; 0.9.0's ``requests``
@@ -45,6 +49,7 @@ from .path import RewardPath, Rewards
 __all__ = [
     "RemotePMIReward",
     "RemoteRewardError",
+    "RemoteKeyError",
     "request_json",
     "run_sync",
     "api_key_from_env",
@@ -144,6 +149,16 @@ class RemoteRewardError(RuntimeError):
     def retryable(self) -> bool:
         """Worth another try: no answer (connection error, timeout), 429 or a 5xx; not another 4xx."""
         return self.status is None or self.status == 429 or self.status >= 500
+
+
+class RemoteKeyError(RemoteRewardError):
+    """The server refused this client's API key (HTTP 401 or 403) before any of its requests had been answered: a key
+    missing or mistyped from the start, raised whatever ``on_failure`` says. The message names where the key comes
+    from (``api_key`` or ``$PMI_REWARD_API_KEY``), never the key."""
+
+
+# the statuses of a refused key: 401 (none or a wrong one sent, as ``pmi-reward serve`` answers) and 403 (a gateway)
+KEY_REFUSED = (401, 403)
 
 
 def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, api_key: str | None = None) -> dict:
@@ -246,7 +261,12 @@ def run_sync(coroutine: Any) -> Any:
 
 
 class RemotePMIReward(RewardPath):
-    """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP."""
+    """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP.
+
+    A failed call returns None for every sample with a warning (``on_failure="none"``) or raises
+    (``on_failure="raise"``); an API key refused (401/403) before any request of this reward has been answered raises
+    ``RemoteKeyError`` either way (a missing or mistyped key would otherwise zero every advantage of the run), while
+    one refused after an answer (a key rotated mid-run) is an ordinary failure, so that a long run rides it out."""
 
     def __init__(
         self,
@@ -271,7 +291,10 @@ class RemotePMIReward(RewardPath):
             self.url = self.url.removesuffix(suffix)
         self.timeout, self.retries, self.backoff, self.on_failure = timeout, retries, backoff, on_failure
         self.api_key = api_key_from_env(api_key)
+        # where the key comes from, for the message of a refused one (never the key itself)
+        self._key_source = "api_key" if api_key else f"${API_KEY_ENV}"
         self._server_checked = False
+        self._answered = False  # whether any request of this reward has been answered (2xx): its key works
         parts = urllib.parse.urlsplit(self.url)
         if self.api_key and parts.scheme.lower() == "http" and not is_loopback(parts.hostname or ""):
             logger.warning(
@@ -291,7 +314,9 @@ class RemotePMIReward(RewardPath):
                 try:
                     async with _request_slots():  # the wait for a slot is not the try's time
                         thread = _in_daemon_thread(request_json, url, payload, self.timeout, self.api_key)
-                        return await asyncio.wait_for(thread, self.timeout)
+                        answer = await asyncio.wait_for(thread, self.timeout)
+                    self._answered = True
+                    return answer
                 except asyncio.TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
                     raise RemoteRewardError(f"{url}: no complete answer within {self.timeout} s") from None
             except RemoteRewardError as err:
@@ -384,6 +409,8 @@ class RemotePMIReward(RewardPath):
         prompts, completions = self.samples(prompts, completions)  # a length mismatch raises before any request
         try:
             result = await self.run_remote(prompts, completions, log_metric)
+        except RemoteKeyError:  # a key refused before any answer: a setting to mend, whatever on_failure says
+            raise
         except RemoteRewardError as err:
             if self.on_failure == "raise":
                 raise
@@ -401,9 +428,29 @@ class RemotePMIReward(RewardPath):
         """The whole path against the server: rewards, raw PMI and the texts they were computed from (the verl
         adapter reads its ``pmi_no_context`` flags there rather than building the texts again). ``max_context_turns``
         is learnt from the server before the texts are built, so that they are read with the setting the server
-        scores with (``_check_server``). A failure raises (``RemoteRewardError``), whatever ``on_failure`` says."""
-        await self._check_server()
-        return await self.run_async(prompts, completions, self._scores, log_metric)
+        scores with (``_check_server``). A failure raises (``RemoteRewardError``; ``RemoteKeyError`` for a key refused
+        before any request of this reward was answered), whatever ``on_failure`` says."""
+        try:
+            await self._check_server()
+            return await self.run_async(prompts, completions, self._scores, log_metric)
+        except RemoteKeyError:
+            raise
+        except RemoteRewardError as err:
+            if err.status in KEY_REFUSED and not self._answered:
+                raise self._key_refused(err) from None
+            raise
+
+    def _key_refused(self, err: RemoteRewardError) -> RemoteKeyError:
+        """The error for a key refused from the start, naming where the key comes from and never the key."""
+        if self.api_key is None:
+            sent = f"no API key was sent (neither api_key= nor ${API_KEY_ENV} is set)"
+        else:
+            sent = f"the API key from {self._key_source} was refused (the key is not shown)"
+        return RemoteKeyError(
+            f"{err}: {sent}, before any request of this reward had been answered; give the key the server was "
+            f"started with as api_key= or in ${API_KEY_ENV}",
+            err.status,
+        )
 
     def score_sync(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float | None]:
         """The rewards from synchronous code (scripts; the verl adapter runs ``run_remote``, for the texts too)."""

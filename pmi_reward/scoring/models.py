@@ -10,9 +10,11 @@ path).
 
 from __future__ import annotations
 
+import difflib
 import fcntl
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -31,6 +33,8 @@ __all__ = [
     "SHIPPED",
     "cache_root",
     "resolve_model",
+    "is_scorer_dir",
+    "check_not_scorer",
     "is_decoder",
     "load_tokenizer",
     "load_backbone",
@@ -206,16 +210,70 @@ def missing_local(name: str) -> bool:
     return not Path(name).exists() and not hub_id_form(name)
 
 
+# a pmi-reward scorer folder's ``config.json`` "format" (``scoring.scorer.FORMAT``, which imports this module)
+SCORER_FORMAT = "pmi-reward-scorer"
+
+
+def is_scorer_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a folder written by ``pmi-reward train`` (its ``config.json`` says ``"format":
+    "pmi-reward-scorer"``): a scorer, not a transformers model (it has no tokenizer, and no ``model_type``)."""
+    config = Path(path) / "config.json"
+    try:
+        return config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("format") == SCORER_FORMAT
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not a JSON object: not ours
+        return False
+
+
+def check_not_scorer(name: str, wanted: str = "a transformers model", encoder_hint: bool = True) -> None:
+    """Refuse a scorer folder given where ``wanted`` (a chat policy, an encoder) is expected: transformers' own
+    errors on it ("no tokenizer", "install sentencepiece or tiktoken") name neither the mistake nor the fix. With
+    ``encoder_hint`` the message names the scorer's encoder, for a user who meant to build on it."""
+    if not is_scorer_dir(name):
+        return
+    hint = ""
+    if encoder_hint:
+        try:
+            encoder = json.loads((Path(name) / "config.json").read_text(encoding="utf-8"))["encoder"]["model"]
+        except (OSError, ValueError, KeyError, TypeError):
+            encoder = None
+        if isinstance(encoder, str) and encoder.startswith("./"):  # a fine-tuned encoder saved inside the scorer
+            encoder = str(Path(name) / encoder)
+        hint = f"; to build on its encoder, give --model {encoder}" if isinstance(encoder, str) else ""
+    raise FileNotFoundError(
+        f"{name}: a pmi-reward scorer (written by `pmi-reward train`), not {wanted}: pass it as --scorer (or as a "
+        f"judge, --judges NAME={name}){hint}"
+    )
+
+
+def close_shipped_name(name: str) -> str | None:
+    """The shipped model ``name`` looks like a misspelling of (``minlm``, ``smolm2``, ``smollm2-135``), by its
+    canonical name; None when it is one, or is close to none."""
+    key = name.strip().lower()
+    if shipped_name(key) is not None:
+        return None
+    match = difflib.get_close_matches(key, [*SHIPPED, *_ALIASES], n=1, cutoff=0.75)
+    return shipped_name(match[0]) if match else None
+
+
 def resolve_model(name: str) -> str:
     """A path or hub id transformers can load for ``name``; converts or unpacks shipped weights on first use. A name
     that is no folder here and cannot be a Hub id (``./my-model``, ``runs/a/b``: a mistyped path) is refused by
-    name, not handed to the Hub."""
+    name, not handed to the Hub; so is a bare name close to a shipped one (``minlm``: transformers read it as a Hub
+    id and, offline, said only that it could not connect, after a minute of retries without ``HF_HUB_OFFLINE``),
+    and a pmi-reward scorer folder (``check_not_scorer``)."""
     key = shipped_name(name)
     if key is None:
         if missing_local(name):
             raise FileNotFoundError(
                 f"{name}: no such model folder, and not a Hub id (org/name) or a shipped model ({', '.join(SHIPPED)})"
             )
+        close = close_shipped_name(name) if "/" not in name and not Path(name).exists() else None
+        if close is not None:
+            raise FileNotFoundError(
+                f"{name}: not a shipped model (did you mean {close!r}?) nor a local folder (shipped: "
+                f"{', '.join(SHIPPED)}; a Hub model is named org/name)"
+            )
+        check_not_scorer(name)
         return name
     spec = SHIPPED[key]
     if spec.gguf_file is None and not spec.zip_parts:

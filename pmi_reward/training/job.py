@@ -58,9 +58,17 @@ class TrainData:
             "stay out of training: --test_fraction 0 trains on them)"
         },
     )
-    context_column: str = "context"
-    response_column: str = "response"
-    key_column: str = "dialog_key"
+    context_column: str = field(
+        default="context", metadata={"help": "the pair files' context column (turns one per line, oldest first)"}
+    )
+    response_column: str = field(default="response", metadata={"help": "the pair files' response column"})
+    key_column: str = field(
+        default="dialog_key",
+        metadata={
+            "help": "the pair files' dialogue id column (in-dialogue negatives are drawn within a dialogue); a file "
+            "without it reads each row as a dialogue of its own"
+        },
+    )
     skip_dialogues: int = field(
         default=0,
         metadata={
@@ -76,12 +84,27 @@ class TrainData:
         },
     )
     max_pairs_per_dialogue: int | None = field(default=None, metadata={"help": "sample at most N pairs per dialogue"})
-    val_fraction: float = 0.1
-    test_fraction: float = 0.1
-    split_seed: int = 0
-    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default: ~/.cache/pmi_reward)"})
+    val_fraction: float = field(
+        default=0.1, metadata={"help": "share of the --dialogues held out for model selection (split by dialogue)"}
+    )
+    test_fraction: float = field(
+        default=0.1, metadata={"help": "share of the --dialogues held out for the test AUC (split by dialogue)"}
+    )
+    split_seed: int = field(
+        default=0,
+        metadata={
+            "help": "seed for which dialogues land in each split, and which pairs --max_pairs_per_dialogue keeps"
+        },
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings "
+            "where $PMI_REWARD_CACHE is unset)"
+        },
+    )
     no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self) -> None:
         """Counts out of range are refused, not sliced with: a negative ``skip_dialogues`` or ``max_dialogues`` would
