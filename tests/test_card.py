@@ -47,7 +47,11 @@ def test_dialogues_and_pair_files_are_both_named():
         "Pair files: train_file `extra.jsonl` (added to the dialogues' training pairs), val_file `extra-val.jsonl` "
         "(replacing the dialogues' validation split)" in card
     )
-    assert "(900 training and 100 validation pairs in all, dialogues included)" in card
+    # the validation pairs are the val file's alone (it replaces the dialogues' split): not "in all"
+    assert "(900 training pairs, dialogues included; 100 validation pairs (the val file's))" in card
+    extra = {**data, "val_file": None}
+    card = model_card({"encoder": ENCODER, "head": {}}, {"data": extra, "train_pairs": 900, "val_pairs": 30})
+    assert "(900 training pairs, dialogues included; 30 validation pairs (the dialogues'))" in card
     files = model_card({"encoder": ENCODER, "head": {}}, {"data": {"train_file": "a.csv"}})
     assert "Pair files: train_file `a.csv`." in files and "Chit-Chat" not in files
 
@@ -57,4 +61,4 @@ def test_a_test_file_beside_dialogues_is_named_as_the_test_split():
     only the dialogues."""
     data = {"dialogues": "chitchat", "n_dialogues": [240, 30, 0], "max_context_turns": 3, "test_file": "mine.csv"}
     card = model_card({"encoder": ENCODER, "head": {}}, {"data": data, "train_pairs": 900, "val_pairs": 100})
-    assert "Pair files: test_file `mine.csv` (replacing the dialogues' test split) (900 training and 100" in card
+    assert "Pair files: test_file `mine.csv` (replacing the dialogues' test split) (900 training pairs; 100" in card

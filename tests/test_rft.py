@@ -261,6 +261,8 @@ def test_one_rft_round_on_a_tiny_policy(tmp_path, topic_dialogues, tiny_policy, 
     sft = _fit_args(str(tmp_path / "out"))
     summary = train_rft(cfg, script, sft, ModelConfig(), tiny_policy(), smol_tokenizer, rewards=[tiny_reward])
     assert summary["trainer"] == "RFT" and summary["steps"] == 2 and summary["device"] == "cpu"
+    # the model it started from (a name, a folder or None for a model built from a config), never the run's clock
+    assert summary["start_model"] is None or isinstance(summary["start_model"], str), summary["start_model"]
     log = [json.loads(x) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert [r["round"] for r in log] == [1, 2] and all(0 <= r["clipped_ratio"] <= 1 for r in log)
     assert all(r["words"] > 0 and r["kept_words"] > 0 for r in log if r["kept"])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -153,48 +155,108 @@ PAIR = (["I play the guitar."], ["Jazz relaxes me."])
 
 
 def _local_encoder_scorer(
-    tiny_encoder_factory, project: Path, monkeypatch
+    tiny_encoder_factory, project: Path, monkeypatch, folder: str = "models/enc"
 ) -> tuple[PMIScorer, TextEncoder, np.ndarray]:
-    """A scorer on the tiny encoder saved as the folder ``project/models/enc`` and named relatively, as `pmi-reward
-    train --model models/enc` run in ``project`` names it (the working directory is ``project`` after this), and
-    its score of one pair."""
+    """A scorer on the tiny encoder saved as the folder ``project/<folder>`` and named relatively, as `pmi-reward
+    train --model <folder>` run in ``project`` names it (the working directory is ``project`` after this), and its
+    score of one pair."""
     tiny = tiny_encoder_factory()
-    tiny.model.save_pretrained(project / "models" / "enc")
-    tiny.tokenizer.save_pretrained(project / "models" / "enc")
+    tiny.model.save_pretrained(project / folder)
+    tiny.tokenizer.save_pretrained(project / folder)
     monkeypatch.chdir(project)
-    encoder = TextEncoder(EncoderSpec(model="models/enc", pooling="mean", max_length=64), device="cpu")
+    encoder = TextEncoder(EncoderSpec(model=folder, pooling="mean", max_length=64), device="cpu")
     scorer = _scorer(encoder)
     return scorer, encoder, scorer.score(*PAIR)
 
 
-def test_a_local_encoder_folder_is_saved_by_its_absolute_path(tiny_encoder_factory, tmp_path, monkeypatch):
-    """A scorer on a local encoder folder named relatively (`pmi-reward train --model models/enc`) saved the path as
-    typed: loaded from any other folder (a service, a notebook) it was read as the Hub id "models/enc", an error about
-    huggingface.co, or another model's weights under this head. The folder is saved by its absolute path."""
-    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+@pytest.mark.parametrize(
+    ("folder", "scorer_dir"),
+    [("models/enc", "out/scorer"), ("out/scorer/base", "out/scorer"), ("myorg/enc", "out/scorer")],
+    ids=["beside", "inside", "hub-id-shaped-clone"],
+)
+def test_a_local_encoder_folder_is_saved_as_named_and_found_where_it_moved(
+    tiny_encoder_factory, tmp_path, monkeypatch, folder, scorer_dir
+):
+    """A scorer on a local encoder folder (`pmi-reward train --model models/enc`; one inside the scorer's folder; a
+    clone named like its Hub id, `hf download org/enc --local-dir org/enc`) keeps the name as given, so that a copy
+    of the project (a checkout, a tarball, a serving box) loads from its root as it always did, and the card and
+    ``/health`` name no path of this machine; it also records where the folder is, relative to the scorer and
+    absolute, so that it loads from any other working directory too (by its absolute path it loaded only where it
+    was trained)."""
+    project, moved, elsewhere = tmp_path / "project", tmp_path / "moved", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    scorer, encoder, expected = _local_encoder_scorer(tiny_encoder_factory, project, monkeypatch)
-    saved = scorer.save_pretrained(project / "out" / "scorer")
+    scorer, encoder, expected = _local_encoder_scorer(tiny_encoder_factory, project, monkeypatch, folder)
+    saved = scorer.save_pretrained(scorer_dir)
     config = json.loads((saved / "config.json").read_text())
-    assert config["encoder"]["model"] == str((project / "models" / "enc").resolve())
-    # the encoder the run holds (named relatively) may still be shared with the saved scorer: the same model
-    assert PMIScorer.from_pretrained(saved, encoder=encoder).encoder is encoder
+    assert config["encoder"]["model"] == folder
+    absolute = (project / folder).resolve()
+    assert config["encoder_folder"] == {
+        "from_scorer": os.path.relpath(absolute, (project / scorer_dir).resolve()),
+        "absolute": str(absolute),
+    }
+    assert str(tmp_path) not in (saved / "README.md").read_text() + (saved / "metadata.json").read_text()
+    assert PMIScorer.from_pretrained(saved, encoder=encoder).encoder is encoder  # the run's encoder is shared
+    project.rename(moved)  # the whole project moves; the original folder is gone
+    monkeypatch.chdir(moved)
+    loaded = PMIScorer.from_pretrained(scorer_dir)
+    assert loaded.encoder.spec.model == folder  # as named: what /health shows, and a further tuning's base_encoder
+    np.testing.assert_array_equal(loaded.score(*PAIR), expected)
+    monkeypatch.chdir(elsewhere)  # the name means nothing here: found by its path from the scorer
+    np.testing.assert_array_equal(PMIScorer.from_pretrained(moved / scorer_dir).score(*PAIR), expected)
+
+
+def test_a_scorer_copied_without_its_encoder_finds_it_by_its_absolute_path_or_names_the_places_tried(
+    tiny_encoder_factory, tmp_path, monkeypatch
+):
+    """A scorer folder copied alone (to a service's folder) finds its encoder by the absolute path it recorded; once
+    that is gone too, the error names the scorer's config.json and each place it looked (a bare FileNotFoundError
+    about an absolute path named neither the scorer nor config.json)."""
+    project, copy, elsewhere = tmp_path / "project", tmp_path / "service" / "scorer", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    scorer, _, expected = _local_encoder_scorer(tiny_encoder_factory, project, monkeypatch)
+    shutil.copytree(scorer.save_pretrained("out/scorer"), copy)
     monkeypatch.chdir(elsewhere)
-    np.testing.assert_array_equal(PMIScorer.from_pretrained(saved).score(*PAIR), expected)
+    np.testing.assert_array_equal(PMIScorer.from_pretrained(copy).score(*PAIR), expected)
+    project.rename(tmp_path / "gone")
+    message = (
+        f"{copy / 'config.json'}: its encoder.model 'models/enc' did not load: no folder at models/enc (from the "
+        f"working directory {elsewhere}); {copy}/../../models/enc (its from_scorer path); {project / 'models' / 'enc'} "
+        "(its absolute path), and as a Hub id it did not load either"
+    )
+    with pytest.raises(ScorerLoadError, match="^" + re.escape(message)) as info:
+        PMIScorer.from_pretrained(copy)
+    assert isinstance(info.value, FileNotFoundError)  # as the loader's own error for a missing folder was
+
+
+def test_a_scorer_tuned_further_records_its_base_encoder_as_named(tiny_encoder_factory, tmp_path, monkeypatch):
+    """Fine-tuning a loaded scorer's encoder further (`--init_scorer`) records the encoder it started from as
+    ``base_encoder`` in metadata.json and the card, which push_to_hub uploads: as named, never this machine's path."""
+    from pmi_reward.training.trainable import finish_tuning
+
+    scorer, _, _ = _local_encoder_scorer(tiny_encoder_factory, tmp_path / "project", monkeypatch)
+    loaded = PMIScorer.from_pretrained(scorer.save_pretrained("out/frozen"))
+    finish_tuning(loaded.encoder)  # what fit_scorer does after tuning it
+    assert loaded.encoder.base_model == "models/enc"
+    tuned = PMIScorer(loaded.encoder, loaded.template, loaded.head, {"base_encoder": loaded.encoder.base_model})
+    saved = tuned.save_pretrained("out/tuned", repo_id="me/tuned")
+    assert "encoder_folder" not in json.loads((saved / "config.json").read_text())  # its weights are inside
+    assert str(tmp_path) not in (saved / "README.md").read_text() + (saved / "metadata.json").read_text()
 
 
 def test_an_old_scorer_whose_relative_encoder_path_is_not_found_says_so(tiny_encoder_factory, tmp_path, monkeypatch):
-    """A scorer saved with a relative encoder folder (as all were before), loaded from another folder: the error was
-    transformers' about huggingface.co, which never named the path. It names it, and says where it is relative to."""
+    """A scorer saved with a relative encoder folder and no record of where it is (as all were before), loaded from
+    another folder: the error was transformers' about huggingface.co, which never named the path. It names
+    config.json and the path, and says where it is relative to."""
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     elsewhere.mkdir()
     scorer, _, expected = _local_encoder_scorer(tiny_encoder_factory, project, monkeypatch)
     saved = scorer.save_pretrained(project / "out" / "scorer")
     config = json.loads((saved / "config.json").read_text())
-    config["encoder"]["model"] = "models/enc"  # as scorers were saved before
+    del config["encoder_folder"]  # as scorers were saved before
     (saved / "config.json").write_text(json.dumps(config))
     monkeypatch.chdir(elsewhere)
-    with pytest.raises(ScorerLoadError, match=r"(?s)'models/enc' did not load.*relative to the directory the scorer"):
+    message = r"(?s)config.json: its encoder.model 'models/enc' did not load.*relative to the directory the scorer"
+    with pytest.raises(ScorerLoadError, match=message):
         PMIScorer.from_pretrained(saved)
     monkeypatch.chdir(project)  # from the training folder it loads, as it always did
     np.testing.assert_array_equal(PMIScorer.from_pretrained(saved).score(*PAIR), expected)

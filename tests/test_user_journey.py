@@ -28,27 +28,38 @@ KEY = "the-right-key"
 
 class _KeyedServer(BaseHTTPRequestHandler):
     """A reward server stand-in that answers only ``Authorization: Bearer <accepted>`` (else ``refusal``, as
-    ``pmi-reward serve`` answers 401); ``accepted`` can change between calls (a key rotated mid-run)."""
+    ``pmi-reward serve`` answers 401); ``accepted`` can change between calls (a key rotated mid-run). ``health``:
+    ``"guarded"`` (``/health`` needs the key too, as ``pmi-reward serve``'s), ``"open"`` (answered without one, as a
+    proxy leaves a load balancer's health path) or a status ``/health`` always gets (403: a gateway exposing
+    ``/score`` alone, as AWS API Gateway answers a route it lacks)."""
 
     protocol_version = "HTTP/1.1"
-    accepted, refusal = KEY, 401
+    accepted, refusal, health = KEY, 401, "guarded"
 
     def log_message(self, *args):
         pass
 
-    def _answer(self, payload: dict) -> None:
-        if self.headers.get("Authorization") != f"Bearer {type(self).accepted}":
-            status, payload = type(self).refusal, {"error": "missing or wrong API key"}
-        else:
-            status = 200
+    def _send(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
+    def _answer(self, payload: dict) -> None:
+        if self.headers.get("Authorization") != f"Bearer {type(self).accepted}":
+            self._send(type(self).refusal, {"error": "missing or wrong API key"})
+        else:
+            self._send(200, payload)
+
     def do_GET(self):
-        self._answer({"scorer": {"trained_context_turns": 3}, "reward_options": {"max_chars": 100_000}})
+        payload = {"scorer": {"trained_context_turns": 3}, "reward_options": {"max_chars": 100_000}}
+        if type(self).health == "open":
+            self._send(200, payload)
+        elif isinstance(type(self).health, int):
+            self._send(type(self).health, {"message": "Missing Authentication Token"})
+        else:
+            self._answer(payload)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -60,8 +71,8 @@ def keyed_server():
     """Starts a ``_KeyedServer`` (its own subclass, so that tests may change what it accepts); (url, handler)."""
     servers = []
 
-    def start(refusal: int = 401):
-        handler = type("Handler", (_KeyedServer,), {"accepted": KEY, "refusal": refusal})
+    def start(refusal: int = 401, health: str | int = "guarded"):
+        handler = type("Handler", (_KeyedServer,), {"accepted": KEY, "refusal": refusal, "health": health})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
@@ -118,6 +129,35 @@ def test_a_key_refused_after_an_answer_is_an_ordinary_failure(keyed_server, refu
     assert type(info.value).__name__ == "RemoteRewardError"  # not the key error: it had answered
     with pytest.raises(RemoteRewardError, match=f"HTTP {refusal}.*key from api_key was refused") as info:
         RemotePMIReward(url, api_key="a-rotated-key", retries=0).score_sync(["c"], ["x"])  # a stale key from the start
+    assert type(info.value).__name__ == "RemoteKeyError"
+
+
+@pytest.mark.parametrize("on_failure", ["none", "raise"])
+def test_an_open_health_path_does_not_vouch_for_the_key(keyed_server, on_failure):
+    """A proxy that answers ``/health`` without a key (a load balancer's health check) and guards ``/score``: its
+    ``/health`` answer counted as "a request answered", so a wrong key from the start read as a key rotated mid-run,
+    and the whole run trained on None rewards. Only a scoring request's answer proves the key."""
+    url, _ = keyed_server(401, health="open")
+    reward = RemotePMIReward(url, api_key="a-typo", retries=0, on_failure=on_failure)
+    for _ in range(2):  # the first call and every later one
+        with pytest.raises(RemoteRewardError, match=r"/score: HTTP 401.*key from api_key was refused") as info:
+            reward.score_sync(["c"], ["x"])
+        assert type(info.value).__name__ == "RemoteKeyError"
+    assert RemotePMIReward(url, api_key=KEY, retries=0).score_sync(["c"], ["x"]) == [1.5]
+
+
+def test_a_gateway_without_health_is_not_blamed_on_the_key(keyed_server):
+    """A gateway exposing ``/score`` alone answers 403 for ``/health`` (AWS API Gateway's "Missing Authentication
+    Token" for a route it lacks): with ``max_context_turns`` given (no turns to learn) the right key scored nothing
+    and was reported refused; ``/health``'s 403 is now read as its 404/405 are. Without ``max_context_turns``,
+    the key error says that passing it skips ``/health``; a wrong key is still told by ``/score``'s answer."""
+    url, _ = keyed_server(403, health=403)
+    assert RemotePMIReward(url, api_key=KEY, max_context_turns=3, retries=0).score_sync(["c"], ["x"]) == [1.5]
+    with pytest.raises(RemoteRewardError, match=r"/score: HTTP 403.*key from api_key was refused") as info:
+        RemotePMIReward(url, api_key="a-typo", max_context_turns=3, retries=0).score_sync(["c"], ["x"])
+    assert type(info.value).__name__ == "RemoteKeyError"
+    with pytest.raises(RemoteRewardError, match=r"/health: HTTP 403.*pass max_context_turns to skip it$") as info:
+        RemotePMIReward(url, api_key=KEY, retries=0).score_sync(["c"], ["x"])
     assert type(info.value).__name__ == "RemoteKeyError"
 
 
@@ -265,12 +305,34 @@ def test_a_misspelt_shipped_name_asks_did_you_mean_before_transformers(typo, mea
 
 
 def test_names_far_from_a_shipped_one_or_present_here_go_on_as_before(tmp_path, monkeypatch):
-    """Hub ids (``gpt2``, ``org/minlm``) and a local folder of a near name are not typos."""
+    """Hub ids, with an org or without (``gpt2``, ``albert-base-v2``: 0.77 alike to ``all-mpnet-base-v2``, refused as
+    a misspelling of mpnet under the first cutoff), and a local folder of a near name are not typos."""
     monkeypatch.chdir(tmp_path)
-    for name in ("gpt2", "bert-base-uncased", "org/minlm", "sentence-transformers/all-MiniLM-L12-v2"):
+    names = ("gpt2", "distilgpt2", "bert-base-uncased", "albert-base-v2", "org/minlm")
+    for name in (*names, "sentence-transformers/all-MiniLM-L12-v2"):
         assert models.resolve_model(name) == name
     (tmp_path / "minlm").mkdir()
     assert models.resolve_model("minlm") == "minlm"
+
+
+def test_a_near_name_the_hub_cache_holds_goes_on_and_the_message_allows_org_less_ids(tmp_path, monkeypatch):
+    """A name close to a shipped one that the Hugging Face cache holds is a Hub model downloaded before (an offline
+    cluster's cache), which transformers loads: not refused as a misspelling. The message of one refused no longer
+    says that every Hub model is named org/name (``gpt2`` is not)."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    with pytest.raises(FileNotFoundError, match=r"a Hub model: org/name, or an org-less id such as gpt2\)$"):
+        models.resolve_model("minlm")
+    repo = cache / "models--minlm"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    assert models.resolve_model("minlm") == "minlm"
+    with pytest.raises(FileNotFoundError, match=r"did you mean 'minilm'"):  # not held: still a misspelling
+        models.resolve_model("minilmm")
 
 
 def test_a_misspelt_policy_name_is_one_line(capsys):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import parse_args
-from ..data.conversation import message_text, turns_to_messages
+from ..data.conversation import DEFAULT_SYSTEM_PROMPT, message_text, turns_to_messages
 from ..data.records import DataError, check_output, read_records, write_records
 from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
@@ -52,8 +52,11 @@ class RerankArguments:
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
     n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
     system_prompt: str | None = field(
-        default=None,
-        metadata={"help": "system message of --model's prompts (not added to a context given as chat messages)"},
+        default=DEFAULT_SYSTEM_PROMPT,
+        metadata={
+            "help": "system message of --model's prompts ('' for none; not added to a context given as chat "
+            "messages); the default is the one the policy commands train and evaluate-policy samples with"
+        },
     )
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ beside it.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci
 from ..evaluation.report import plot_distributions
 from ..rewards.path import visible
 from ..rewards.reward import PMIReward
-from ..scoring.models import missing_local, model_identity
+from ..scoring.models import cache_root, missing_local, model_identity, shipped_name
 from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
@@ -54,6 +55,8 @@ __all__ = [
     "score_grid",
     "judge_grid",
     "evaluate_policies",
+    "recorded_start",
+    "start_mismatches",
 ]
 
 
@@ -426,6 +429,10 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
     ]
     for w in warnings:
         print(f"WARNING: {w}")
+    if replies is None:  # sampled here: each tuned policy's start against the base it is compared with
+        for w in start_mismatches(args.tuned, args.base_model):
+            print(f"WARNING: {w}", file=sys.stderr)
+            warnings.append(w)  # into results.md and results.json
     start = time.perf_counter()
     result = evaluate_policies(policies, prompts, judges, reward_scorer, args, settings, references, replies)
     result.update(judges=judge_info(judges), warnings=warnings, seconds=round(time.perf_counter() - start, 1))
@@ -488,6 +495,50 @@ def _fit_to_templates(prompts: list, policies: dict) -> list:
             "assistant turn): evaluate policies of one template together"
         )
     return fitted[0] if fitted else prompts
+
+
+def _start_identity(name: str) -> str:
+    """``model_identity`` of a recorded starting model, where a converted copy of a shipped model (the cache path an
+    adapter records as its base, this machine's or another's) counts as the shipped model, as ``load_policy`` maps
+    it."""
+    shipped = shipped_name(Path(name).name) if name.strip() else None
+    if shipped is not None and (
+        not Path(name).exists() or Path(name).resolve().parent == (cache_root() / "models").resolve()
+    ):
+        return shipped
+    return model_identity(name)
+
+
+def recorded_start(path: str | Path) -> str | None:
+    """The model a tuned policy folder's run started from: its ``run_summary.json``'s ``start_model``, else its
+    LoRA adapter's ``base_model_name_or_path``; None when neither records one (a folder of full weights from an
+    older run or another tool)."""
+    folder = Path(path)
+    for file, key in (("run_summary.json", "start_model"), ("adapter_config.json", "base_model_name_or_path")):
+        try:
+            value = json.loads((folder / file).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def start_mismatches(tuned: list[str], base_model: str) -> list[str]:
+    """A warning for each tuned policy whose recorded starting model (``recorded_start``) is not ``base_model``:
+    its gains, win-rates and KL would be measured against another model than the one it was tuned from. A warning,
+    not an error: comparing with another base may be meant."""
+    base = _start_identity(base_model)
+    out = []
+    for path in tuned:
+        start = recorded_start(path)
+        if start is not None and _start_identity(start) != base:
+            out.append(
+                f"tuned policy {row_name(path)} started from {start}, not from the base it is compared with "
+                f"({base_model}): its gain, win-rate and KL are measured against another model (give --base_model "
+                f"{start} to compare it with its start)"
+            )
+    return out
 
 
 def _load_policies(args: EvalArguments) -> tuple[dict, dict[str, dict]]:

@@ -10,6 +10,7 @@ sampling, KL and the LM judges run there; ``check_bf16`` warns when bfloat16 is 
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 
@@ -25,10 +26,45 @@ DEFAULT_POLICY = "smollm2-135m-instruct"
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
+_MODEL_CONFIGS = ("config.json", "adapter_config.json")  # what makes a folder a policy load_policy reads
+
+
+def _step(name: str) -> tuple[int, str]:
+    """A ``checkpoint-N`` folder's sort key: by N (checkpoint-10 after checkpoint-9), then by name."""
+    tail = name.rpartition("-")[2]
+    return (int(tail) if tail.isdigit() else -1, name)
+
+
 def _has_tokenizer(folder: Path) -> bool:
     """Whether ``folder`` holds a tokenizer's files; without them transformers fails on the folder with a hint to
     install sentencepiece or tiktoken, which names neither the folder nor what it lacks."""
     return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+# full weights as save_pretrained writes them (one file, shards with their index, or torch's older format)
+WEIGHT_GLOBS = ("model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin")
+
+
+def _check_one_kind(path: Path) -> None:
+    """Refuse a folder holding both a LoRA adapter and full weights: two runs wrote into it (a LoRA run, then a
+    full fine-tune, or the other way round), each replacing only its own files, and the adapter was read first, so
+    the newer full weights were never loaded. Which is newer is named, so the user knows which to remove."""
+    adapter = sorted(p for p in path.glob("adapter_model*") if p.is_file()) or [path / "adapter_config.json"]
+    weights = sorted({p for pattern in WEIGHT_GLOBS for p in path.glob(pattern) if p.is_file()})
+    if not weights or not (path / "config.json").is_file():
+        return
+
+    def stamp(files: list[Path]) -> tuple[float, str]:
+        newest = max(f.stat().st_mtime for f in files)
+        return newest, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(newest))
+
+    (a_time, a_text), (w_time, w_text) = stamp(adapter), stamp(weights)
+    newer = "the full weights" if w_time > a_time else "the adapter" if a_time > w_time else "neither"
+    raise ValueError(
+        f"{path}: holds both a LoRA adapter ({adapter[0].name}, {a_text}) and full weights ({weights[0].name} with "
+        f"config.json, {w_text}); two runs wrote here, {newer} newer: remove the other run's files, or give each run "
+        "its own --output_dir"
+    )
 
 
 def load_policy(
@@ -56,6 +92,7 @@ def load_policy(
     if adapter.is_file():
         from peft import PeftModel
 
+        _check_one_kind(path)
         source = json.loads(adapter.read_text())["base_model_name_or_path"]
         if not Path(source).exists() and shipped_name(Path(source).name) is not None:
             source = Path(source).name  # a cache path of a shipped model, from a machine with another cache
@@ -66,7 +103,10 @@ def load_policy(
         if shipped_name(name_or_path) is None:  # a scorer lacks a tokenizer: say what it is, not what it lacks
             check_not_scorer(name_or_path, "a chat model (a policy)", encoder_hint=False)
         if path.is_dir() and shipped_name(name_or_path) is None and not (path / "config.json").is_file():
-            checkpoints = sorted(p.name for p in path.glob("checkpoint-*") if (p / "config.json").is_file())
+            checkpoints = sorted(  # a LoRA run's checkpoints hold its adapter, a full run's its config
+                (p.name for p in path.glob("checkpoint-*") if any((p / f).is_file() for f in _MODEL_CONFIGS)),
+                key=_step,
+            )
             hint = f"; its checkpoints: {', '.join(checkpoints)} (pass one of them)" if checkpoints else ""
             raise FileNotFoundError(f"{path}: no model in this policy folder (no config.json){hint}")
         if path.is_dir() and shipped_name(name_or_path) is None and not _has_tokenizer(path):

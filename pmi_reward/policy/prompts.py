@@ -161,7 +161,8 @@ def fit_prompts(prompts: Sequence[Any], tokenizer: Any) -> list[Any]:
     Llama 2) refuse it, which ended a run at the first batch holding one. Such a prompt starts at its next turn here
     (its oldest turn is dropped, with a warning that counts them); templates that accept it (ChatML: SmolLM2, Qwen)
     get every prompt as it is. A prompt the template refuses otherwise (a system message where it has no system
-    role) is an error naming it. Text prompts are kept as they are."""
+    role) is an error naming it; so is any chat prompt where the policy has no chat template (a base
+    model), which no --system_prompt can fix. Text prompts are kept as they are."""
     fitted, cut = [], 0
     for n, prompt in enumerate(prompts, 1):
         if isinstance(prompt, str) or _render(tokenizer, prompt) is None:
@@ -178,6 +179,11 @@ def fit_prompts(prompts: Sequence[Any], tokenizer: Any) -> list[Any]:
             fitted.append(shorter)
             cut += 1
             continue
+        if not getattr(tokenizer, "chat_template", None):  # --system_prompt '' cannot help: nothing renders a chat
+            raise DataError(
+                f"prompt {n}: the policy has no chat template (a base model?) to render chat messages with: give a "
+                "chat model, or a --prompt_file of text prompts"
+            )
         hint = " (no system role in this template? give --system_prompt '')" if start > 0 else ""
         raise DataError(f"prompt {n}: the policy's chat template refuses it: {_render(tokenizer, prompt)}{hint}")
     if cut:

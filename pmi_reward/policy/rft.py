@@ -53,6 +53,8 @@ from .trainers import (
     policy_from,
     run_provenance,
     settle_bf16,
+    settle_output_dir,
+    starting_model,
     write_summary,
 )
 
@@ -130,20 +132,24 @@ class RFTConfig:
 class RFTSFTConfig(SFTConfig):
     """TRL's ``SFTConfig`` as ``pmi-reward rft`` reads it: an unset ``bf16`` settled for a CPU-only machine
     (``settle_bf16``) before TRL turns it on and transformers refuses it there (pointing to ``--use_cpu``: bf16
-    autocast, emulated and slow), as ``grpo``/``rloo``'s configs do. It declares no field: the sampler's
-    ``rollout_top_p`` is ``RFTConfig``'s, checked there. Module-level, so that the trainer's checkpoints can pickle it
-    (``training_args.bin``)."""
+    autocast, emulated and slow), as ``grpo``/``rloo``'s configs do; an unset ``output_dir`` is
+    ``outputs/policies/rft`` (``settle_output_dir``), not transformers' ``./trainer_output``. It declares no field:
+    the sampler's ``rollout_top_p`` is ``RFTConfig``'s, checked there. Module-level, so that the trainer's
+    checkpoints can pickle it (``training_args.bin``)."""
 
     def __post_init__(self) -> None:
         settle_bf16(self)
+        settle_output_dir(self, "rft")
         super().__post_init__()
 
 
 class RFTDPOConfig(DPOConfig):
-    """TRL's ``DPOConfig`` as ``pmi-reward dpo`` reads it, its unset ``bf16`` settled as ``RFTSFTConfig``'s."""
+    """TRL's ``DPOConfig`` as ``pmi-reward dpo`` reads it, its unset ``bf16`` settled as ``RFTSFTConfig``'s and its
+    unset ``output_dir`` ``outputs/policies/dpo``."""
 
     def __post_init__(self) -> None:
         settle_bf16(self)
+        settle_output_dir(self, "dpo")
         super().__post_init__()
 
 
@@ -298,6 +304,13 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     """Run RFT (``train_args`` an ``SFTConfig``) or iterative DPO (a ``DPOConfig``); save the policy, a per-round
     log and a run summary."""
     preference = isinstance(train_args, DPOConfig)
+    if train_args.resume_from_checkpoint not in (None, False, "", "false", "False"):
+        # each round builds a fresh trainer: no checkpoint holds the round loop (its rounds, sampler, log) to resume
+        raise ValueError(
+            f"{'dpo' if preference else 'rft'} rounds cannot resume (--resume_from_checkpoint "
+            f"{train_args.resume_from_checkpoint}): each round's fit starts a new trainer, and no checkpoint holds "
+            "the rounds run so far; start the run again, or continue from a saved policy with --model_name_or_path"
+        )
     if preference and (cfg.samples_per_prompt < 2 or cfg.rollout_temperature == 0):
         raise ValueError(
             "DPO pairs two sampled replies of a prompt whose scores differ: give samples_per_prompt >= 2 and a "
@@ -313,6 +326,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     prompts = list(build_prompts(script_args)["prompt"])
     if model is None:
         model, tokenizer = policy_from(model_args, train_args.bf16, str(train_args.device))
+    start_from = starting_model(model)  # before a round's LoRA wraps it
     prompts = fit_prompts(prompts, tokenizer)
     built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
     reward = CombinedReward(built, cfg.reward_weights)
@@ -320,7 +334,8 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)
     base = copy.deepcopy(model).eval() if cfg.sample_from == "base" or preference else None  # training changes model
     sampler = base if cfg.sample_from == "base" else None
-    out = Path(train_args.output_dir or "outputs/rft")
+    assert train_args.output_dir is not None  # TrainingArguments fills an unset one (settle_output_dir: ours)
+    out = Path(train_args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "rft_log.jsonl"
     log_path.write_text("")
@@ -396,6 +411,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
                 "loss_type": getattr(train_args, "loss_type", None),  # DPO's losses, e.g. [sigmoid, sft]
             },
             model,
+            start_from,
         ),
     }
     write_summary(str(out), summary)

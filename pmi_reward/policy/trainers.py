@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import trl
 from datasets import Dataset
 from peft import LoraConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
+from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
-from ..data.records import json_safe
+from ..data.records import DataError, json_safe
 from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from ..rewards.combined import check_reward_names
 from ..rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, FluencyPenalty
@@ -54,6 +56,9 @@ __all__ = [
     "check_top_p",
     "settle_trl_config",
     "settle_bf16",
+    "settle_output_dir",
+    "resume_argument",
+    "check_generation_batch",
     "main_process_first",
     "RewardTimer",
     "cpu_seconds",
@@ -109,8 +114,9 @@ class ScriptArguments(PromptArguments):
     fluency_dtype: str = field(
         default="float32",
         metadata={
-            "help": "precision of the fluency penalty's frozen copy: on a CPU with AVX512-BF16, bfloat16 read 360 "
-            "replies 2.6-2.9x faster with no decision changed (recipes/smollm2-135m/fluency_dtype.py)",
+            "help": "precision of the fluency penalty's frozen copy: on an AMD CPU with AVX512-BF16, bfloat16 read "
+            "360 replies 2.6-2.9x faster with no decision changed (recipes/smollm2-135m/fluency_dtype.py; time it on "
+            "an Intel CPU without AMX, where bf16 ran slower than float32)",
             "choices": list(FLUENCY_DTYPES),
         },
     )
@@ -290,9 +296,61 @@ def check_top_p(config: Any) -> None:
 
 def settle_trl_config(config: Any) -> None:
     """Called by ``pmi-reward grpo``/``rloo``'s config classes as they are read, before TRL's own checks: ``top_p``
-    checked (``check_top_p``) and ``bf16`` settled (``settle_bf16``)."""
+    checked (``check_top_p``), ``bf16`` settled (``settle_bf16``) and an unset ``output_dir`` given the command's
+    own folder (``settle_output_dir``)."""
     check_top_p(config)
     settle_bf16(config)
+    settle_output_dir(config, "grpo" if isinstance(config, trl.GRPOConfig) else "rloo")
+
+
+POLICY_OUTPUTS = "outputs/policies"  # where a policy command writes without --output_dir (ppo's default too)
+
+
+def settle_output_dir(config: Any, command: str) -> None:
+    """An unset ``output_dir`` set to ``outputs/policies/<command>``, as ``pmi-reward ppo``'s default, before
+    transformers sets it to ``./trainer_output``: there every command run without the flag wrote into one folder,
+    where a later run's policy could sit beside an earlier one's adapter (which ``load_policy`` then refuses)."""
+    if getattr(config, "output_dir", "") is None:  # a stand-in config without the field is left alone
+        config.output_dir = f"{POLICY_OUTPUTS}/{command}"
+
+
+def resume_argument(config: Any) -> str | bool | None:
+    """What ``Trainer.train(resume_from_checkpoint=...)`` gets from the config's ``--resume_from_checkpoint``: a
+    checkpoint folder, or True for the last ``checkpoint-N`` in ``output_dir`` (the flag arrives from the command
+    line as the string "true"; "false" or unset: a fresh run). Checked before any model loads: transformers' own
+    error came only after the policy, the scorer and the trainer had been built."""
+    value = getattr(config, "resume_from_checkpoint", None)
+    if value is None or isinstance(value, bool):
+        flag: str | bool | None = value or None
+    else:
+        flag = {"true": True, "false": None, "": None}.get(str(value).strip().lower(), str(value))
+    output_dir = Path(str(config.output_dir))
+    if flag is True and (not output_dir.is_dir() or get_last_checkpoint(str(output_dir)) is None):
+        raise ValueError(
+            f"--resume_from_checkpoint true: no checkpoint-N folder in output_dir {config.output_dir} to resume from "
+            "(give the checkpoint's folder, or the run's --output_dir)"
+        )
+    if isinstance(flag, str) and not (Path(flag) / "trainer_state.json").is_file():
+        raise ValueError(
+            f"--resume_from_checkpoint {flag}: not a training checkpoint (a checkpoint-N folder holding "
+            "trainer_state.json)"
+        )
+    return flag
+
+
+def check_generation_batch(config: Any, prompts: int) -> None:
+    """Refuse fewer distinct prompts than one GRPO/RLOO step samples (``generation_batch_size /
+    num_generations``, every process counted): TRL's sampler drops an incomplete batch, so the run trained 0
+    steps, exited 0 and saved the starting model as the tuned policy."""
+    batch, group = getattr(config, "generation_batch_size", None), getattr(config, "num_generations", None)
+    if not batch or not group:
+        return
+    need = batch // group
+    if prompts < need:
+        raise DataError(
+            f"{prompts} prompts, but one step takes {need} distinct prompts ({batch} completions, "
+            f"{group} per prompt): give more prompts or a smaller --per_device_train_batch_size"
+        )
 
 
 def settle_bf16(config: Any) -> None:
@@ -309,7 +367,8 @@ def settle_bf16(config: Any) -> None:
     elif config.bf16:
         raise ValueError(
             "--bf16 true: no GPU here computes bfloat16; pass --bf16 false to train in float32 (README's setting on a "
-            "CPU), or --use_cpu true for bfloat16 autocast on the CPU (slow without AVX512-BF16 or AMX)"
+            "CPU), or --use_cpu true for bfloat16 autocast on the CPU (slow without AMX or a non-Intel CPU's "
+            "AVX512-BF16)"
         )
 
 
@@ -425,12 +484,29 @@ TRL_SETTINGS = (
 )
 
 
+def starting_model(model: Any) -> str | None:
+    """The name or folder a policy was loaded from (``load_policy`` names a folder by its absolute path): the
+    base of its LoRA adapter, else its config's ``_name_or_path``; None for a model built from a config. PPO's
+    policy with its value head is read through its ``lm``."""
+    lm = getattr(model, "lm", model)
+    peft = getattr(lm, "peft_config", None)
+    if isinstance(peft, dict) and peft:
+        return next(iter(peft.values())).base_model_name_or_path or None
+    return getattr(getattr(lm, "config", None), "_name_or_path", None) or None
+
+
 def run_provenance(
-    script_args: ScriptArguments, reward_options: RewardOptions | None, settings: dict, model: Any
+    script_args: ScriptArguments,
+    reward_options: RewardOptions | None,
+    settings: dict,
+    model: Any,
+    start: str | None = None,
 ) -> dict:
-    """What a run summary records about a run's inputs: prompts, reward, the main settings, and the device the
-    policy trained on."""
+    """What a run summary records about a run's inputs: the starting model (``start``: the name or folder it was
+    loaded from, else read off ``model``; evaluate-policy compares it with its ``--base_model``), prompts, reward,
+    the main settings, and the device the policy trained on."""
     return {
+        "start_model": start or starting_model(model),
         "device": str(next(model.parameters()).device),
         "prompts": {
             k: getattr(script_args, k) for k in ("dialogues", "prompt_file", "first_dialogue", "max_dialogues")
@@ -476,9 +552,12 @@ def train_with_trl(
     else:  # a caller's own list (e.g. two PMIRewards, both named pmi_reward by default), before anything loads
         check_reward_names(rewards)
     check_top_p(training_args)  # a caller's own config, not read by the commands' classes
+    resume = resume_argument(training_args)
     dataset = build_prompts(script_args)
+    check_generation_batch(training_args, len(dataset))
     if model is None:
         model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
+    start = starting_model(model)  # before the trainer wraps it
     dataset = fit_prompt_column(dataset, tokenizer)
     rewards = rewards or build_rewards(
         script_args, reward_options, model, tokenizer, training_args.output_dir, prompts=dataset
@@ -497,7 +576,12 @@ def train_with_trl(
         peft_config=lora_config(model_args, model, script_args.lora_top_layers),
         callbacks=[timer],
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
+    if trainer.state.global_step == 0:  # nothing trained: the starting model must not be saved as a tuned policy
+        raise DataError(
+            f"training ran 0 steps on {len(dataset)} prompts (nothing saved as a tuned policy): give more prompts "
+            "than one step samples, or a smaller --per_device_train_batch_size"
+        )
     trainer.save_model(training_args.output_dir)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     settings = {k: getattr(training_args, k) for k in TRL_SETTINGS if hasattr(training_args, k)}
@@ -514,7 +598,7 @@ def train_with_trl(
         "kl_unit": "nats per token (TRL's mean over completion tokens; PPO's summary counts per reply)",
         "mean_step_time": _mean(h.get("step_time") for h in logged),
         **timer.summary(),
-        **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings, trainer.model),
+        **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings, trainer.model, start),
     }
     write_summary(training_args.output_dir, summary)
     return summary

@@ -9,10 +9,11 @@ a coroutine: TRL detects it and gathers it with the other async reward functions
 ``timeout`` seconds; requests retry on connection errors, timeouts, 429 and 5xx answers (waiting as long as a
 ``Retry-After`` header asks, up to 30 s); if the server stays unreachable, the call returns None (unscorable) for
 every sample and logs a warning, or raises with ``on_failure="raise"``. An API key the server refuses (401/403) before
-any request of the reward has been answered raises ``RemoteKeyError`` whatever ``on_failure`` says: a key missing or
-mistyped from the start is a setting to mend, and each of its calls would give every sample None (zero advantage) for
-the whole run; once a request has been answered, a refusal (a key rotated mid-run) is a failure like the others, so
-that a long run is not stopped by it. A pair the server refuses alone as too large
+any scoring request of the reward has been answered raises ``RemoteKeyError`` whatever ``on_failure`` says: a key
+missing or mistyped from the start is a setting to mend, and each of its calls would give every sample None (zero
+advantage) for the whole run; once a ``/score`` request has been answered (``/health``'s answer proves nothing: a
+proxy may answer it without a key), a refusal (a key rotated mid-run) is a failure like the others, so that a long
+run is not stopped by it. A pair the server refuses alone as too large
 (413) is unscorable by itself (``empty_score``, as a pair the in-process scorer fails on). Requests go straight to
 the server, never through ``$http_proxy`` / ``$https_proxy``, and redirects are not followed, so the API key is not
 handed to a proxy or another host (OpenRLHF >= 0.9.1's aiohttp client ignores the proxies too; 0.9.0's ``requests``
@@ -152,9 +153,9 @@ class RemoteRewardError(RuntimeError):
 
 
 class RemoteKeyError(RemoteRewardError):
-    """The server refused this client's API key (HTTP 401 or 403) before any of its requests had been answered: a key
-    missing or mistyped from the start, raised whatever ``on_failure`` says. The message names where the key comes
-    from (``api_key`` or ``$PMI_REWARD_API_KEY``), never the key."""
+    """The server refused this client's API key (HTTP 401 or 403) before any of its scoring requests had been answered:
+    a key missing or mistyped from the start, raised whatever ``on_failure`` says. The message names where the key
+    comes from (``api_key`` or ``$PMI_REWARD_API_KEY``), never the key."""
 
 
 # the statuses of a refused key: 401 (none or a wrong one sent, as ``pmi-reward serve`` answers) and 403 (a gateway)
@@ -264,9 +265,10 @@ class RemotePMIReward(RewardPath):
     """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP.
 
     A failed call returns None for every sample with a warning (``on_failure="none"``) or raises
-    (``on_failure="raise"``); an API key refused (401/403) before any request of this reward has been answered raises
-    ``RemoteKeyError`` either way (a missing or mistyped key would otherwise zero every advantage of the run), while
-    one refused after an answer (a key rotated mid-run) is an ordinary failure, so that a long run rides it out."""
+    (``on_failure="raise"``); an API key refused (401/403) before any scoring request of this reward has been answered
+    raises ``RemoteKeyError`` either way (a missing or mistyped key would otherwise zero every advantage of the run),
+    while one refused after an answer (a key rotated mid-run) is an ordinary failure, so that a long run rides it
+    out."""
 
     def __init__(
         self,
@@ -294,7 +296,9 @@ class RemotePMIReward(RewardPath):
         # where the key comes from, for the message of a refused one (never the key itself)
         self._key_source = "api_key" if api_key else f"${API_KEY_ENV}"
         self._server_checked = False
-        self._answered = False  # whether any request of this reward has been answered (2xx): its key works
+        # whether a scoring request of this reward has been answered (2xx): its key works (``/health`` proves
+        # nothing: a proxy or load balancer may answer it without a key while guarding ``/score``)
+        self._answered = False
         parts = urllib.parse.urlsplit(self.url)
         if self.api_key and parts.scheme.lower() == "http" and not is_loopback(parts.hostname or ""):
             logger.warning(
@@ -314,9 +318,7 @@ class RemotePMIReward(RewardPath):
                 try:
                     async with _request_slots():  # the wait for a slot is not the try's time
                         thread = _in_daemon_thread(request_json, url, payload, self.timeout, self.api_key)
-                        answer = await asyncio.wait_for(thread, self.timeout)
-                    self._answered = True
-                    return answer
+                        return await asyncio.wait_for(thread, self.timeout)
                 except asyncio.TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
                     raise RemoteRewardError(f"{url}: no complete answer within {self.timeout} s") from None
             except RemoteRewardError as err:
@@ -335,14 +337,18 @@ class RemotePMIReward(RewardPath):
         ``--max_chars`` is below ``max_chars`` is refused with a ValueError: its ``/score`` cuts every pair to its own
         limit, so the rewards would silently differ from ``PMIReward``'s under these options (a setting to mend, not a
         server to retry; an older server that does not report it is not checked). With ``max_context_turns`` given,
-        an endpoint without a readable ``/health`` (a gateway exposing ``/score`` alone) goes unchecked, as before
-        the check existed: only turns that must be learnt need it."""
+        an endpoint without a readable ``/health`` (a gateway exposing ``/score`` alone: 404, 405, or 403 as AWS API
+        Gateway answers a route it lacks) goes unchecked, as before the check existed: only turns that must be
+        learnt need it, and whether the key works is told by ``/score``'s answer. Otherwise a ``/health`` refusing
+        the key (401/403) raises ``RemoteKeyError``, saying that ``max_context_turns`` skips it."""
         if self._server_checked:
             return
         try:
             health = await self._request("/health")
         except RemoteRewardError as err:
-            if self.options.max_context_turns is None or err.status not in (404, 405):
+            if self.options.max_context_turns is None or err.status not in (403, 404, 405):
+                if err.status in KEY_REFUSED and not self._answered:
+                    raise self._key_refused(err, health=self.options.max_context_turns is None) from None
                 raise
             logger.info("pmi_reward remote: %s/health unreadable (%s); max_chars not checked", self.url, err)
             self._server_checked = True
@@ -378,6 +384,7 @@ class RemotePMIReward(RewardPath):
         pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies, strict=True)]
         try:
             answer = await self._request("/score", {"pairs": pairs})
+            self._answered = True  # a scoring request answered: the key works (a later refusal: a key rotated)
         except RemoteRewardError as err:
             if err.status != 413:
                 raise
@@ -429,7 +436,7 @@ class RemotePMIReward(RewardPath):
         adapter reads its ``pmi_no_context`` flags there rather than building the texts again). ``max_context_turns``
         is learnt from the server before the texts are built, so that they are read with the setting the server
         scores with (``_check_server``). A failure raises (``RemoteRewardError``; ``RemoteKeyError`` for a key refused
-        before any request of this reward was answered), whatever ``on_failure`` says."""
+        before any scoring request of this reward was answered), whatever ``on_failure`` says."""
         try:
             await self._check_server()
             return await self.run_async(prompts, completions, self._scores, log_metric)
@@ -440,15 +447,22 @@ class RemotePMIReward(RewardPath):
                 raise self._key_refused(err) from None
             raise
 
-    def _key_refused(self, err: RemoteRewardError) -> RemoteKeyError:
-        """The error for a key refused from the start, naming where the key comes from and never the key."""
+    def _key_refused(self, err: RemoteRewardError, health: bool = False) -> RemoteKeyError:
+        """The error for a key refused from the start, naming where the key comes from and never the key; ``health``:
+        refused by ``/health``, read to learn ``max_context_turns``, which an endpoint may not expose."""
         if self.api_key is None:
             sent = f"no API key was sent (neither api_key= nor ${API_KEY_ENV} is set)"
         else:
             sent = f"the API key from {self._key_source} was refused (the key is not shown)"
+        hint = (
+            "; or the endpoint does not expose /health (a gateway serving /score alone): pass max_context_turns to "
+            "skip it"
+            if health
+            else ""
+        )
         return RemoteKeyError(
-            f"{err}: {sent}, before any request of this reward had been answered; give the key the server was "
-            f"started with as api_key= or in ${API_KEY_ENV}",
+            f"{err}: {sent}, before any scoring request of this reward had been answered; give the key the server "
+            f"was started with as api_key= or in ${API_KEY_ENV}{hint}",
             err.status,
         )
 

@@ -51,9 +51,13 @@ def _data(meta: dict) -> str:
         dialogues = bool(parts)
         how = {k: ("added to" if k == "train_file" else "replacing") + f" the dialogues' {r}" for k, r in roles.items()}
         files = ", ".join(f"{k} `{data[k]}`" + (f" ({how[k]})" if dialogues else "") for k in roles if data.get(k))
-        both = " in all, dialogues included" if dialogues and data.get("train_file") else ""
+        # the training pairs are both sources' where a train file joins the dialogues; the validation pairs are the
+        # val file's alone where one is named, else the dialogues' (with a train file only: its pairs join training)
+        train_from = ", dialogues included" if dialogues and data.get("train_file") else ""
+        val_from = " (the val file's)" if dialogues and data.get("val_file") else ""
+        val_from = val_from or (" (the dialogues')" if dialogues else "")
         counts = (
-            f" ({meta['train_pairs']} training and {meta['val_pairs']} validation pairs{both})"
+            f" ({meta['train_pairs']} training pairs{train_from}; {meta['val_pairs']} validation pairs{val_from})"
             if "val_pairs" in meta
             else ""
         )

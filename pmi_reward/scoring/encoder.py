@@ -169,8 +169,9 @@ def _model_stamp(model: str) -> str:
 @dataclass(frozen=True)
 class EncoderRuntime:
     """How this machine runs a saved scorer's encoder (the commands' ``--backend --quantize --dtype``); None keeps
-    what the scorer was saved with (torch, float32). ``dtype auto``: bfloat16 on a GPU or a CPU with native bf16
-    (AVX512-BF16/AMX: 2.4x float32, PMI within 0.1 nat), else float32; on an AVX2 CPU ``backend onnx`` (with
+    what the scorer was saved with (torch, float32). ``dtype auto``: bfloat16 on a GPU or a CPU that computes it
+    faster (``native_bf16``: AMX, or AVX512-BF16 on a non-Intel CPU: 2.4x float32 on an AMD EPYC, PMI within 0.1 nat),
+    else float32; on an AVX2 CPU ``backend onnx`` (with
     ``quantize int8`` where its accuracy suffices): ``benchmarks/RESULTS.md``. GPU: a large ``encode_batch_size``."""
 
     backend: str | None = field(default=None, metadata={"help": "torch | onnx (ONNX Runtime: the fast CPU path)"})

@@ -245,14 +245,33 @@ def check_not_scorer(name: str, wanted: str = "a transformers model", encoder_hi
     )
 
 
+# how alike a name and a shipped one (or an alias) must be to be taken for its misspelling (difflib's ratio): the
+# typos ``minlm`` (0.91), ``smolm2`` (0.92), ``smollm2-135`` (0.96) and ``mpnett`` (0.91) are over it, the org-less
+# Hub id ``albert-base-v2`` (0.77 to ``all-mpnet-base-v2``) is not
+CLOSE_NAME_CUTOFF = 0.85
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether the Hugging Face cache holds a model repo ``name`` (its ``config.json``): a Hub id downloaded before
+    (for offline use), which transformers loads, never a misspelling."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except (ValueError, OSError):  # a name the Hub's validation refuses (HFValidationError), an unreadable cache
+        return False
+
+
 def close_shipped_name(name: str) -> str | None:
     """The shipped model ``name`` looks like a misspelling of (``minlm``, ``smolm2``, ``smollm2-135``), by its
-    canonical name; None when it is one, or is close to none."""
+    canonical name; None when it is one, is close to none, or is a model the Hugging Face cache holds."""
     key = name.strip().lower()
     if shipped_name(key) is not None:
         return None
-    match = difflib.get_close_matches(key, [*SHIPPED, *_ALIASES], n=1, cutoff=0.75)
-    return shipped_name(match[0]) if match else None
+    match = difflib.get_close_matches(key, [*SHIPPED, *_ALIASES], n=1, cutoff=CLOSE_NAME_CUTOFF)
+    if not match or in_hub_cache(name):
+        return None
+    return shipped_name(match[0])
 
 
 def resolve_model(name: str) -> str:
@@ -260,7 +279,8 @@ def resolve_model(name: str) -> str:
     that is no folder here and cannot be a Hub id (``./my-model``, ``runs/a/b``: a mistyped path) is refused by
     name, not handed to the Hub; so is a bare name close to a shipped one (``minlm``: transformers read it as a Hub
     id and, offline, said only that it could not connect, after a minute of retries without ``HF_HUB_OFFLINE``),
-    and a pmi-reward scorer folder (``check_not_scorer``)."""
+    unless the Hugging Face cache holds it (``close_shipped_name``), and a pmi-reward scorer folder
+    (``check_not_scorer``)."""
     key = shipped_name(name)
     if key is None:
         if missing_local(name):
@@ -271,7 +291,7 @@ def resolve_model(name: str) -> str:
         if close is not None:
             raise FileNotFoundError(
                 f"{name}: not a shipped model (did you mean {close!r}?) nor a local folder (shipped: "
-                f"{', '.join(SHIPPED)}; a Hub model is named org/name)"
+                f"{', '.join(SHIPPED)}; a Hub model: org/name, or an org-less id such as gpt2)"
             )
         check_not_scorer(name)
         return name

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
-from .models import shipped_name
+from .models import hub_id_form, shipped_name
 from .templates import PromptTemplate
 
 __all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS"]
@@ -42,6 +44,10 @@ CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
 WEIGHTS_NAME = "head.safetensors"
 ENCODER_DIGESTS = "encoder_sha256"  # config.json's record of a fine-tuned encoder's files: {file name: sha256}
+# config.json's record of where an encoder named by a local folder was when the scorer was saved: {"from_scorer": the
+# folder relative to the scorer's, "absolute": its absolute path}; tried, in that order, where the name as given is
+# no folder from the working directory (a scorer moved with its encoder, or loaded from another folder)
+ENCODER_FOLDER = "encoder_folder"
 CARD_NAME = "README.md"
 # files any tokenizer keeps its vocabulary in: a fine-tuned encoder saved before its files' digests were recorded
 # must have one (without it transformers builds a tokenizer of a few special tokens, and every text scores alike)
@@ -63,6 +69,11 @@ SCORE_BLOCK = 4096
 
 class ScorerLoadError(ValueError):
     """A scorer directory that is missing, partial or corrupted."""
+
+
+class EncoderNotFoundError(ScorerLoadError, FileNotFoundError):
+    """A saved scorer's encoder, named by a folder or a Hub id, found nowhere: the message names the scorer's
+    config.json and each place tried. A FileNotFoundError too, as the loader's own error for a missing folder was."""
 
 
 def _as_trained(contexts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -177,17 +188,18 @@ class PMIScorer:
     def config(self) -> dict:
         """What ``config.json`` holds: everything inference needs, nothing else. A dtype asked as ``auto`` is saved
         as ``auto``, not as this machine's answer, so that each machine that loads the scorer resolves it again
-        (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16)."""
+        (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16).
+
+        The encoder's model is saved as it was named (a Hub id, or a folder as the user gave it, relative or not), so
+        that the card, ``/health`` and a fine-tuned scorer's ``base_encoder`` show that name, and a scorer moved with
+        its encoder folder loads from the same relative working directory; an encoder named by a local folder also
+        records that folder's absolute path (``ENCODER_FOLDER``; ``save_pretrained`` adds its path relative to the
+        scorer), where ``from_config`` looks when the name is no folder from the working directory."""
         encoder = self.encoder.spec.saved_dict()
-        model = encoder["model"]
-        # a local folder by its absolute path: a relative one, loaded from any other working directory, was read as a
-        # Hub id (an error about huggingface.co, or another model of that name under this head)
-        if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).is_dir():
-            encoder["model"] = str(Path(model).resolve())
         # a fine-tuned encoder's weights are written in the dtype they are held in: that dtype, never "auto"
         if getattr(self.encoder, "requested_dtype", None) == "auto" and self.encoder.spec.model != LOCAL_ENCODER:
             encoder["dtype"] = "auto"
-        return {
+        config = {
             "format": FORMAT,
             "version": VERSION,
             "encoder": encoder,
@@ -195,6 +207,10 @@ class PMIScorer:
             "head": self.head.config.to_dict(),
             "context_turns": self.context_turns,
         }
+        folder = _local_folder(encoder["model"])
+        if folder is not None:
+            config[ENCODER_FOLDER] = {"absolute": str(folder)}
+        return config
 
     def save_pretrained(self, directory: str | Path, repo_id: str | None = None) -> Path:
         """Write ``head.safetensors``, the encoder (fine-tuned: ``encoder/``), ``metadata.json``, the model card
@@ -205,6 +221,13 @@ class PMIScorer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config()
+        if ENCODER_FOLDER in config:  # where the encoder folder is from the scorer's: it holds when both move together
+            absolute = config[ENCODER_FOLDER]["absolute"]
+            try:
+                from_scorer: str | None = os.path.relpath(absolute, directory.resolve())
+            except ValueError:  # another drive (Windows): no relative path between them
+                from_scorer = None
+            config[ENCODER_FOLDER] = {"from_scorer": from_scorer, "absolute": absolute}
         tuned_float32 = self.saved_dtype in ("float32", "auto")  # "auto": a fine-tuned one saved so on 2026-11-28
         if self.encoder.spec.model == LOCAL_ENCODER and tuned_float32 and self.encoder.spec.dtype != "float32":
             raise ValueError(
@@ -240,11 +263,14 @@ class PMIScorer:
         """Save this scorer (its model card naming ``repo_id``) and commit it to the Hub model repo ``repo_id``,
         creating the repo if needed; the commit's URL. ``PMIScorer.from_pretrained(repo_id)`` loads it back. An
         encoder read from a local folder is refused: its weights would not travel, and the scorer would load nowhere
-        else (publish the encoder on the Hub and name it by its id, or fine-tune it into the scorer's own folder)."""
+        else (publish the encoder on the Hub and name it by its id, or fine-tune it into the scorer's own folder);
+        so no uploaded ``config.json`` holds a folder of this machine (``ENCODER_FOLDER``)."""
         if "/" not in repo_id:  # the Hub puts a bare name under the token's user, while the card names the bare one
             raise ValueError(f"push_to_hub: give the repo id with its namespace, org/name or user/name: {repo_id!r}")
         model = self.encoder.spec.model
-        if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists():
+        if _local_folder(model) is not None or (
+            model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists()
+        ):
             raise ValueError(
                 f"push_to_hub: the encoder is the local folder {model!r}, whose weights a Hub repo would not hold; "
                 "publish the encoder and name it by its Hub id first"
@@ -388,23 +414,25 @@ class PMIScorer:
             raise ScorerLoadError(f"{source}: head weights {broken} hold NaN or infinite values; retrain or restore it")
         if metadata is None:
             metadata = config.get("metadata")
+        config_file = str(Path(directory) / CONFIG_NAME) if directory is not None else source
+        found, tried = _find_encoder_folder(spec.model, config.get(ENCODER_FOLDER), directory, config_file)
+        if found is not None:  # the folder where it was recorded: loaded (and named, for the cache's keys) from there
+            spec = replace(spec, model=found)
         resolved = spec.on(encoder.device if encoder is not None else default_device(device))  # a concrete dtype
         if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
             cache = EmbeddingCache(cache_dir) if cache_dir else None
             weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
+            missing = None
             try:
                 encoder = TextEncoder(spec, cache=cache, device=device, **weights)
             except OSError as err:  # no such folder, no such Hub repo, no network
                 if cache is not None:
                     cache.close()
-                if not _maybe_relative(spec.model):
+                if not tried or found is not None:  # a folder that is there (or no search needed): its own error
                     raise
-                raise ScorerLoadError(
-                    f"{source}: its encoder {spec.model!r} did not load ({err}). If it is a local folder, config.json "
-                    f"names it relative to the directory the scorer was trained in, and it is not in this one "
-                    f"({Path.cwd()}): run from that directory, or write the folder's absolute path into config.json's "
-                    "encoder.model (scorers saved now record it so)"
-                ) from None
+                missing = _encoder_not_found(spec.model, tried, config_file, err, config)
+            if missing is not None or encoder is None:  # raised outside the handler: not one during another's
+                raise EncoderNotFoundError(missing or f"{source}: its encoder did not load")
             if spec.model == LOCAL_ENCODER and isinstance(metadata, dict):  # what its weights were tuned from
                 encoder.base_model = metadata.get("base_encoder")
         elif not encoder.spec.embeds_like(resolved):
@@ -463,12 +491,59 @@ def _check_encoder_files(path: Path, digests: Any, source: str) -> None:
             )
 
 
-def _maybe_relative(model: str) -> bool:
-    """Whether a saved encoder name that failed to load may be a local folder's relative path (a scorer saved before
-    ``config`` recorded local folders by their absolute paths): not a shipped model, not absolute, not here."""
-    if model == LOCAL_ENCODER or shipped_name(model) is not None:
-        return False
-    return not Path(model).expanduser().is_absolute() and not Path(model).exists()
+def _local_folder(model: str) -> Path | None:
+    """The absolute path of the local folder an encoder's model name means (as ``resolve_model`` reads it: a shipped
+    name is the shipped model even beside a folder of that name), or None for a shipped model, a fine-tuned one
+    (``LOCAL_ENCODER``, inside the scorer) or a Hub id with no such folder here."""
+    if model == LOCAL_ENCODER or shipped_name(model) is not None or not Path(model).is_dir():
+        return None
+    return Path(model).resolve()
+
+
+def _find_encoder_folder(
+    model: str, recorded: Any, directory: str | Path | None, config_file: str
+) -> tuple[str | None, list[str]]:
+    """Where to load a saved encoder named ``model`` from, when that name is no folder from the working directory:
+    ``(folder, tried)``, the first folder of the scorer's record (``ENCODER_FOLDER``: relative to the scorer's
+    ``directory``, then absolute) that exists, or None (the name goes on as a Hub id); ``tried`` lists the places
+    looked at, empty where the name needs no search (a shipped model, a fine-tuned one, a folder that is there)."""
+    if model == LOCAL_ENCODER or shipped_name(model) is not None or Path(model).is_dir():
+        return None, []
+    tried = [f"{model} (from the working directory {Path.cwd()})"]
+    if recorded is None:
+        return None, tried
+    if not isinstance(recorded, dict) or not all(v is None or isinstance(v, str) for v in recorded.values()):
+        raise ScorerLoadError(
+            f"{config_file}: invalid field {ENCODER_FOLDER!r} (expected {{'from_scorer': path, 'absolute': path}})"
+        )
+    from_scorer, absolute = recorded.get("from_scorer"), recorded.get("absolute")
+    if from_scorer and directory is not None:
+        candidate = Path(directory) / from_scorer
+        tried.append(f"{candidate} (its from_scorer path)")
+        if candidate.is_dir():
+            short = os.path.normpath(candidate)  # scorer/../enc as enc, where that is the same folder (no symlink)
+            return (short if Path(short).is_dir() and os.path.samefile(short, candidate) else str(candidate)), tried
+    if absolute and absolute != model:  # a name saved absolute (before the record) was tried as it is
+        tried.append(f"{absolute} (its absolute path)")
+        if Path(absolute).is_dir():
+            return absolute, tried
+    return None, tried
+
+
+def _encoder_not_found(model: str, tried: list[str], config_file: str, err: OSError, config: dict) -> str:
+    """The message for a saved encoder found nowhere: the scorer's config.json, the places tried, and the loader's
+    own error (a Hub id that is not there, or no network); for a scorer saved before its encoder's folder was
+    recorded, how to point it at the folder."""
+    hub = ", and as a Hub id it did not load either" if hub_id_form(model) else ""
+    message = f"{config_file}: its encoder.model {model!r} did not load: no folder at {'; '.join(tried)}{hub} ({err})"
+    if config.get(ENCODER_FOLDER) is None and not Path(model).expanduser().is_absolute():  # saved before it was
+        message += (  # recorded: a relative folder name is relative to where the scorer was trained
+            ". If it is a local folder, config.json names it relative to the directory the scorer was trained in: "
+            "run from that directory, or write the folder's path into config.json's encoder.model"
+        )
+    elif config.get(ENCODER_FOLDER) is None:
+        message += ". If the folder moved, write its new path into config.json's encoder.model"
+    return message
 
 
 def _context_turns(config: dict) -> int | None:
