@@ -269,3 +269,15 @@ def tiny_reward(tiny_scorer):
     from pmi_reward.rewards.reward import PMIReward
 
     return PMIReward(tiny_scorer)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """This machine as one without a GPU computing bfloat16 (for ours and for transformers' own check)."""
+    import transformers.training_args
+
+    from pmi_reward.policy import trainers
+
+    for module in (trainers, transformers.training_args):
+        monkeypatch.setattr(module, "is_torch_bf16_gpu_available", lambda: False, raising=False)
+        monkeypatch.setattr(module, "is_torch_xla_available", lambda: False, raising=False)

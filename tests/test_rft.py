@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from trl import DPOConfig, ModelConfig, SFTConfig
 
+from pmi_reward.data.records import DataError
 from pmi_reward.policy.rft import RFTConfig, select_best, select_pairs, train_rft
 from pmi_reward.policy.sampling import Replies
 from pmi_reward.policy.trainers import ScriptArguments
@@ -371,16 +372,18 @@ def test_a_rollout_top_p_outside_zero_to_one_is_refused_when_read(command, value
 
 
 def test_a_round_with_nothing_scorable_logs_no_nan(tmp_path, topic_dialogues, tiny_policy, smol_tokenizer):
-    """Every reply unscorable (the reward returns None): the round keeps nothing and logs a null score, not a
-    NaN (which is not JSON) from the mean of no scores."""
+    """Every reply of the first round unscorable (the reward returns None): the round keeps nothing and logs a null
+    score, not a NaN (which is not JSON) from the mean of no scores; the next round trains."""
     script = _script(tmp_path, topic_dialogues)
-    cfg = RFTConfig(rounds=1, prompts_per_round=2, samples_per_prompt=2, rollout_max_new_tokens=4)
+    cfg = RFTConfig(rounds=2, prompts_per_round=2, samples_per_prompt=2, rollout_max_new_tokens=4, drop_truncated=False)
+    calls = []
 
-    def unscorable(prompts, completions, **kwargs):
-        return [None] * len(completions)
+    def unscorable_first(prompts, completions, **kwargs):
+        calls.append(1)
+        return [None if len(calls) == 1 else float(len(str(c))) for c in completions]
 
     summary = train_rft(
-        cfg, script, _fit_args(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable]
+        cfg, script, _fit_args(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable_first]
     )
 
     def refuse(constant):
@@ -389,4 +392,24 @@ def test_a_round_with_nothing_scorable_logs_no_nan(tmp_path, topic_dialogues, ti
     log = [json.loads(x, parse_constant=refuse) for x in (tmp_path / "out" / "rft_log.jsonl").read_text().splitlines()]
     assert log[0]["score"] is None and log[0]["kept"] == 0
     saved = json.loads((tmp_path / "out" / "run_summary.json").read_text(), parse_constant=refuse)
-    assert saved["first_reward"] is None and summary["steps"] == 1
+    assert saved["first_reward"] is None and summary["steps"] == 2 and log[1]["kept"] > 0
+
+
+def test_a_run_whose_rounds_all_keep_nothing_saves_no_tuned_policy(
+    tmp_path, topic_dialogues, tiny_policy, smol_tokenizer
+):
+    """No round trained: the starting model was saved as the tuned policy (evaluate-policy then read it as one)."""
+    script = _script(tmp_path, topic_dialogues)
+    cfg = RFTConfig(rounds=2, prompts_per_round=2, samples_per_prompt=2, rollout_max_new_tokens=4)
+
+    def unscorable(prompts, completions, **kwargs):
+        return [None] * len(completions)
+
+    with pytest.raises(DataError, match="rft: no round trained \\(2 of 2 run"):
+        train_rft(
+            cfg, script, _fit_args(str(tmp_path / "out")), ModelConfig(), tiny_policy(), smol_tokenizer, [unscorable]
+        )
+    assert (
+        not (tmp_path / "out" / "model.safetensors").exists()
+        and not (tmp_path / "out" / "adapter_config.json").exists()
+    )

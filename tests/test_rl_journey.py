@@ -82,8 +82,13 @@ def test_resume_true_means_the_last_checkpoint_and_a_bad_one_is_refused_before_l
     def config(value):
         return GRPOConfig(output_dir=str(tmp_path), resume_from_checkpoint=value, **TINY)
 
-    assert resume_argument(config("true")) is True and resume_argument(config("false")) is None
-    assert resume_argument(config(str(tmp_path / "checkpoint-3"))) == str(tmp_path / "checkpoint-3")
+    last = str(tmp_path / "checkpoint-3")
+    assert resume_argument(config("true")) == last and resume_argument(config(" FALSE ")) is None
+    assert resume_argument(config(last)) == last
+    # the last checkpoint of a run killed while saving (trainer_state.json is written last) is refused by name
+    (tmp_path / "checkpoint-4").mkdir()
+    with pytest.raises(ValueError, match="checkpoint-4: not a training checkpoint"):
+        resume_argument(config("true"))
     with pytest.raises(ValueError, match="not a training checkpoint"):
         resume_argument(config(str(tmp_path / "nowhere")))
     with pytest.raises(ValueError, match="no checkpoint-N folder"):
@@ -184,10 +189,28 @@ def test_a_folder_with_an_adapter_and_full_weights_is_refused_naming_the_newer(t
         load_policy(str(folder))
 
 
-def test_rerank_samples_with_the_policy_commands_system_prompt():
-    from pmi_reward.cli.rerank import RerankArguments
+def test_rerank_samples_with_the_policy_commands_system_prompt(smol_tokenizer, monkeypatch):
+    """Its default system prompt is the policy commands'; and its prompts are fitted as theirs are: a template with
+    no system role is named with the ``--system_prompt ''`` way out (was jinja's raw TemplateError)."""
+    import copy
 
-    assert RerankArguments().system_prompt == DEFAULT_SYSTEM_PROMPT
+    from test_policy_prompts import GEMMA
+
+    from pmi_reward.cli import rerank
+    from pmi_reward.policy import loading
+    from pmi_reward.policy.sampling import SamplingSettings
+
+    assert rerank.RerankArguments().system_prompt == DEFAULT_SYSTEM_PROMPT
+    gemma = copy.deepcopy(smol_tokenizer)
+    gemma.chat_template = GEMMA
+    monkeypatch.setattr(loading, "load_policy", lambda name: (None, gemma))
+    seen = []
+    monkeypatch.setattr(rerank, "sample_replies", lambda m, t, prompts, n, s, d: seen.extend(prompts) or [["ok"]])
+    rows = [{"context": "Hi there.", "candidates": []}]
+    with pytest.raises(DataError, match="System role not supported.*--system_prompt ''"):
+        rerank._sample_missing(rerank.RerankArguments(model="m"), SamplingSettings(), rows)
+    rerank._sample_missing(rerank.RerankArguments(model="m", system_prompt=""), SamplingSettings(), rows)
+    assert seen == [[{"role": "user", "content": "Hi there."}]] and rows[0]["candidates"] == ["ok"]
 
 
 def test_a_policy_without_a_chat_template_is_named_as_such(smol_tokenizer):
@@ -229,3 +252,15 @@ def test_commands_without_output_dir_write_under_outputs_policies():
     assert got == {n: f"outputs/policies/{n}" for n in got}
     assert RFTSFTConfig(use_cpu=True, output_dir="mine").output_dir == "mine"
     assert isinstance(RFTSFTConfig(use_cpu=True), SFTConfig) and isinstance(RFTDPOConfig(use_cpu=True), DPOConfig)
+
+
+def test_a_hub_ids_last_part_is_not_read_as_a_shipped_model():
+    """``HuggingFaceTB/SmolLM2-135M`` (the base model) was counted as the shipped Instruct by its last part: no
+    mismatch warning against it, and an adapter recording it as its base loaded the Instruct's weights."""
+    from pmi_reward.policy.evaluate import _start_identity
+    from pmi_reward.scoring.models import cache_root, shipped_copy
+
+    assert _start_identity("HuggingFaceTB/SmolLM2-135M") != "smollm2-135m-instruct"
+    assert shipped_copy("HuggingFaceTB/SmolLM2-135M") is None and shipped_copy("smollm2-135m") is None
+    assert _start_identity(str(cache_root() / "models" / "smollm2-135m-instruct")) == "smollm2-135m-instruct"
+    assert shipped_copy("/home/someone/.cache/pmi_reward/models/minilm") == "minilm"  # another machine's cache

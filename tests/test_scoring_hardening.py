@@ -219,13 +219,33 @@ def test_a_scorer_copied_without_its_encoder_finds_it_by_its_absolute_path_or_na
     np.testing.assert_array_equal(PMIScorer.from_pretrained(copy).score(*PAIR), expected)
     project.rename(tmp_path / "gone")
     message = (
-        f"{copy / 'config.json'}: its encoder.model 'models/enc' did not load: no folder at models/enc (from the "
-        f"working directory {elsewhere}); {copy}/../../models/enc (its from_scorer path); {project / 'models' / 'enc'} "
-        "(its absolute path), and as a Hub id it did not load either"
+        f"{copy / 'config.json'}: its encoder.model 'models/enc' did not load: no folder at {copy}/../../models/enc "
+        f"(its from_scorer path); {project / 'models' / 'enc'} (its absolute path); models/enc (from the working "
+        f"directory {elsewhere}), and as a Hub id it did not load either"
     )
     with pytest.raises(ScorerLoadError, match="^" + re.escape(message)) as info:
         PMIScorer.from_pretrained(copy)
     assert isinstance(info.value, FileNotFoundError)  # as the loader's own error for a missing folder was
+
+
+def test_the_recorded_encoder_folder_beats_a_same_named_one_in_the_working_directory(
+    tiny_encoder_factory, tmp_path, monkeypatch
+):
+    """Another project's ``models/enc`` under the working directory stood in for the scorer's own encoder (the name
+    as given was tried first): its scores, silently. The scorer's recorded folder comes first."""
+    scorer, _, expected = _local_encoder_scorer(tiny_encoder_factory, tmp_path / "project", monkeypatch)
+    saved = Path(scorer.save_pretrained("out/scorer")).resolve()
+    other = tmp_path / "other"
+    impostor = tiny_encoder_factory()  # another encoder of the same shape: its weights moved
+    with torch.no_grad():
+        for parameter in impostor.model.parameters():
+            parameter.add_(0.5)
+    impostor.model.save_pretrained(other / "models" / "enc")
+    impostor.tokenizer.save_pretrained(other / "models" / "enc")
+    monkeypatch.chdir(other)
+    loaded = PMIScorer.from_pretrained(saved)
+    np.testing.assert_array_equal(loaded.score(*PAIR), expected)
+    assert Path(loaded.encoder.spec.model).resolve() == (tmp_path / "project" / "models" / "enc").resolve()
 
 
 def test_a_scorer_tuned_further_records_its_base_encoder_as_named(tiny_encoder_factory, tmp_path, monkeypatch):

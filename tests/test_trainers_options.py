@@ -7,7 +7,6 @@ import json
 import datasets
 import pytest
 import torch
-import transformers.training_args
 from trl import GRPOConfig, ModelConfig
 
 from pmi_reward.cli.main import main
@@ -159,14 +158,6 @@ def test_train_with_trl_refuses_a_bad_top_p_before_anything_loads(stop_at_the_po
     with pytest.raises(ValueError, match=r"--top_p must be in \(0, 1\]"):
         train_with_trl(object, ScriptArguments(), args, ModelConfig())
     assert stop_at_the_policy == []
-
-
-@pytest.fixture
-def cpu_only(monkeypatch):
-    """This machine as one without a GPU computing bfloat16 (for ours and for transformers' own check)."""
-    for module in (trainers, transformers.training_args):
-        monkeypatch.setattr(module, "is_torch_bf16_gpu_available", lambda: False, raising=False)
-        monkeypatch.setattr(module, "is_torch_xla_available", lambda: False, raising=False)
 
 
 @pytest.mark.parametrize("command", ["grpo", "rloo"])

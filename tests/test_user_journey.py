@@ -9,7 +9,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import transformers.training_args
 import yaml
 
 from pmi_reward.cli.main import main
@@ -162,14 +161,6 @@ def test_a_gateway_without_health_is_not_blamed_on_the_key(keyed_server):
 
 
 # -- 2. rft and dpo on a CPU-only machine: an unset bf16 settled, --bf16 true refused --------------------------
-
-
-@pytest.fixture
-def cpu_only(monkeypatch):
-    """This machine as one without a GPU computing bfloat16 (for ours and for transformers' own check)."""
-    for module in (trainers, transformers.training_args):
-        monkeypatch.setattr(module, "is_torch_bf16_gpu_available", lambda: False, raising=False)
-        monkeypatch.setattr(module, "is_torch_xla_available", lambda: False, raising=False)
 
 
 @pytest.mark.parametrize("command", ["rft", "dpo"])

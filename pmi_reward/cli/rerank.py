@@ -101,12 +101,16 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
     if not args.model:
         raise SystemExit(f"{len(missing)} row(s) have no candidates: give them, or --model for best-of-n")
     from ..policy.loading import load_policy
+    from ..policy.prompts import fit_prompts
 
     model, tokenizer = load_policy(args.model)
     prompts = [
         c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
         for c in (r[args.context_column] for r in missing)
     ]
+    # as the policy commands fit theirs: a template without a system role, or one that wants a user turn first, is
+    # named (with the --system_prompt '' way out) or fitted, not a raw template error from the first generate
+    prompts = fit_prompts(prompts, tokenizer)
     sampled = sample_replies(model, tokenizer, prompts, args.n, settings, "best-of-n")
     for row, replies in zip(missing, sampled, strict=True):
         row[args.candidates_column] = replies

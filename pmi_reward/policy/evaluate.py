@@ -36,7 +36,7 @@ from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci
 from ..evaluation.report import plot_distributions
 from ..rewards.path import visible
 from ..rewards.reward import PMIReward
-from ..scoring.models import cache_root, missing_local, model_identity, shipped_name
+from ..scoring.models import cache_root, missing_local, model_identity, shipped_copy
 from .best_of_n import best_of_n_kl_bound, best_of_n_replies
 from .diagnostics import binned_gain, length_adjusted_gain, length_edges, reply_lengths, text_diagnostics
 from .divergence import kl_to_base
@@ -501,7 +501,7 @@ def _start_identity(name: str) -> str:
     """``model_identity`` of a recorded starting model, where a converted copy of a shipped model (the cache path an
     adapter records as its base, this machine's or another's) counts as the shipped model, as ``load_policy`` maps
     it."""
-    shipped = shipped_name(Path(name).name) if name.strip() else None
+    shipped = shipped_copy(name)
     if shipped is not None and (
         not Path(name).exists() or Path(name).resolve().parent == (cache_root() / "models").resolve()
     ):

@@ -36,6 +36,7 @@ from transformers import set_seed
 from trl import DPOConfig, ModelConfig, SFTConfig
 
 from ..configs import parse_args
+from ..data.records import DataError
 from ..rewards.combined import CombinedReward
 from ..rewards.fluency import FluencyPenalty
 from ..rewards.options import RewardOptions
@@ -51,6 +52,7 @@ from .trainers import (
     last_mean,
     lora_config,
     policy_from,
+    resume_flag,
     run_provenance,
     settle_bf16,
     settle_output_dir,
@@ -304,7 +306,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     """Run RFT (``train_args`` an ``SFTConfig``) or iterative DPO (a ``DPOConfig``); save the policy, a per-round
     log and a run summary."""
     preference = isinstance(train_args, DPOConfig)
-    if train_args.resume_from_checkpoint not in (None, False, "", "false", "False"):
+    if resume_flag(train_args) is not None:
         # each round builds a fresh trainer: no checkpoint holds the round loop (its rounds, sampler, log) to resume
         raise ValueError(
             f"{'dpo' if preference else 'rft'} rounds cannot resume (--resume_from_checkpoint "
@@ -342,6 +344,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     order = np.random.default_rng(train_args.seed).permutation(len(prompts))
     history: list[dict] = []
     start, cpu_start = time.perf_counter(), cpu_seconds()
+    rounds_fitted = 0
     for r in range(cfg.rounds):
         if script_args.cpu_budget_seconds is not None and cpu_seconds() - cpu_start >= script_args.cpu_budget_seconds:
             break
@@ -364,6 +367,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         if rows:
             model, fitted = fit(model, tokenizer, rows, train_args, peft_config, base)
             peft_config = None  # the adapter now sits on the model: later rounds train it further
+            rounds_fitted += 1
         row = {
             "round": r + 1,
             "score": float(np.nanmean(scores)) if np.isfinite(scores).any() else None,  # None: nothing scored
@@ -385,6 +389,12 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         with log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row))
+    if not rounds_fitted:  # the starting model is no tuned policy: saved as one, evaluate-policy read it as tuned
+        raise DataError(
+            f"{'dpo' if preference else 'rft'}: no round trained ({len(history)} of {cfg.rounds} run, each keeping no "
+            "sample, or --cpu_budget_seconds spent before the first): nothing saved as a tuned policy; see "
+            f"{log_path} (a lower --keep_min_score, --drop_truncated false, or a larger budget)"
+        )
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     total = time.perf_counter() - start

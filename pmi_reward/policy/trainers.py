@@ -58,6 +58,7 @@ __all__ = [
     "settle_bf16",
     "settle_output_dir",
     "resume_argument",
+    "resume_flag",
     "check_generation_batch",
     "main_process_first",
     "RewardTimer",
@@ -314,28 +315,36 @@ def settle_output_dir(config: Any, command: str) -> None:
         config.output_dir = f"{POLICY_OUTPUTS}/{command}"
 
 
-def resume_argument(config: Any) -> str | bool | None:
-    """What ``Trainer.train(resume_from_checkpoint=...)`` gets from the config's ``--resume_from_checkpoint``: a
-    checkpoint folder, or True for the last ``checkpoint-N`` in ``output_dir`` (the flag arrives from the command
-    line as the string "true"; "false" or unset: a fresh run). Checked before any model loads: transformers' own
-    error came only after the policy, the scorer and the trainer had been built."""
+def resume_flag(config: Any) -> str | bool | None:
+    """The config's ``--resume_from_checkpoint`` as read: a folder, True, or None for a fresh run (unset, false, or
+    the strings "true"/"false" in any case and spacing, as the command line gives them)."""
     value = getattr(config, "resume_from_checkpoint", None)
     if value is None or isinstance(value, bool):
-        flag: str | bool | None = value or None
-    else:
-        flag = {"true": True, "false": None, "": None}.get(str(value).strip().lower(), str(value))
+        return value or None
+    return {"true": True, "false": None, "": None}.get(str(value).strip().lower(), str(value))
+
+
+def resume_argument(config: Any) -> str | None:
+    """What ``Trainer.train(resume_from_checkpoint=...)`` gets from the config's ``--resume_from_checkpoint``: a
+    checkpoint folder (for ``true``, the last ``checkpoint-N`` in ``output_dir``) or None (a fresh run). Checked
+    before any model loads: transformers' own error came only after the policy, the scorer and the trainer had been
+    built; and a checkpoint a kill left without its ``trainer_state.json`` (written last) is refused by name."""
+    flag = resume_flag(config)
     output_dir = Path(str(config.output_dir))
-    if flag is True and (not output_dir.is_dir() or get_last_checkpoint(str(output_dir)) is None):
-        raise ValueError(
-            f"--resume_from_checkpoint true: no checkpoint-N folder in output_dir {config.output_dir} to resume from "
-            "(give the checkpoint's folder, or the run's --output_dir)"
-        )
+    if flag is True:
+        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        if last is None:
+            raise ValueError(
+                f"--resume_from_checkpoint true: no checkpoint-N folder in output_dir {config.output_dir} to resume "
+                "from (give the checkpoint's folder, or the run's --output_dir)"
+            )
+        flag = last
     if isinstance(flag, str) and not (Path(flag) / "trainer_state.json").is_file():
         raise ValueError(
             f"--resume_from_checkpoint {flag}: not a training checkpoint (a checkpoint-N folder holding "
             "trainer_state.json)"
         )
-    return flag
+    return flag if isinstance(flag, str) else None
 
 
 def check_generation_batch(config: Any, prompts: int) -> None:

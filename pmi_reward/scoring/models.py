@@ -79,6 +79,16 @@ def shipped_name(name: str) -> str | None:
     return key if key in SHIPPED else None
 
 
+def shipped_copy(name: str) -> str | None:
+    """The shipped model whose converted copy ``name`` is (``<cache>/models/<shipped name>``, this machine's cache or
+    another's: what an adapter records as its base), else None. Only such a path: a Hub id's last part is not read
+    as a shipped name (``HuggingFaceTB/SmolLM2-135M``, the base model, is not the shipped Instruct)."""
+    path = Path(name.strip()) if name.strip() else None
+    if path is not None and path.is_absolute() and path.parent.name == "models" and path.name in SHIPPED:
+        return path.name
+    return None
+
+
 # the Hub id of each shipped model, lower-cased: (its shipped name, the id as the Hub spells it)
 HUB_IDS = {
     hub.lower(): (name, hub)

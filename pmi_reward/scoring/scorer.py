@@ -503,19 +503,20 @@ def _local_folder(model: str) -> Path | None:
 def _find_encoder_folder(
     model: str, recorded: Any, directory: str | Path | None, config_file: str
 ) -> tuple[str | None, list[str]]:
-    """Where to load a saved encoder named ``model`` from, when that name is no folder from the working directory:
-    ``(folder, tried)``, the first folder of the scorer's record (``ENCODER_FOLDER``: relative to the scorer's
-    ``directory``, then absolute) that exists, or None (the name goes on as a Hub id); ``tried`` lists the places
-    looked at, empty where the name needs no search (a shipped model, a fine-tuned one, a folder that is there)."""
-    if model == LOCAL_ENCODER or shipped_name(model) is not None or Path(model).is_dir():
+    """Where to load a saved encoder named ``model`` from: ``(folder, tried)``, the first folder of the scorer's record
+    (``ENCODER_FOLDER``: relative to the scorer's ``directory``, then absolute) that exists, or None (the name as
+    given: a folder from the working directory, else a Hub id); ``tried`` lists the places looked at, empty where
+    the name needs no search (a shipped model, a fine-tuned one, a folder that is there and no record). The record
+    comes first: another project's folder of the same relative name must not stand in for the scorer's own."""
+    if model == LOCAL_ENCODER or shipped_name(model) is not None:
         return None, []
-    tried = [f"{model} (from the working directory {Path.cwd()})"]
     if recorded is None:
-        return None, tried
+        return None, [] if Path(model).is_dir() else [f"{model} (from the working directory {Path.cwd()})"]
     if not isinstance(recorded, dict) or not all(v is None or isinstance(v, str) for v in recorded.values()):
         raise ScorerLoadError(
             f"{config_file}: invalid field {ENCODER_FOLDER!r} (expected {{'from_scorer': path, 'absolute': path}})"
         )
+    tried: list[str] = []
     from_scorer, absolute = recorded.get("from_scorer"), recorded.get("absolute")
     if from_scorer and directory is not None:
         candidate = Path(directory) / from_scorer
@@ -523,10 +524,13 @@ def _find_encoder_folder(
         if candidate.is_dir():
             short = os.path.normpath(candidate)  # scorer/../enc as enc, where that is the same folder (no symlink)
             return (short if Path(short).is_dir() and os.path.samefile(short, candidate) else str(candidate)), tried
-    if absolute and absolute != model:  # a name saved absolute (before the record) was tried as it is
+    if absolute:
         tried.append(f"{absolute} (its absolute path)")
         if Path(absolute).is_dir():
             return absolute, tried
+    if Path(model).is_dir():  # neither recorded place is here: the name as given, from the working directory
+        return None, []
+    tried.append(f"{model} (from the working directory {Path.cwd()})")
     return None, tried
 
 
