@@ -264,3 +264,4 @@ def test_a_hub_ids_last_part_is_not_read_as_a_shipped_model():
     assert shipped_copy("HuggingFaceTB/SmolLM2-135M") is None and shipped_copy("smollm2-135m") is None
     assert _start_identity(str(cache_root() / "models" / "smollm2-135m-instruct")) == "smollm2-135m-instruct"
     assert shipped_copy("/home/someone/.cache/pmi_reward/models/minilm") == "minilm"  # another machine's cache
+    assert shipped_copy(".cache/models/smollm2-135m-instruct") == "smollm2-135m-instruct"  # a relative cache

@@ -81,10 +81,11 @@ def shipped_name(name: str) -> str | None:
 
 def shipped_copy(name: str) -> str | None:
     """The shipped model whose converted copy ``name`` is (``<cache>/models/<shipped name>``, this machine's cache or
-    another's: what an adapter records as its base), else None. Only such a path: a Hub id's last part is not read
-    as a shipped name (``HuggingFaceTB/SmolLM2-135M``, the base model, is not the shipped Instruct)."""
+    another's, absolute or relative: what an adapter records as its base), else None. Only such a path: a Hub id's
+    last part is not read as a shipped name (``HuggingFaceTB/SmolLM2-135M``, the base model, is not the Instruct)."""
     path = Path(name.strip()) if name.strip() else None
-    if path is not None and path.is_absolute() and path.parent.name == "models" and path.name in SHIPPED:
+    # relative too: a relative $PMI_REWARD_CACHE gives a relative path, which an adapter records as its base
+    if path is not None and path.parent.name == "models" and path.name in SHIPPED:
         return path.name
     return None
 

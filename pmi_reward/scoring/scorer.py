@@ -530,7 +530,8 @@ def _find_encoder_folder(
             return absolute, tried
     if Path(model).is_dir():  # neither recorded place is here: the name as given, from the working directory
         return None, []
-    tried.append(f"{model} (from the working directory {Path.cwd()})")
+    if model != absolute:  # a name saved absolute was tried as its absolute path
+        tried.append(f"{model} (from the working directory {Path.cwd()})")
     return None, tried
 
 
