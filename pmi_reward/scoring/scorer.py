@@ -33,12 +33,12 @@ from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
-from .models import hub_id_form, shipped_name
+from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
 
 __all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS"]
 
-FORMAT = "pmi-reward-scorer"
+FORMAT = SCORER_FORMAT  # models.py holds it: it tells a scorer folder from a model folder (is_scorer_dir)
 VERSION = 2
 CONFIG_NAME = "config.json"
 METADATA_NAME = "metadata.json"
