@@ -149,3 +149,52 @@ def test_a_help_that_states_its_default_gets_no_second_one(command):
     if command == "score":
         scorer = _flat(_command_help("score")[1])
         assert "(default: `make scorer`'s) (default: outputs/scorer)" in scorer
+
+
+def _option_help(command: str, flag: str) -> str:
+    """``pmi-reward COMMAND --help``'s line for FLAG, as printed (default appended), one space between words."""
+    parser, _ = _command_help(command)
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    return _flat(parser._get_formatter()._expand_help(action))
+
+
+def _exit_code(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as stop:  # argparse's own exit
+        return stop.code if isinstance(stop.code, int) else 2
+
+
+def test_serve_help_offers_only_what_serve_accepts(capsys):
+    """``serve --help`` offered ``--empty_score`` None ("unscorable, zero advantage") and ``--batch_size`` as "pairs
+    per scorer call" (the trainers' help, shared through RewardOptions), both refused by serve with exit 2: its help
+    says what serve takes, while the trainers keep theirs."""
+    empty, batch = _option_help("serve", "--empty_score"), _option_help("serve", "--batch_size")
+    assert "None: unscorable" not in empty and "a number (None is refused" in empty, empty
+    assert empty.endswith("(default: -5.0)"), empty
+    assert "pairs per scorer call" not in batch and "not used by the server" in batch and "is refused" in batch, batch
+    assert "(None: unscorable, zero advantage)" in _option_help("grpo", "--empty_score")
+    assert _option_help("grpo", "--batch_size") == "pairs per scorer call (default: 256)"
+    # what the help says is refused is refused, before any scorer loads
+    assert _exit_code(["serve", "--scorer", "/nonexistent", "--empty_score", "none"]) == 2
+    assert _exit_code(["serve", "--scorer", "/nonexistent", "--batch_size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "empty_score None" in err and "--batch_size 64 has no effect on the server" in err
+
+
+def test_train_help_says_it_refuses_quantize():
+    """``train --help`` offered ``--quantize int8 | int8-block`` (EncoderSpec's help, shared with the scoring
+    commands), which training always refuses: a saved scorer never records it."""
+    train = _option_help("train", "--quantize")
+    assert "train refuses any value but none" in train and "int8 (dynamic int8" not in train, train
+    assert train.endswith("(default: none)"), train
+    assert "int8 | int8-block" in _option_help("score", "--quantize")  # a scoring command's help offers them
+
+
+def test_help_texts_change_help_not_parsing():
+    from pmi_reward.rewards.options import RewardOptions
+
+    (options,) = parse_args((RewardOptions,), ["--batch_size", "64"], help_texts={"batch_size": "own words"})
+    assert options.batch_size == 64
+    with pytest.raises(ValueError, match="help_texts: batch is not an option of x"):
+        parse_args((RewardOptions,), [], prog="x", help_texts={"batch": "a renamed field's override"})

@@ -686,7 +686,7 @@ def test_a_scorer_answer_of_the_wrong_length_fails_no_merged_request():
     scored. Its length is checked first; the merged pieces are then scored one by one (NaN where a pair fails)."""
     import numpy as np
 
-    from pmi_reward.serving.batching import MicroBatcher
+    from pmi_reward.rewards.batching import MicroBatcher
 
     class Short:
         context_turns = None

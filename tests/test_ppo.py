@@ -73,6 +73,30 @@ def test_clipped_loss_stops_pushing_past_the_clip():
     assert ppo_loss(logp, z, adv, z, z, z, m)[1]["clip_frac"] == 0.5
 
 
+def test_the_value_loss_clips_a_prediction_toward_the_rollouts_and_is_added_to_the_policy_loss():
+    """The critic's loss, with known numbers: a prediction that moved past ``clip_range_value`` from the rollout's
+    is also read at the clip, and the larger error of the two counts (TRL's clipped value loss); the total loss is
+    the policy loss plus ``vf_coef`` times it, so that its gradient pulls each value toward its return. Unclipped,
+    clipped the wrong way (the smaller error) or subtracted (the critic trained to grow its error), PPO still ran
+    to finite numbers and every test here passed."""
+    zero, mask = torch.zeros(1, 2), torch.ones(1, 2)
+    values, old, returns = torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2), torch.tensor([[1.0, 0.5]])
+    # token 0: |1 - 1|^2 = 0 unclipped, |0.2 - 1|^2 = 0.64 clipped: the max is 0.64; token 1: 0.25 either way
+    loss, stats = ppo_loss(zero, zero, zero, values, old, returns, mask, clip_range_value=0.2, vf_coef=1.0)
+    assert stats["value_loss"] == pytest.approx(0.5 * (0.64 + 0.25) / 2)  # 0.2225; unclipped or min: 0.0625
+    assert stats["policy_loss"] == 0.0 and loss.item() == pytest.approx(0.2225)
+    # inside the clip the value loss is 0.5 (v - R)^2 averaged: its gradient is (v - R) / n, toward the return
+    inside = torch.tensor([[0.1, 0.1]], requires_grad=True)
+    loss, stats = ppo_loss(zero, zero, zero, inside, old, torch.full((1, 2), 0.5), mask, vf_coef=1.0)
+    loss.backward()
+    torch.testing.assert_close(inside.grad, torch.full((1, 2), (0.1 - 0.5) / 2))
+    # beside a policy loss, with the default vf_coef 0.1: the sum, not the difference
+    logp, adv = torch.log(torch.tensor([[1.1, 0.9]])), torch.tensor([[1.0, 1.0]])
+    loss, stats = ppo_loss(logp, zero, adv, values, old, returns, mask, vf_coef=0.1)
+    assert stats["policy_loss"] == pytest.approx(-1.0) and stats["value_loss"] == pytest.approx(0.2225)
+    assert loss.item() == pytest.approx(-1.0 + 0.1 * 0.2225)
+
+
 def test_whitening_keeps_its_digits_far_from_zero():
     """Advantages of mean 1000 and spread 0.5: one-pass sums in float32 gave a spread of 1.25 after whitening."""
     x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0)) * 0.5 + 1000
@@ -168,6 +192,70 @@ def test_an_unscorable_reply_carries_no_learning_signal(tiny_policy, smol_tokeni
         acc,
     )
     assert stats["score"] == 1.5 and stats["unscorable"] == 0.5  # the mean is over scorable replies
+
+
+def test_one_update_pulls_the_values_toward_their_returns(tiny_policy, smol_tokenizer):
+    """The value head learns its returns: one update with every return one above the rollout's value lowers the
+    squared error of the values (a value loss subtracted from the policy loss raised it)."""
+    torch.manual_seed(0)
+    policy = PolicyWithValue(tiny_policy()).eval()
+    batch, cfg, acc = _fixed_batch(policy, smol_tokenizer)
+    mask = batch["mask"]
+    batch["advantages"], batch["returns"] = torch.zeros_like(mask), (batch["values"] + 1) * mask
+    cfg.ppo_epochs, cfg.mini_batch_size = 1, 2
+
+    def error(values: torch.Tensor) -> float:
+        return (((values - batch["returns"]) ** 2) * mask).sum().item()
+
+    before = error(batch["values"])
+    ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), acc, batch, cfg)
+    with torch.no_grad():
+        _, values = response_stats(policy, batch, cfg.temperature)
+    assert error(values) < before - 1e-3, (error(values), before)
+
+
+def test_a_step_puts_the_kl_penalty_of_its_config_in_the_rewards(tiny_policy, smol_tokenizer, monkeypatch):
+    """--kl_coef reaches the rewards that GAE reads: each token's reward is -kl_coef (log pi - log ref) on a
+    reference that differs from the policy, plus the score on the last real token. A step that passed 0.0 for
+    it (no penalty: the policy free to drift from its reference) passed every PPO test."""
+    from pmi_reward.policy import ppo
+
+    seen = {}
+    real_rollout, real_gae = ppo.rollout, ppo.gae
+
+    def spy_rollout(*args, **kwargs):
+        seen["batch"] = real_rollout(*args, **kwargs)
+        return seen["batch"]
+
+    def spy_gae(rewards, *args):
+        seen["rewards"] = rewards.clone()
+        return real_gae(rewards, *args)
+
+    monkeypatch.setattr(ppo, "rollout", spy_rollout)
+    monkeypatch.setattr(ppo, "gae", spy_gae)
+    torch.manual_seed(0)
+    policy, reference = PolicyWithValue(tiny_policy()).eval(), PolicyWithValue(tiny_policy(1)).eval()
+    prompts = [[{"role": "user", "content": "I love jazz."}], [{"role": "user", "content": "Who is your favourite?"}]]
+    cfg = PPOConfig(max_new_tokens=6, temperature=1.0, kl_coef=0.5, ppo_epochs=1, mini_batch_size=2)
+    scores = [1.0, -2.0]
+    ppo_step(
+        policy,
+        reference,
+        torch.optim.SGD(policy.parameters(), lr=0.0),
+        smol_tokenizer,
+        prompts,
+        lambda p, c, **k: scores,
+        cfg,
+        Accelerator(cpu=True),
+    )
+    batch, rewards = seen["batch"], seen["rewards"]
+    mask = batch["mask"]
+    kl = (batch["logprobs"] - batch["ref_logprobs"]) * mask
+    assert kl.abs().max() > 0.1  # another policy: the penalty is not nothing
+    expected = -0.5 * kl
+    for row, score in enumerate(scores):
+        expected[row, int(mask[row].sum()) - 1] += score
+    torch.testing.assert_close(rewards, expected)
 
 
 def test_kl_is_zero_at_step_zero_with_lora(tiny_policy, smol_tokenizer):

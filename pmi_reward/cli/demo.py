@@ -11,9 +11,11 @@ import sys
 
 from ..configs import parse_args
 from ..policy.demo import DemoArguments, run_demo
+from .processes import single_process
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("demo")  # before anything loads: it has no multi-process path
     (args,) = parse_args((DemoArguments,), argv, prog="pmi-reward demo")
     run_demo(args)
     return 0

@@ -8,10 +8,12 @@ from __future__ import annotations
 import sys
 
 from ..policy.rft import dpo_main
+from .processes import single_process
 
 
 def main(argv: list[str] | None = None) -> int:
     """Prompts, reward, round, DPO and model options from ``--config`` YAML and flags (``--help`` lists them)."""
+    single_process("dpo")  # before anything loads: it has no multi-process path
     dpo_main(argv, prog="pmi-reward dpo")
     return 0
 

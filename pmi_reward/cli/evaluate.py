@@ -20,10 +20,12 @@ from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
 from ..scoring.models import cache_root
 from ..scoring.scorer import PMIScorer
+from .processes import single_process
 from .score import scorer_files
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("evaluate")  # before anything loads: it has no multi-process path
     args, negatives = parse_args((EvaluateArguments, NegativeSpec), argv, prog="pmi-reward evaluate")
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")

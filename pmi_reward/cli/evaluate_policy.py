@@ -10,9 +10,11 @@ import sys
 
 from ..configs import parse_args
 from ..policy.evaluate import ARGUMENTS, run_evaluation
+from .processes import single_process
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("evaluate-policy")  # before anything loads: it has no multi-process path
     run_evaluation(*parse_args(ARGUMENTS, argv, prog="pmi-reward evaluate-policy"))
     return 0
 

@@ -23,6 +23,7 @@ from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
+from .processes import single_process
 from .score import scorer_files
 
 
@@ -136,6 +137,7 @@ def _model_files(model: str | None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("rerank")  # before anything loads: it has no multi-process path
     args, settings, runtime = parse_args(
         (RerankArguments, SamplingSettings, EncoderRuntime), argv, prog="pmi-reward rerank"
     )

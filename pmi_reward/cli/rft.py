@@ -8,10 +8,12 @@ from __future__ import annotations
 import sys
 
 from ..policy.rft import rft_main
+from .processes import single_process
 
 
 def main(argv: list[str] | None = None) -> int:
     """Prompts, reward, RFT, SFT and model options from ``--config`` YAML and flags (``--help`` lists them)."""
+    single_process("rft")  # before anything loads: it has no multi-process path
     rft_main(argv, prog="pmi-reward rft")
     return 0
 

@@ -22,6 +22,7 @@ from ..rewards.options import RewardOptions
 from ..rewards.path import RewardPath
 from ..scoring.encoder import LOCAL_ENCODER, EncoderRuntime
 from ..scoring.scorer import CONFIG_NAME, DEFAULT_SCORER, METADATA_NAME, PMIScorer
+from .processes import single_process
 
 
 @dataclass
@@ -68,6 +69,7 @@ def scorer_files(scorer: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("score")  # before anything loads: it has no multi-process path
     args, runtime = parse_args((ScoreArguments, EncoderRuntime), argv, prog="pmi-reward score")
     check_output(args.output, args.overwrite, inputs=[args.input, *scorer_files(args.scorer)])
     records = read_records(args.input)

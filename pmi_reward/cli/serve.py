@@ -13,6 +13,7 @@ from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
 from ..serving.endpoints import check_options
 from ..serving.server import ServerConfig, serve
+from .processes import single_process
 
 
 @dataclass
@@ -29,6 +30,17 @@ class ServeArguments:
     log_level: str = field(
         default="info", metadata={"help": "debug | info (with the access log: a line per request) | warning"}
     )
+
+
+# serve's own --help lines for the RewardOptions fields it takes otherwise than the trainers: the shared help offered
+# an empty_score of None and a batch size, both refused here (check_options, check_batch_size)
+HELP_TEXTS = {
+    "empty_score": "the reward /get_reward gives an empty or unreadable completion: a number (None is refused: "
+    "OpenRLHF cannot take a null reward; RemotePMIReward applies its own empty_score, None included, on the "
+    "trainer's side)",
+    "batch_size": "not used by the server, which merges requests into encoder batches by --max_batch_pairs and "
+    "--max_batch_chars: a value other than the default is refused",
+}
 
 
 def check_batch_size(options: RewardOptions) -> None:
@@ -52,8 +64,12 @@ def check_device(device: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    single_process("serve")  # before anything loads: it has no multi-process path
     args, config, options, runtime = parse_args(
-        (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime), argv, prog="pmi-reward serve"
+        (ServeArguments, ServerConfig, RewardOptions, EncoderRuntime),
+        argv,
+        prog="pmi-reward serve",
+        help_texts=HELP_TEXTS,
     )
     try:
         config = replace(config, api_key=api_key_from_env(config.api_key))  # a key from a file: its newline goes

@@ -16,7 +16,7 @@ import dataclasses
 import sys
 import tempfile
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import UnionType
@@ -275,10 +275,30 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action) or ""
 
 
-def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
+def _override_help(parser: argparse.ArgumentParser, help_texts: Mapping[str, str]) -> None:
+    """Replace the help of the options named in ``help_texts`` (by field name) with this command's own: a field
+    shared between commands (``RewardOptions.batch_size``, ``EncoderSpec.quantize``) describes what most of them do
+    with it, and ``--help`` must not offer a value that this command refuses. An unknown name is an error (a
+    renamed field would otherwise leave the old help in place without a word)."""
+    options = {option: action for action in parser._actions for option in action.option_strings}
+    unknown = [name for name in help_texts if f"--{name}" not in options]
+    if unknown:
+        raise ValueError(f"help_texts: {', '.join(unknown)} is not an option of {parser.prog}")
+    for name, text in help_texts.items():
+        options[f"--{name}"].help = text
+
+
+def parse_args(
+    types: Sequence[Any],
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    help_texts: Mapping[str, str] | None = None,
+) -> tuple[Any, ...]:
     """Instances of ``types`` from ``--config`` YAML (paths or shipped names; several merge in order) and flags,
     flags winning. Options are read from these alone: not from a ``<program>.args`` file (transformers' parser reads
-    one by default), nor from an abbreviated flag (``--tune`` for ``--tuned``)."""
+    one by default), nor from an abbreviated flag (``--tune`` for ``--tuned``). ``help_texts`` (field name -> text,
+    ``%`` written ``%%`` as argparse requires) gives an option this command's own ``--help`` line, where the
+    dataclass's shared one would describe what another command does with it; parsing is unchanged."""
     from trl import TrlParser
 
     class Parser(TrlParser):
@@ -299,4 +319,5 @@ def parse_args(types: Sequence[Any], argv: Sequence[str] | None = None, prog: st
     with ExitStack() as stack:
         args = _resolve_configs(list(sys.argv[1:] if argv is None else argv), stack, types)
         parser = Parser(tuple(types), prog=prog, epilog=epilog, allow_abbrev=False, formatter_class=_HelpFormatter)
+        _override_help(parser, help_texts or {})
         return tuple(parser.parse_args_and_config(args))

@@ -20,7 +20,7 @@ from ..data.negatives import NegativeSpec
 from ..data.pairs import PairSet
 from ..data.records import DataError
 from ..data.synthetic import true_pmi
-from ..scoring.scorer import PMIScorer
+from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from ..training.fit import check_negative_draws, score_with_negatives
 from .metrics import Estimate, mse, pearson, roc_auc, spearman
 
@@ -29,10 +29,16 @@ __all__ = ["EvaluateArguments", "evaluate_scorer", "evaluation_columns"]
 
 @dataclass
 class EvaluateArguments:
-    """The scorer, the pair file and what to compare with (the negatives' mix is a ``NegativeSpec``)."""
+    """The pair file, the scorer (``DEFAULT_SCORER``, as ``score``, ``rerank`` and ``serve`` default to) and what
+    to compare with (the negatives' mix is a ``NegativeSpec``)."""
 
-    scorer: str = field(metadata={"help": "a directory written by `pmi-reward train`"})
     input: str = field(metadata={"help": "CSV/TSV/JSONL/JSON pair file"})
+    scorer: str = field(
+        default=DEFAULT_SCORER,
+        metadata={
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+        },
+    )
     context_column: str = field(
         default="context", metadata={"help": "--input's context column (turns one per line, oldest first)"}
     )

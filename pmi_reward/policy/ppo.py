@@ -341,6 +341,7 @@ def train_ppo(
             break
     total = time.perf_counter() - start
     accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(policy)
     summary = {
         "trainer": "PPO",
         "steps": len(history),
@@ -360,10 +361,11 @@ def train_ppo(
         "load_average": round(os.getloadavg()[0], 2),
         "reward_share": round((getattr(reward, "seconds", 0.0) - reward_seconds) / total, 4),
         "config": asdict(cfg),
-        **run_provenance(script_args, _pmi_options(reward), asdict(cfg), policy),
+        # the policy unwrapped: DDP's wrapper (several processes) hides its ``lm``, so its start_model read null
+        **run_provenance(script_args, _pmi_options(reward), asdict(cfg), unwrapped),
     }
     if accelerator.is_main_process:
-        _save(accelerator.unwrap_model(policy), tokenizer, cfg.output_dir)
+        _save(unwrapped, tokenizer, cfg.output_dir)
         write_summary(cfg.output_dir, summary)
     return summary
 

@@ -124,9 +124,9 @@ class ScriptArguments(PromptArguments):
     cpu_budget_seconds: float | None = field(
         default=None,
         metadata={
-            "help": "stop training once a process has used this much CPU time (equal-cost comparisons; under "
-            "accelerate every process stops with the first): grpo/rloo/ppo within a step; rft/dpo start no round "
-            "after it, and finish the round under way (up to a round over)"
+            "help": "stop training once a process has used this much CPU time (equal-cost comparisons): grpo/rloo/ppo "
+            "within a step, every process of an accelerate/torchrun launch stopping with the first; rft/dpo (one "
+            "process only) start no round after it, and finish the round under way (up to a round over)"
         },
     )
 
@@ -550,7 +550,8 @@ def train_with_trl(
     rewards: list[Callable] | None = None,
     reward_options: RewardOptions | None = None,
 ) -> dict:
-    """Train a policy with a TRL online trainer (GRPO, RLOO) and PMIReward; save it and a run summary.
+    """Train a policy with a TRL online trainer (GRPO, RLOO) and PMIReward; save it and a run summary (written and
+    printed by the main process alone; every process returns it, with its own time figures).
 
     ``model``/``tokenizer`` and ``rewards`` (PMIReward first) replace what the arguments would load.
     """
@@ -598,6 +599,7 @@ def train_with_trl(
         "trainer": trainer_cls.__name__,
         "steps": trainer.state.global_step,
         "prompts_used": len(dataset),
+        "processes": trainer.accelerator.num_processes,  # trained together, their per-device batches adding up
         "first_reward": logged[0]["reward"] if logged else None,
         "last_reward": logged[-1]["reward"] if logged else None,
         f"reward_last{LAST_N}": last_mean(logged, "reward"),
@@ -609,7 +611,8 @@ def train_with_trl(
         **timer.summary(),
         **run_provenance(script_args, getattr(rewards[0], "options", reward_options), settings, trainer.model, start),
     }
-    write_summary(training_args.output_dir, summary)
+    if trainer.accelerator.is_main_process:  # one record of the run (every process wrote and printed its own)
+        write_summary(training_args.output_dir, summary)
     return summary
 
 

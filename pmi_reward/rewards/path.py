@@ -17,6 +17,9 @@ Only the scoring step differs, so for the same scorer and options they all retur
 
 Samples without a readable context get ``empty_score``; they are counted in the ``<name>/no_context_frac``
 metric and logged as a warning, since they usually mean a data problem (e.g. a verl row with no conversation).
+Scorable samples whose scoring failed (the scorer raised on them, alone too, or returned NaN) get ``empty_score``
+as well, counted in ``<name>/score_failed_frac`` (their share of the scorable samples): at 1.0 every reward of the
+call is ``empty_score``, a constant reward that trains on nothing, so a broken scorer shows in the trainer's metrics.
 """
 
 from __future__ import annotations
@@ -397,6 +400,9 @@ class RewardPath:
         log_metric(f"{name}/no_context_frac", len(batch.no_context) / n)
         log_metric(f"{name}/think_unfinished_frac", batch.unfinished_think / n)
         ok = np.isfinite(raw)
+        # the scorable samples whose score failed (NaN: empty_score), which empty_frac does not count: 1.0 when the
+        # scorer fails on everything (a missing package, a lost device), whose every reward is then the same
+        log_metric(f"{name}/score_failed_frac", float((~ok[batch.valid]).mean()) if n_valid else 0.0)
         if ok.any():  # not when every scorable pair failed: a NaN would blank the trainer's step average
             log_metric(f"{name}/raw_pmi_mean", float(raw[ok].mean()))
             clipped = np.abs(rewards[ok]) >= self.options.clip if self.options.clip else np.zeros(n_valid, bool)

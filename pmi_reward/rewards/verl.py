@@ -1,7 +1,8 @@
 """PMIScore as verl's ``custom_reward_function``: ``compute_score`` (one response) and ``compute_score_batch``.
 
 ``compute_score`` is what verl >= 0.7's reward loop (the default, ``reward_model.use_reward_loop: true``) and the
-legacy ``naive`` manager call, one response per call (the reward loop from a thread pool, so it is thread-safe);
+legacy ``naive`` manager call, one response per call (the reward loop from a thread pool, so it is thread-safe, and
+an in-process scorer merges the calls that come at once into shared scorer calls: ``MergedReward``);
 ``compute_score_batch`` is for the legacy ``batch`` manager (``use_reward_loop: false``), which passes numpy
 object arrays. verl hands a reward function the decoded response (``solution_str``) and ``extra_info``; a PMI
 reward needs the conversation the response answers, read from ``extra_info``: ``context`` (a string, one turn per
@@ -19,8 +20,9 @@ the legacy ``prime`` (it reads ``result[0]``). ``ground_truth`` is not needed an
 from is set through ``custom_reward_function.reward_kwargs`` (or, when they name neither, the environment): ``url`` of a
 ``pmi-reward serve`` server (``$PMI_REWARD_URL``) or ``scorer``, a saved scorer directory or Hub repo id loaded
 once per worker (``$PMI_REWARD_SCORER``; ``device``, ``backend``, ``quantize`` and ``dtype`` choose how it runs,
-``revision``, ``token``, ``hub_cache_dir`` and ``local_files_only`` which Hub copy it is; better ``$HF_TOKEN`` in
-the workers' environment than ``token`` here: verl prints its config at start);
+``cache_dir`` an embedding cache for it (a folder that grows for the whole run), ``revision``, ``token``,
+``hub_cache_dir`` and ``local_files_only`` which Hub copy it is; better ``$HF_TOKEN`` in the workers' environment
+than ``token`` here: verl prints its config at start);
 every other ``RewardOptions`` field (``center``, ``scale``, ``clip``, ``empty_score``, ...) may be given there too,
 and ``api_key`` for a server that requires one (better: ``$PMI_REWARD_API_KEY`` in the workers' environment, out
 of the config files). Any other key is ignored with a warning naming it (a misspelling; not an error, so that a
@@ -36,12 +38,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import numpy as np
+
 from pmi_reward.data.conversation import clean_reply, parse_chat
 from pmi_reward.data.pairs import join_turns
+from pmi_reward.rewards.batching import MicroBatcher
 from pmi_reward.rewards.options import RewardOptions
 from pmi_reward.rewards.path import Rewards, plain
 from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env, run_sync
@@ -49,7 +56,7 @@ from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring.encoder import RUNTIME_FIELDS
 from pmi_reward.scoring.scorer import HUB_OPTIONS, PMIScorer
 
-__all__ = ["compute_score", "compute_score_batch", "context_of"]
+__all__ = ["compute_score", "compute_score_batch", "context_of", "MergedReward"]
 
 Result = dict[str, float]
 
@@ -61,8 +68,10 @@ CONTEXT_KEYS = ("context", "messages", "prompt", "history")
 # reward_manager/naive.py ``run_single``: ``extra_info.update(tool_extra_fields.items())``); read after CONTEXT_KEYS
 RAW_PROMPT_KEY = "raw_prompt"
 _OPTIONS = set(RewardOptions.__dataclass_fields__)
+# how a scorer is loaded (PMIScorer.from_pretrained's keywords): the runtime, the Hub copy and the embedding cache
+_LOADING_KEYS = (*RUNTIME_FIELDS, *HUB_OPTIONS, "cache_dir")
 # what _settings reads besides the RewardOptions fields
-_SETTINGS = {"url", "scorer", "device", "api_key", *RUNTIME_FIELDS, *HUB_OPTIONS}
+_SETTINGS = {"url", "scorer", "device", "api_key", *_LOADING_KEYS}
 # keywords verl itself adds to a reward function's call (verl @ b178a3c): the reward loop's managers pass
 # reward_router_address and reward_model_tokenizer when a reward model's router runs (reward_loop/reward_manager/
 # naive.py, limited.py, dapo.py); strict_box_verify is a keyword of verl's own math_dapo scorer that DAPO configs
@@ -119,6 +128,40 @@ def context_of(extra_info: Any) -> Any:
 
 
 _LOADING = threading.Lock()
+# how long the merging worker, once free, waits for more calls (ms), as the server's default: 256 responses from 8
+# threads on MiniLM took 2.6 s with it, 3.1 s with 1 ms and 4.0 s with none in one run on a noisy shared CPU (14 s
+# before calls were merged); the legacy naive manager, one call at a time (~50 ms each), pays it on every call
+MERGE_WAIT_MS = 2.0
+
+
+class MergedReward(PMIReward):
+    """``PMIReward`` whose scoring step goes through a ``MicroBatcher`` (the server's): verl's reward loop calls
+    ``compute_score`` once per response from a thread pool, and ``PMIReward``'s lock made those calls take turns, one
+    pair per scorer call, so the G responses of a prompt each embedded its context (and line features) again. The
+    batcher's one worker thread owns the scorer and merges the calls waiting into one scorer call of up to
+    ``batch_size`` pairs (as ``PMIReward`` bounds its calls; no bound in characters), in which the scorer embeds
+    each distinct context once. The scores are ``PMIReward``'s up to float32 noise (a text's embedding can move in
+    its last bits with the other texts of its encoder batch); a failed merged call is scored again call by call,
+    then pair by pair (``score_robustly``)."""
+
+    def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(scorer, options, **kwargs)
+        self._start_batcher()
+
+    def _start_batcher(self) -> None:
+        self.batcher = MicroBatcher(
+            self.scorer, max_batch_pairs=self.options.batch_size, max_wait_ms=MERGE_WAIT_MS, max_batch_chars=sys.maxsize
+        )
+        # its worker thread stops once the reward is gone (the settings' cache let it go); at exit it is a daemon
+        weakref.finalize(self, self.batcher.close).atexit = False
+
+    def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
+        """Raw PMI of the readable pairs, scored with the pairs of the calls that wait at the same time."""
+        return self.batcher.score(contexts, replies)
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._start_batcher()
 
 
 def _reward(*settings: Any) -> PMIReward | RemotePMIReward:
@@ -140,7 +183,7 @@ def _load_reward(
     opts = RewardOptions(**dict(options))
     if url:
         return RemotePMIReward(url, opts, on_failure="raise", api_key=api_key)
-    return PMIReward(PMIScorer.from_pretrained(scorer or "", device=device, **dict(runtime)), opts)
+    return MergedReward(PMIScorer.from_pretrained(scorer or "", device=device, **dict(runtime)), opts)
 
 
 def _settings(kwargs: dict) -> tuple:
@@ -159,7 +202,7 @@ def _settings(kwargs: dict) -> tuple:
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     if "empty_score" in options and options["empty_score"] is None:
         raise ValueError("pmi_reward verl: verl needs a number for every response; empty_score cannot be None")
-    runtime = {k: v for k, v in kwargs.items() if k in (*RUNTIME_FIELDS, *HUB_OPTIONS) and v is not None}
+    runtime = {k: v for k, v in kwargs.items() if k in _LOADING_KEYS and v is not None}
     return (
         url,
         scorer,
@@ -220,7 +263,8 @@ def _rewards(reward: PMIReward | RemotePMIReward, contexts: list[Any], responses
     (building the texts again for them read and cut every context and reply twice, a share of each call on CPU)."""
     if isinstance(reward, RemotePMIReward):
         return run_sync(reward.run_remote(contexts, responses))  # errors raise: the reward was made on_failure="raise"
-    return reward.run(contexts, responses, reward._score)  # PMIReward's call, less its seconds counter (unread here)
+    # PMIReward's call, less its seconds counter (unread here); a MergedReward's scoring step merges concurrent calls
+    return reward.run(contexts, responses, reward._score)
 
 
 def compute_score(

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -39,7 +41,15 @@ from .templates import fill
 if TYPE_CHECKING:
     from .fast import OnnxBackbone
 
-__all__ = ["EncoderSpec", "EncoderRuntime", "TextEncoder", "pool_hidden", "default_device", "RUNTIME_FIELDS"]
+__all__ = [
+    "EncoderSpec",
+    "EncoderRuntime",
+    "TextEncoder",
+    "pool_hidden",
+    "default_device",
+    "RUNTIME_FIELDS",
+    "check_onnx_runtime",
+]
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
 FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every this many texts (or so)
@@ -48,6 +58,8 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
 RUNTIME_FIELDS = ("encode_batch_size", "dtype", "backend", "quantize")
 _UNSAVED = ("backend", "quantize")  # machine choices that config.json never records
+# what backend="onnx" imports (``fast``): ONNX Runtime, and onnx, which torch's exporter and the quantizers need
+ONNX_PACKAGES = ("onnxruntime", "onnx")
 
 
 @dataclass(frozen=True)
@@ -227,6 +239,28 @@ def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch
     raise ValueError(f"pooling must be 'mean' or 'last', got {pooling!r}")
 
 
+def _importable(name: str) -> bool:
+    """Whether ``import name`` can find the package, without importing it (ONNX Runtime takes a second to import)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ValueError:  # already imported, without a spec: it is there
+        return sys.modules.get(name) is not None
+
+
+def check_onnx_runtime() -> None:
+    """A ModuleNotFoundError with the install hint (an ImportError, and a user error the commands print without a
+    traceback) unless the packages ``backend="onnx"`` needs are installed. Checked when an encoder is made: they are
+    imported only at the first forward, so a scorer loaded without them loaded without a word and then failed every
+    call, which a reward turned into ``empty_score`` for every sample (a constant RL reward)."""
+    missing = [name for name in ONNX_PACKAGES if not _importable(name)]
+    if missing:
+        raise ModuleNotFoundError(
+            "backend='onnx' needs ONNX Runtime: pip install 'pmi-reward[fast]' (onnxruntime, onnx); missing here: "
+            + ", ".join(missing),
+            name=missing[0],
+        )
+
+
 def _put(cache: EmbeddingCache, keys: list[bytes], done: np.ndarray, vectors: np.ndarray) -> None:
     """Store the embeddings ``vectors`` of ``keys[j]`` for each ``j`` in ``done`` (``_embed``'s ``on_done``)."""
     cache.put([keys[j] for j in done], vectors)
@@ -275,6 +309,8 @@ class TextEncoder:
         self.device = default_device(device)
         self.requested_dtype = spec.dtype  # "auto" resolves per machine: a pickled PMIReward resolves it again
         self.spec = spec = spec.on(self.device)
+        if spec.backend == "onnx":  # before the weights load: nothing to wait for when it cannot run
+            check_onnx_runtime()
         self.pooling = spec.pooling or default_pooling(spec.model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.model)
         self.tokenizer.padding_side = "right"
@@ -309,6 +345,9 @@ class TextEncoder:
         return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_onnx")}
 
     def __setstate__(self, state: dict) -> None:
+        """A copy in this process or another (pickled to a worker, which may lack ONNX Runtime: checked here too)."""
+        if state["spec"].backend == "onnx":
+            check_onnx_runtime()
         self.__dict__.update(state)
         self._tokenizer_lock, self._onnx = threading.RLock(), None
 

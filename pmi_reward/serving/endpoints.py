@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from ..data.conversation import split_query
+from ..rewards.batching import MicroBatcher, ScoreTimeout
 from ..rewards.options import RewardOptions
 from ..rewards.path import GroupError, RewardPath, cut_context, cut_reply, readable, visible
 from ..rewards.rerank import ranking
-from .batching import MicroBatcher, ScoreTimeout
 from .config import ServerConfig
 
 __all__ = ["ApiError", "Endpoints", "check_options", "type_name", "items_of", "text_chars"]

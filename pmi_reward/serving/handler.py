@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
-from .batching import BatcherClosed, ClientGone, ScoreTimeout
+from ..rewards.batching import BatcherClosed, ClientGone, ScoreTimeout
 from .config import ServerConfig
 from .endpoints import ApiError, items_of, text_chars, type_name
 

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from ..rewards.batching import MicroBatcher
 from ..rewards.options import RewardOptions
 from ..rewards.remote import is_loopback
 from ..scoring.scorer import PMIScorer
-from .batching import MicroBatcher
 from .config import ServerConfig
 from .endpoints import ApiError, Endpoints, check_options
 from .handler import Handler, HTTPServer

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..rewards.path import checked_scores, score_robustly
 from ..scoring.scorer import PMIScorer
+from .path import checked_scores, score_robustly
 
 __all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout", "ClientGone"]
 
