@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from pmi_reward.data.conversation import turns_to_messages
 from pmi_reward.evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from pmi_reward.rewards.combined import CombinedReward
 from pmi_reward.rewards.fluency import FluencyPenalty
@@ -38,6 +39,26 @@ def test_the_penalty_falls_on_replies_above_the_threshold_and_keeps_the_trl_cont
         FluencyPenalty(lm, max_nll=math.nan)
     with pytest.raises(ValueError, match="prompts"):
         penalty(prompts=[PROMPT], completions=_completions("a", "b"))
+
+
+def test_each_reply_is_read_after_its_own_prompt_in_a_call_of_several(tiny_policy, smol_tokenizer):
+    """A GRPO/RLOO/RFT call holds several prompts: each reply's NLL is the one it gets alone after its own prompt,
+    not after another sample's (every value-checking test above used one context for all replies, and reading every
+    reply after the first sample's context passed them), and the penalty follows it."""
+    lm = LMPMIScorer(LMPMIConfig(model="tiny"), model=tiny_policy(), tokenizer=smol_tokenizer)
+    contexts = ["What did you do this weekend?", "I love jazz.\nWho do you like?"] * 2  # interleaved: A, B, A, B
+    replies = ["I went hiking.", "Coltrane, and you?", "Nothing much.", "zq xv pyrofloakes"]
+    penalty = FluencyPenalty(lm)
+    alone = np.array([penalty.nll([c], [r])[0] for c, r in zip(contexts, replies, strict=True)])
+    after_first = penalty.nll([contexts[0]] * 4, replies)
+    assert np.abs(alone - after_first)[[1, 3]].min() > 1e-3  # the context changes the reading: the test can fail
+    np.testing.assert_allclose(penalty.nll(contexts, replies), alone, rtol=0, atol=1e-5)
+    # a threshold between reply 1's NLL after its own prompt and after the first one: the penalty follows its own
+    edge = float((alone[1] + after_first[1]) / 2)
+    prompts = [turns_to_messages(c) for c in contexts]  # chat prompts whose turns read back as these contexts
+    out = FluencyPenalty(lm, max_nll=edge)(prompts=prompts, completions=_completions(*replies))
+    assert out == [-10.0 if v > edge else 0.0 for v in alone]
+    assert out[1] != (-10.0 if after_first[1] > edge else 0.0)
 
 
 def test_a_call_that_scores_nothing_reports_no_penalised_share():

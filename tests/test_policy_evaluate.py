@@ -128,6 +128,56 @@ def test_evaluate_policies_on_tiny_models(tiny_policy, smol_tokenizer, tiny_scor
     assert plot_distributions(out["scores"]["twin"], tmp_path / "h.png").stat().st_size > 1000
 
 
+def test_best_of_n_keeps_the_rewards_favourite_and_the_kl_reads_the_tuned_policy_against_its_base(
+    tiny_policy, smol_tokenizer, spread_scorer, monkeypatch
+):
+    """Best-of-n rows hold, of each disjoint group of n replies in the base's pool, the one the reward scores
+    highest, and their reward mean is the mean of those maxima; a tuned policy's KL is log pi_tuned - log pi_base
+    on its own replies (positive: they were drawn from it), per reply and per token. Ranked by ``tiny_scorer``
+    (every pair the 20.0 cap) a best-of-n that kept the worst reply passed, and so did a KL with the roles
+    swapped (negative)."""
+    from pmi_reward.policy import evaluate
+    from pmi_reward.policy.divergence import kl_to_base
+
+    pools = []
+    real_generate = evaluate.generate_replies
+
+    def spy(model, tokenizer, prompts, n, settings, progress=False):
+        replies = real_generate(model, tokenizer, prompts, n, settings, progress)
+        if str(progress).startswith("sampling best-of-n pool"):
+            pools.append(replies)
+        return replies
+
+    monkeypatch.setattr(evaluate, "generate_replies", spy)
+    prompts = [
+        turns_to_messages(t)
+        for t in ("I love jazz.\nWho do you like?", "Did you watch the match?", "I flew to Rome.\nHow was it?")
+    ]
+    base, other = tiny_policy(0), tiny_policy(1)
+    args = EvalArguments(samples=2, best_of_n=[2, 4])
+    settings = SamplingSettings(max_new_tokens=6, batch_size=8, seed=1234)
+    policies = {"base": (base, smol_tokenizer), "other": (other, smol_tokenizer)}
+    out = evaluate_policies(policies, prompts, _judges(spread_scorer), spread_scorer, args, settings)
+    rows = {r["policy"]: r for r in out["rows"]}
+    (pool,) = pools
+    scores = score_grid(PMIReward(spread_scorer, empty_score=None), prompts, pool.texts)
+    assert scores.shape == (3, 4) and np.isfinite(scores).all()
+    assert all(len(set(np.round(row, 4))) == 4 for row in scores)  # the pool's replies score apart
+    for n in (2, 4):
+        picks = [[g * n + int(np.argmax(row[g * n : (g + 1) * n])) for g in range(4 // n)] for row in scores]
+        kept = out["replies"][f"best-of-{n}"]
+        assert kept.texts == [[pool.texts[i][j] for j in row] for i, row in enumerate(picks)], n
+        assert kept.tokens == [[pool.tokens[i][j] for j in row] for i, row in enumerate(picks)], n
+        best = [[scores[i, j] for j in row] for i, row in enumerate(picks)]
+        assert rows[f"best-of-{n}"]["reward_pmi"] == pytest.approx(float(np.mean(best)), abs=1e-5)
+        assert rows[f"best-of-{n}"]["reward_pmi"] > float(scores.mean()) + 1e-3  # above the pool's mean
+    tokens = out["replies"]["other"].tokens
+    kl = kl_to_base(other, base, smol_tokenizer, prompts, tokens, settings.temperature)
+    assert rows["other"]["kl_reply"] == pytest.approx(kl["kl_reply"], abs=1e-6)
+    assert rows["other"]["kl_token"] == pytest.approx(kl["kl_token"], abs=1e-6)
+    assert rows["other"]["kl_reply"] > 0 and rows["other"]["kl_token"] > 0  # its own replies: more likely under it
+
+
 def test_saved_samples_judged_again_give_the_same_rows(tiny_policy, smol_tokenizer, spread_scorer, tmp_path):
     """--from_samples: an evaluation's samples.jsonl, read back and judged by the same panel, reproduces its
     rows (gains, lengths, cut shares, diversity) without sampling; only the KL needs the policies."""
@@ -346,6 +396,26 @@ def test_reply_logprobs_match_one_unpadded_pass_per_reply(tiny_policy, smol_toke
             want = sum(float(logp[len(prefix["input_ids"]) - 1 + k, t]) for k, t in enumerate(r))
             assert got[i, j] == pytest.approx(want, abs=1e-4)
     assert got[0, 1] == 0.0
+
+
+def test_kl_to_base_is_the_tuned_minus_the_base_log_probability_per_reply_and_per_token(tiny_policy, smol_tokenizer):
+    """kl_reply is the mean over replies of log pi_tuned(y|x) - log pi_base(y|x) (the tuned policy first: swapped,
+    its sign flips), and kl_token the sum of those differences over the replies' tokens (replies of 1 to 7
+    tokens: a mean per reply differs from it); identical policies give exactly 0."""
+    from pmi_reward.policy.divergence import kl_to_base, reply_logprobs
+
+    tuned, base, tok = tiny_policy(1), tiny_policy(0), smol_tokenizer
+    prompts = [turns_to_messages(t) for t in ("Hi.", "I love jazz.\nWho do you like best, and why?\nColtrane.")]
+    replies = [[[11, 12, 13, 14, 15, 16, 17], [40]], [[21], [31, 32, 33]]]
+    diff = reply_logprobs(tuned, tok, prompts, replies, 0.7) - reply_logprobs(base, tok, prompts, replies, 0.7)
+    assert diff.shape == (2, 2) and np.abs(diff).min() > 1e-3
+    kl = kl_to_base(tuned, base, tok, prompts, replies, temperature=0.7)
+    assert kl["kl_reply"] == pytest.approx(float(diff.mean()), abs=1e-9)
+    assert kl["kl_token"] == pytest.approx(float(diff.sum()) / 12, abs=1e-9)  # 7 + 1 + 1 + 3 tokens
+    assert abs(kl["kl_token"] - kl["kl_reply"]) > 1e-3  # a per-reply mean would not pass for it
+    swapped = kl_to_base(base, tuned, tok, prompts, replies, temperature=0.7)
+    assert swapped["kl_reply"] == pytest.approx(-kl["kl_reply"], abs=1e-9)
+    assert kl_to_base(base, base, tok, prompts, replies) == {"kl_reply": 0.0, "kl_token": 0.0}
 
 
 @pytest.fixture

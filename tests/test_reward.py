@@ -269,7 +269,10 @@ def test_prompts_without_turns_have_no_context(scorer):
     assert logged["pmi_reward/no_context_frac"] == pytest.approx(3 / 4)
 
 
-def test_log_metric_receives_batch_stats(scorer):
+def test_log_metric_receives_batch_stats(scorer, spread_scorer):
+    """The metrics a trainer logs, by value: the raw PMI mean is the mean of the scorer's own scores (before
+    shaping) over the scored replies, and clipped_frac the share of them the clip bounds. A raw mean of the shaped
+    rewards, or a clipped share that stayed 0, passed when only their presence was checked."""
     logged = {}
     reward = PMIReward(scorer, clip=0.1)
     reward(
@@ -282,9 +285,22 @@ def test_log_metric_receives_batch_stats(scorer):
         extra_col=[1] * 4,
     )
     assert logged["pmi_reward/empty_frac"] == 0.25
-    assert "pmi_reward/raw_pmi_mean" in logged and 0 <= logged["pmi_reward/clipped_frac"] <= 1
+    # tiny_scorer gives these pairs the 20.0 cap, so every one of the 3 scored replies is clipped at 0.1
+    assert logged["pmi_reward/raw_pmi_mean"] == pytest.approx(20.0, abs=1e-3)
+    assert logged["pmi_reward/clipped_frac"] == 1.0
     # the reward's own wall time, which the training scripts report as its share of a step
     assert logged["pmi_reward/seconds"] > 0 and reward.seconds == logged["pmi_reward/seconds"]
+    # scores apart, a clip between them: the raw mean is the unclipped scores', the share strictly between 0 and 1
+    prompts, replies = ["I love jazz."] * 4, ["Coltrane.", "Miles Davis", "zzz", "Who?"]
+    raw = np.asarray(PMIReward(spread_scorer)(prompts, replies))
+    assert len(set(np.round(raw, 4))) == 4
+    clip = float(np.sort(np.abs(raw))[1] + np.sort(np.abs(raw))[2]) / 2  # two below it, two above
+    logged.clear()
+    shaped = PMIReward(spread_scorer, clip=clip)(prompts, replies, log_metric=lambda k, v: logged.setdefault(k, v))
+    assert shaped == pytest.approx(np.clip(raw, -clip, clip).tolist())
+    assert logged["pmi_reward/raw_pmi_mean"] == pytest.approx(float(raw.mean()), abs=1e-6)
+    assert abs(float(raw.mean()) - float(np.mean(shaped))) > 1e-3  # the shaped mean would not pass for it
+    assert logged["pmi_reward/clipped_frac"] == 0.5
 
 
 def test_mismatched_lengths_and_bad_options(scorer):

@@ -3,6 +3,7 @@ scorer loaded from another folder, a layer the model lacks, broken text, and a r
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -113,6 +114,39 @@ def test_a_really_read_only_cache_folder_opens(tiny_encoder_factory, tmp_path, c
     finally:
         for folder in (populated, empty):
             folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EROFS])
+def test_a_cache_folder_that_cannot_be_made_means_no_cache_even_as_root(
+    tiny_encoder_factory, tmp_path, monkeypatch, caplog, code
+):
+    """The folder this process may not make (under a read-only folder or mount, in another user's tree): scoring
+    runs without a cache, with one warning naming it. The real-permission test above is skipped as root, which CI
+    runs as, so ``mkdir`` is made to refuse here as it does for a user; another failure (not a permission) is
+    raised, not hidden."""
+    refused = tmp_path / "readonly" / "below"
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self == refused:
+            raise OSError(code, os.strerror(code), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    expected = tiny_encoder_factory().encode(TEXTS)
+    with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+        cache = EmbeddingCache(refused)
+        encoder = tiny_encoder_factory(cache=cache)
+        np.testing.assert_allclose(encoder.encode(TEXTS), expected, atol=1e-6)
+        cache.put([b"key"], np.ones((1, 4), dtype=np.float32))
+    assert not cache.writable and len(cache) == 0 and cache.get([b"key"]) == {} and not refused.exists()
+    assert encoder.stats.cache_hits == 0 and encoder.stats.texts == 3
+    warned = _cache_warnings(caplog)
+    assert len(warned) == 1 and str(cache.path) in warned[0] and "running without a cache" in warned[0]
+    cache.close()
+    code = errno.ENOSPC  # the patched mkdir now fails for a full disk: no permission problem, so it is raised
+    with pytest.raises(OSError, match=os.strerror(errno.ENOSPC)):
+        EmbeddingCache(refused)
 
 
 def _scorer(encoder: TextEncoder, mode: str = "pair", lines: int = 0) -> PMIScorer:

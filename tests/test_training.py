@@ -278,11 +278,19 @@ def test_the_encoder_and_head_train_at_their_own_lrs_recorded_as_used(split, tin
         train, val, tiny_encoder, TEMPLATES["en"], config, HeadConfig(hidden=[16]), NegativeSpec(2, 0, 0), False
     )
     lr, n_head = default_lr(tiny_encoder.dim), len(list(scorer.head.parameters()))
+    assert tiny_encoder.dim == 32 and lr == pytest.approx(0.032, rel=1e-12)  # 1e-3 * 1024 / 32, not default_lr's own
     assert groups[0] == [(n_head, lr, 0.05)]  # the warm-up: the head alone at batch_size
     (head_group, encoder_group) = groups[1]
     assert head_group == (n_head, lr * (8 / 16), 0.05) and encoder_group[0] > 0 and encoder_group[1:] == (1e-4, 0.0)
     training = scorer.metadata["training"]
     assert (training["lr"], training["head_lr_with_encoder"], training["encoder_lr"]) == (lr, lr * (8 / 16), 1e-4)
+
+
+@pytest.mark.parametrize(("dim", "lr"), [(384, 2.6667e-3), (768, 1.3333e-3), (1024, 1e-3), (32, 0.032)])
+def test_the_default_learning_rate_is_the_papers_rule(dim, lr):
+    """DEVELOPERS.md's rule, lr = 1e-3 x 1024 / d, by value: no shipped config sets lr, so every scorer trained by
+    `make scorer`, `make demo` or a recipe trains at it (MiniLM: 384-d, mpnet: 768-d)."""
+    assert default_lr(dim) == pytest.approx(lr, rel=1e-4)
 
 
 def test_the_data_provenance_names_every_option_that_shaped_the_pairs(tmp_path, topic_dialogues):
