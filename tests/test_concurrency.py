@@ -148,3 +148,45 @@ def test_verl_in_process_scorer_takes_an_embedding_cache(tiny_scorer_dir, tmp_pa
     assert scores == pytest.approx([f["score"] for f in first], abs=1e-6)
     plain = PMIReward.from_pretrained(tiny_scorer_dir, device="cpu")
     assert scores == pytest.approx([plain([CONTEXT], [r])[0] for r in REPLIES[:2]], abs=1e-5)
+
+
+def test_verl_in_process_reward_scores_in_a_forked_child(spread_scorer, monkeypatch):
+    """A process forked after a first ``compute_score`` (a fork Pool, ``datasets.map(num_proc=...)``) inherits the
+    loaded reward but not its batcher's worker thread: the child's call queued a job nothing would score and waited
+    forever. The child starts a batcher of its own and scores as the parent does."""
+    import multiprocessing
+
+    monkeypatch.setattr(verl_adapter.PMIScorer, "from_pretrained", lambda *a, **k: spread_scorer)
+    kwargs = {"scorer": "s-forked", "device": "cpu"}
+    verl_adapter._load_reward.cache_clear()
+    try:
+        parent = verl_adapter.compute_score("d", REPLIES[1], None, {"context": CONTEXT}, **kwargs)["score"]
+        context = multiprocessing.get_context("fork")
+        answers = context.Queue()
+
+        def child() -> None:
+            answers.put(verl_adapter.compute_score("d", REPLIES[1], None, {"context": CONTEXT}, **kwargs)["score"])
+
+        process = context.Process(target=child)
+        process.start()
+        process.join(60)
+        hung = process.is_alive()
+        if hung:
+            process.kill()
+            process.join()
+    finally:
+        verl_adapter._load_reward.cache_clear()
+    assert not hung, "the forked child's call never returned"
+    assert process.exitcode == 0
+    assert answers.get(timeout=10) == pytest.approx(parent, abs=1e-6)
+
+
+def test_onnx_on_a_gpu_says_to_use_torch_before_asking_for_onnx_runtime(tiny_encoder, monkeypatch):
+    """On a GPU without ONNX Runtime, the load asked to install it, and once installed refused the GPU: the answer
+    that holds (use the torch backend there) comes first."""
+    from dataclasses import replace
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    spec = replace(tiny_encoder.spec, backend="onnx")
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        TextEncoder(spec, device="meta", model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer)

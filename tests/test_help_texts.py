@@ -139,7 +139,7 @@ def test_train_cache_dir_names_the_variable_and_one_default():
 @pytest.mark.parametrize("command", PARSED)
 def test_a_help_that_states_its_default_gets_no_second_one(command):
     """ "(default: by model type) (default: None)" read as two defaults; a default that says more than the help
-    ("(default: `make scorer`'s) (default: outputs/scorer)") is still shown."""
+    (the recommended scorer's, then "(default: outputs/scorer)") is still shown."""
     parser, _ = _command_help(command)
     formatter = parser._get_formatter()
     for action in parser._actions:
@@ -147,8 +147,9 @@ def test_a_help_that_states_its_default_gets_no_second_one(command):
             rendered = formatter._expand_help(action)
             assert not rendered.endswith("(default: None)"), f"pmi-reward {command} {action.option_strings[0]}"
     if command == "score":
-        scorer = _flat(_command_help("score")[1])
-        assert "(default: `make scorer`'s) (default: outputs/scorer)" in scorer
+        scorer = _option_help("score", "--scorer")
+        assert "`pmi-reward train --config scorer/recommended`" in scorer
+        assert scorer.endswith("(default: outputs/scorer)") and scorer.count("(default:") == 1, scorer
 
 
 def _option_help(command: str, flag: str) -> str:

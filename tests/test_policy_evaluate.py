@@ -740,17 +740,15 @@ def test_the_default_judge_is_the_folder_its_named_command_writes(tmp_path, caps
     """The default panel named outputs/scorers/judge-minilm, a folder nothing writes (the recipe's judge (a) writes
     outputs/scorers/eval-minilm-s1), and the error sent the user to a README section that leaves that judge out."""
     import shlex
-    from pathlib import Path
 
     from pmi_reward.cli.main import main
     from pmi_reward.configs import merged_config
     from pmi_reward.policy.evaluate import DEFAULT_JUDGE_COMMAND
 
-    root = Path(__file__).resolve().parents[1]
     command = shlex.split(DEFAULT_JUDGE_COMMAND)
     configs = [command[i + 1] for i, w in enumerate(command) if w == "--config"]
-    monkeypatch.chdir(root)  # the command's recipe path is the checkout's
-    written = merged_config(configs)["output_dir"]
+    written = command[command.index("--output_dir") + 1]
+    assert "output_dir" not in merged_config(configs)  # the flag is the folder the command writes
     assert command[:2] == ["pmi-reward", "train"] and EvalArguments().judges == [f"minilm={written}"]
     monkeypatch.chdir(tmp_path)  # where no judge has been trained
     prompts = tmp_path / "p.jsonl"

@@ -32,7 +32,8 @@ class RerankArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
         metadata={
-            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name; by default the recommended "
+            "scorer, where `pmi-reward train --config scorer/recommended` (or `make scorer` in a checkout) saves it"
         },
     )
     context: list[str] | None = field(default=None, metadata={"help": "inline context: its turns, oldest first"})

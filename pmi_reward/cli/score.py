@@ -37,7 +37,8 @@ class ScoreArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
         metadata={
-            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name; by default the recommended "
+            "scorer, where `pmi-reward train --config scorer/recommended` (or `make scorer` in a checkout) saves it"
         },
     )
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})

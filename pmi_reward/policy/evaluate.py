@@ -61,10 +61,13 @@ __all__ = [
 
 
 # The default panel's judge: judge (a) of recipes/README.md, section 4 (MiniLM on Chit-Chat 1000-1999, seed 1, a
-# twin of the reward), where the command below writes it.
+# twin of the reward), where the command below writes it. The command spells out the settings of
+# recipes/smollm2-135m/scorers/judge-minilm.yaml as flags on a shipped config, so that it runs from an installed
+# wheel, which has no recipes/ (tests/test_packaging.py keeps the two equal).
 DEFAULT_JUDGE_DIR = "outputs/scorers/eval-minilm-s1"
 DEFAULT_JUDGE_COMMAND = (
-    "pmi-reward train --config scorer/minilm --config recipes/smollm2-135m/scorers/judge-minilm.yaml"
+    "pmi-reward train --config scorer/minilm --dialogues chitchat --skip_dialogues 1000 --max_dialogues 1000 "
+    f"--seed 1 --split_seed 1 --output_dir {DEFAULT_JUDGE_DIR}"
 )
 
 

@@ -77,7 +77,8 @@ class ScriptArguments(PromptArguments):
         default=DEFAULT_SCORER,
         metadata={
             "help": "the reward's scorer: a directory written by `pmi-reward train`, or a Hub repo id org/name "
-            "(default: `make scorer`'s, as score/rerank/serve; the recipes' configs name theirs)"
+            "(by default, as for score/rerank/serve, the recommended scorer, where `pmi-reward train --config "
+            "scorer/recommended` (or `make scorer` in a checkout) saves it; the recipes' configs name theirs)"
         },
     )
     extra_reward_funcs: list[str] = field(

@@ -128,6 +128,16 @@ def context_of(extra_info: Any) -> Any:
 
 
 _LOADING = threading.Lock()
+_RESTARTING = threading.Lock()  # a forked child's first calls start one batcher of their own
+
+
+def _fresh_locks() -> None:
+    """New locks in a forked child: one held by another thread of the parent at the fork would stay held."""
+    global _LOADING, _RESTARTING
+    _LOADING, _RESTARTING = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks)
 # how long the merging worker, once free, waits for more calls (ms), as the server's default: 256 responses from 8
 # threads on MiniLM took 2.6 s with it, 3.1 s with 1 ms and 4.0 s with none in one run on a noisy shared CPU (14 s
 # before calls were merged); the legacy naive manager, one call at a time (~50 ms each), pays it on every call
@@ -149,6 +159,7 @@ class MergedReward(PMIReward):
         self._start_batcher()
 
     def _start_batcher(self) -> None:
+        self._pid = os.getpid()
         self.batcher = MicroBatcher(
             self.scorer, max_batch_pairs=self.options.batch_size, max_wait_ms=MERGE_WAIT_MS, max_batch_chars=sys.maxsize
         )
@@ -157,6 +168,10 @@ class MergedReward(PMIReward):
 
     def _score(self, contexts: list[str], replies: list[str]) -> np.ndarray:
         """Raw PMI of the readable pairs, scored with the pairs of the calls that wait at the same time."""
+        if self._pid != os.getpid():  # a forked child (a Pool after a first call): its parent's worker is not here,
+            with _RESTARTING:  # and a job queued for it waited forever
+                if self._pid != os.getpid():
+                    self._start_batcher()
         return self.batcher.score(contexts, replies)
 
     def __setstate__(self, state: dict) -> None:

@@ -309,6 +309,10 @@ class TextEncoder:
         self.device = default_device(device)
         self.requested_dtype = spec.dtype  # "auto" resolves per machine: a pickled PMIReward resolves it again
         self.spec = spec = spec.on(self.device)
+        if spec.backend == "onnx" and self.device.type != "cpu":  # before the package check: none would help
+            raise ValueError(
+                "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
+            )
         if spec.backend == "onnx":  # before the weights load: nothing to wait for when it cannot run
             check_onnx_runtime()
         self.pooling = spec.pooling or default_pooling(spec.model)
@@ -327,10 +331,6 @@ class TextEncoder:
             raise ValueError(
                 f"--layer {spec.layer}: {spec.model} has {layers} layers, so the hidden state to pool is one of "
                 f"{-(layers + 1)}..{layers} (-1: the last layer's, 0: the token embeddings)"
-            )
-        if spec.backend == "onnx" and self.device.type != "cpu":
-            raise ValueError(
-                "backend='onnx' runs on the CPU (onnxruntime); on a GPU use backend='torch' with dtype='bfloat16'"
             )
         self.cache = cache
         # the pretrained model that fine-tuned weights (``LOCAL_ENCODER``) started from, where known: a scorer's

@@ -61,7 +61,8 @@ TOKENIZER_FILES = (
 )
 # from_pretrained's options of where a Hub scorer comes from (the callers that pass them on: PMIReward, verl's adapter)
 HUB_OPTIONS = ("revision", "token", "hub_cache_dir", "local_files_only")
-DEFAULT_SCORER = "outputs/scorer"  # where `make scorer` saves the recommended scorer; the commands' default
+# the commands' default: where `pmi-reward train --config scorer/recommended` (`make scorer`) saves the scorer
+DEFAULT_SCORER = "outputs/scorer"
 # pairs whose head inputs ``score`` builds at once: about 45 KiB a pair at 768-d with line features, so a whole input
 # file's (``pmi-reward score``) ran out of memory only after all of its encoding; the head reads each pair alone
 SCORE_BLOCK = 4096
@@ -285,7 +286,11 @@ class PMIScorer:
         path = directory / CONFIG_NAME
         if not directory.is_dir():
             hint = (
-                " (train the recommended scorer there with `make scorer`)" if str(directory) == DEFAULT_SCORER else ""
+                " (train the recommended scorer there with `pmi-reward train --config scorer/recommended`, which needs "
+                "`pip install 'pmi-reward[mpnet]'` (add `--model minilm` without it), or with `make scorer` in a "
+                "checkout)"
+                if str(directory) == DEFAULT_SCORER
+                else ""
             )
             raise ScorerLoadError(f"{directory}: not a directory (expected a saved pmi-reward scorer){hint}")
         if not path.is_file():
