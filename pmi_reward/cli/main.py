@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 
 import yaml
 
@@ -55,7 +56,7 @@ def _debug_from_env() -> bool:
     return os.environ.get("PMI_REWARD_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or _debug_from_env()
     argv = [a for a in argv if a != "--debug"]

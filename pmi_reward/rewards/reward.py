@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import RUNTIME_FIELDS, missing_device
 from ..scoring.scorer import DEFAULT_SCORER, HUB_OPTIONS, PMIScorer
+from .length import LengthBaseline
 from .options import RewardOptions
 from .path import RewardPath, score_robustly
 from .remote import RemotePMIReward
@@ -34,6 +36,10 @@ _LOADING = (*HUB_OPTIONS, "cache_dir")  # PMIScorer.from_pretrained's
 
 class PMIReward(RewardPath):
     """``reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]``."""
+
+    # declared here as well as set in RewardPath.__init__: ``__setstate__`` assigns it from the pickled state (a
+    # plain dict), which would otherwise leave its type unknown to a checker that infers it (pyright)
+    length_baseline: LengthBaseline | None
 
     def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
         if options is not None and kwargs:
@@ -52,7 +58,7 @@ class PMIReward(RewardPath):
     def from_pretrained(
         cls,
         scorer_dir: str | Path = DEFAULT_SCORER,
-        device: str | None = None,
+        device: str | torch.device | None = None,
         options: RewardOptions | None = None,
         **kwargs: Any,
     ) -> PMIReward:

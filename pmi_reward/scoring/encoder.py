@@ -223,7 +223,7 @@ def missing_device(device: str) -> str | None:
     return None
 
 
-def default_device(device: str | None = None) -> torch.device:
+def default_device(device: str | torch.device | None = None) -> torch.device:
     """``device``, or the GPU where there is one, else the CPU."""
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
@@ -302,7 +302,7 @@ class TextEncoder:
         self,
         spec: EncoderSpec,
         cache: EmbeddingCache | None = None,
-        device: str | None = None,
+        device: str | torch.device | None = None,
         model=None,
         tokenizer=None,
     ) -> None:

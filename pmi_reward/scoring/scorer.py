@@ -115,7 +115,7 @@ class PMIScorer:
         encoder: TextEncoder,
         template: PromptTemplate,
         head: PMIHead,
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
         context_turns: int | None = None,
     ) -> None:
         if head.config.dim != encoder.dim:
@@ -124,7 +124,7 @@ class PMIScorer:
             raise ValueError(f"context_turns must be >= 1 or None, got {context_turns}")
         self.encoder, self.template, self.head = encoder, template, head.eval()
         self.context_turns = context_turns  # turns of context the training pairs kept (None: every turn)
-        self.metadata = metadata or {}
+        self.metadata: dict[str, Any] = metadata or {}
         # the encoder dtype of the config.json it was loaded from: a dtype chosen at load time is the machine's
         self.saved_dtype: str | None = None
         self.directory: Path | None = None  # where it was loaded from (a fine-tuned encoder's weights live there)
@@ -137,7 +137,9 @@ class PMIScorer:
     def cap(self) -> float:
         return self.head.config.cap
 
-    def embed(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False):
+    def embed(
+        self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode; the texts are
         written as training wrote them first (``_as_trained``), whichever path scores them."""
         contexts, responses = _as_trained(contexts, responses)
@@ -186,7 +188,7 @@ class PMIScorer:
         return out
 
     # -- persistence ------------------------------------------------------------------------------
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """What ``config.json`` holds: everything inference needs, nothing else. A dtype asked as ``auto`` is saved
         as ``auto``, not as this machine's answer, so that each machine that loads the scorer resolves it again
         (bfloat16 saved on a GPU would run emulated, several times slower, on a CPU without native bf16).
@@ -281,7 +283,7 @@ class PMIScorer:
             return hub.upload(tmp, repo_id, private, token, revision, commit_message, create_pr)
 
     @classmethod
-    def read_config(cls, directory: str | Path) -> dict:
+    def read_config(cls, directory: str | Path) -> dict[str, Any]:
         directory = Path(directory)
         path = directory / CONFIG_NAME
         if not directory.is_dir():
@@ -312,7 +314,7 @@ class PMIScorer:
         return config
 
     @classmethod
-    def read_metadata(cls, directory: str | Path) -> dict:
+    def read_metadata(cls, directory: str | Path) -> dict[str, Any]:
         """The provenance of a saved scorer (``metadata.json``; a version-1 scorer's ``config.json``)."""
         path = Path(directory) / METADATA_NAME
         if path.is_file():
@@ -329,7 +331,7 @@ class PMIScorer:
     def from_pretrained(
         cls,
         name_or_path: str | Path,
-        device: str | None = None,
+        device: str | torch.device | None = None,
         cache_dir: str | Path | None = None,
         encoder: TextEncoder | None = None,
         *,
@@ -395,11 +397,11 @@ class PMIScorer:
         cls,
         config: dict,
         head_state: dict,
-        device: str | None = None,
+        device: str | torch.device | None = None,
         cache_dir: str | Path | None = None,
         encoder: TextEncoder | None = None,
         source: str = "<config>",
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
         directory: str | Path | None = None,
     ) -> PMIScorer:
         """Build a scorer from a config dict (as in config.json) and the head's tensors; ``directory`` is where a
