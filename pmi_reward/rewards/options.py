@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-__all__ = ["RewardOptions"]
+from typing_extensions import TypedDict
+
+__all__ = ["RewardOptions", "RewardOptionsKwargs"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,22 @@ class RewardOptions:
         if self.max_context_turns is not None:
             return self
         return replace(self, max_context_turns=trained_context_turns)
+
+
+class RewardOptionsKwargs(TypedDict, total=False):
+    """``RewardOptions``' fields as keyword options (``PMIReward(scorer, empty_score=-5.0)``): typed with PEP 692's
+    ``Unpack`` so that a type checker catches a misspelt or mistyped option, which would otherwise fail only at run
+    time. Its keys are ``RewardOptions``' fields (a test holds them equal)."""
+
+    center: str
+    scale: float
+    clip: float | None
+    empty_score: float | None
+    strip_think: bool
+    think_opened: bool
+    include_system: bool
+    max_context_turns: int | None
+    batch_size: int
+    max_chars: int
+    length_baseline: str | None
+    name: str

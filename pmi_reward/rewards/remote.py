@@ -43,12 +43,14 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
-from .options import RewardOptions
+from .options import RewardOptions, RewardOptionsKwargs
 from .path import RewardPath, Rewards
 
 __all__ = [
     "RemotePMIReward",
+    "RemoteKwargs",
     "RemoteRewardError",
     "RemoteKeyError",
     "request_json",
@@ -261,6 +263,18 @@ def run_sync(coroutine: Any) -> Any:
         return pool.submit(asyncio.run, coroutine).result()
 
 
+class RemoteKwargs(RewardOptionsKwargs, total=False):
+    """``RemotePMIReward``'s keyword options after ``url`` and ``options``: its client's (``timeout``, ``retries``,
+    ``backoff``, ``on_failure``, ``api_key``) and ``RewardOptions``' fields, typed for a checker (PEP 692's
+    ``Unpack``) where they are passed on (``PMIReward.remote``). A test holds its keys equal to those parameters."""
+
+    timeout: float
+    retries: int
+    backoff: float
+    on_failure: str
+    api_key: str | None
+
+
 class RemotePMIReward(RewardPath):
     """``await reward(prompts, completions, completion_ids=None, **kwargs) -> list[float | None]`` over HTTP.
 
@@ -279,7 +293,7 @@ class RemotePMIReward(RewardPath):
         backoff: float = 0.5,
         on_failure: str = "none",
         api_key: str | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[RewardOptionsKwargs],
     ) -> None:
         if options is not None and kwargs:
             raise TypeError("pass either options or keyword options, not both")

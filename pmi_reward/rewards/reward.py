@@ -20,18 +20,27 @@ from typing import Any
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from ..scoring.cache import EmbeddingCache
-from ..scoring.encoder import RUNTIME_FIELDS, missing_device
-from ..scoring.scorer import DEFAULT_SCORER, HUB_OPTIONS, PMIScorer
+from ..scoring.encoder import RUNTIME_FIELDS, RuntimeKwargs, missing_device
+from ..scoring.scorer import DEFAULT_SCORER, HUB_OPTIONS, HubKwargs, PMIScorer
 from .length import LengthBaseline
-from .options import RewardOptions
+from .options import RewardOptions, RewardOptionsKwargs
 from .path import RewardPath, score_robustly
-from .remote import RemotePMIReward
+from .remote import RemoteKwargs, RemotePMIReward
 
-__all__ = ["PMIReward"]
+__all__ = ["PMIReward", "PretrainedRewardKwargs"]
 
 _LOADING = (*HUB_OPTIONS, "cache_dir")  # PMIScorer.from_pretrained's
+
+
+class PretrainedRewardKwargs(RewardOptionsKwargs, HubKwargs, RuntimeKwargs, total=False):
+    """``PMIReward.from_pretrained``'s keyword options, typed for a checker (PEP 692's ``Unpack``): the reward's
+    (``RewardOptions``' fields) and the loading ones it passes on to ``PMIScorer.from_pretrained`` (``_LOADING``
+    and ``RUNTIME_FIELDS``). A test holds its keys equal to those."""
+
+    cache_dir: str | Path | None
 
 
 class PMIReward(RewardPath):
@@ -41,7 +50,9 @@ class PMIReward(RewardPath):
     # plain dict), which would otherwise leave its type unknown to a checker that infers it (pyright)
     length_baseline: LengthBaseline | None
 
-    def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Unpack[RewardOptionsKwargs]
+    ) -> None:
         if options is not None and kwargs:
             raise TypeError("pass either options or keyword options, not both")
         super().__init__((options or RewardOptions(**kwargs)).resolved(scorer.context_turns))
@@ -50,7 +61,7 @@ class PMIReward(RewardPath):
         self._lock = threading.Lock()
 
     @staticmethod
-    def remote(url: str, options: RewardOptions | None = None, **kwargs: Any) -> RemotePMIReward:
+    def remote(url: str, options: RewardOptions | None = None, **kwargs: Unpack[RemoteKwargs]) -> RemotePMIReward:
         """The same reward computed by a ``pmi-reward serve`` server at ``url`` (an async TRL reward callable)."""
         return RemotePMIReward(url, options, **kwargs)
 
@@ -60,22 +71,23 @@ class PMIReward(RewardPath):
         scorer_dir: str | Path = DEFAULT_SCORER,
         device: str | torch.device | None = None,
         options: RewardOptions | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[PretrainedRewardKwargs],
     ) -> PMIReward:
         """Load a saved scorer as a reward; by default the recommended scorer that `make scorer` trains. Keywords
         are the reward's options (``RewardOptions``; or ``options``) and ``PMIScorer.from_pretrained``'s own (a Hub
         id's ``revision``, ``token``, ``hub_cache_dir``, ``local_files_only``; the embedding ``cache_dir``; the
         encoder's runtime: ``backend``, ``quantize``, ``dtype``, ``encode_batch_size``), checked before it loads."""
-        loading = {k: kwargs.pop(k) for k in (*_LOADING, *RUNTIME_FIELDS) if k in kwargs}
-        bad = sorted(set(kwargs) - {f.name for f in fields(RewardOptions)})
+        rest: dict[str, Any] = dict(kwargs)  # a plain dict: a checker allows no pop of a computed key on a TypedDict
+        loading = {k: rest.pop(k) for k in (*_LOADING, *RUNTIME_FIELDS) if k in rest}
+        bad = sorted(set(rest) - {f.name for f in fields(RewardOptions)})
         if bad:
             raise TypeError(
                 f"PMIReward.from_pretrained: unexpected arguments {bad}; loading takes {[*_LOADING, *RUNTIME_FIELDS]}, "
                 f"the reward's options are RewardOptions' fields ({sorted(f.name for f in fields(RewardOptions))})"
             )
-        if options is not None and kwargs:
+        if options is not None and rest:
             raise TypeError("pass either options or keyword options, not both")
-        return cls(PMIScorer.from_pretrained(scorer_dir, device=device, **loading), options, **kwargs)
+        return cls(PMIScorer.from_pretrained(scorer_dir, device=device, **loading), options, **rest)
 
     # -- the TRL contract ---------------------------------------------------------------------------
     def __call__(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from typing_extensions import TypedDict
 
 from .cache import EmbeddingCache, cache_key
 from .models import (
@@ -48,6 +49,7 @@ __all__ = [
     "pool_hidden",
     "default_device",
     "RUNTIME_FIELDS",
+    "RuntimeKwargs",
     "check_onnx_runtime",
 ]
 
@@ -57,6 +59,19 @@ BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
 RUNTIME_FIELDS = ("encode_batch_size", "dtype", "backend", "quantize")
+
+
+class RuntimeKwargs(TypedDict, total=False):
+    """``RUNTIME_FIELDS`` as keyword options (``PMIScorer.from_pretrained(..., dtype="auto")``), typed for a checker
+    (PEP 692's ``Unpack``); None keeps the scorer's saved value. Its keys are ``RUNTIME_FIELDS`` (a test holds them
+    equal)."""
+
+    encode_batch_size: int | None
+    dtype: str | None
+    backend: str | None
+    quantize: str | None
+
+
 _UNSAVED = ("backend", "quantize")  # machine choices that config.json never records
 # what backend="onnx" imports (``fast``): ONNX Runtime, and onnx, which torch's exporter and the quantizers need
 ONNX_PACKAGES = ("onnxruntime", "onnx")

@@ -24,19 +24,20 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
+from typing_extensions import TypedDict, Unpack
 
 from ..data.pairs import join_turns
 from ..data.records import atomic_write, json_safe
 from . import hub
 from .cache import EmbeddingCache
 from .card import model_card
-from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, TextEncoder, default_device
+from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, RuntimeKwargs, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
 from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS"]
+__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS", "HubKwargs"]
 
 FORMAT = SCORER_FORMAT  # models.py holds it: it tells a scorer folder from a model folder (is_scorer_dir)
 VERSION = 2
@@ -61,6 +62,19 @@ TOKENIZER_FILES = (
 )
 # from_pretrained's options of where a Hub scorer comes from (the callers that pass them on: PMIReward, verl's adapter)
 HUB_OPTIONS = ("revision", "token", "hub_cache_dir", "local_files_only")
+
+
+class HubKwargs(TypedDict, total=False):
+    """``HUB_OPTIONS`` as keyword options of a caller that passes them on (``PMIReward.from_pretrained``), typed for
+    a checker (PEP 692's ``Unpack``) as ``PMIScorer.from_pretrained`` types them. Its keys are ``HUB_OPTIONS`` (a
+    test holds them equal)."""
+
+    revision: str | None
+    token: str | bool | None
+    hub_cache_dir: str | Path | None
+    local_files_only: bool
+
+
 # the commands' default: where `pmi-reward train --config scorer/recommended` (`make scorer`) saves the scorer
 DEFAULT_SCORER = "outputs/scorer"
 # pairs whose head inputs ``score`` builds at once: about 45 KiB a pair at 768-d with line features, so a whole input
@@ -339,7 +353,7 @@ class PMIScorer:
         token: str | bool | None = None,
         hub_cache_dir: str | Path | None = None,
         local_files_only: bool = False,
-        **runtime: Any,
+        **runtime: Unpack[RuntimeKwargs],
     ) -> PMIScorer:
         """Load a saved scorer from a directory or a Hugging Face Hub repo id (``org/name``; ``revision``, ``token``,
         ``hub_cache_dir`` and ``local_files_only`` as in ``huggingface_hub``, which also honours
