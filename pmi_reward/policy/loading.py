@@ -94,8 +94,8 @@ def load_policy(
 
         _check_one_kind(path)
         source = json.loads(adapter.read_text())["base_model_name_or_path"]
-        if not Path(source).exists() and shipped_copy(source) is not None:
-            source = shipped_copy(source)  # a cache path of a shipped model, from a machine with another cache
+        if not Path(source).exists() and (copy := shipped_copy(source)) is not None:
+            source = copy  # a cache path of a shipped model, from a machine with another cache
         base, tokenizer = load_policy(source, dtype, attn_implementation, device="cpu")  # its base may be an adapter
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
         model.name_or_path = model.config._name_or_path = str(path.resolve())

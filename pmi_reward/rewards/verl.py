@@ -138,9 +138,8 @@ def _fresh_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_fresh_locks)
-# how long the merging worker, once free, waits for more calls (ms), as the server's default: 256 responses from 8
-# threads on MiniLM took 2.6 s with it, 3.1 s with 1 ms and 4.0 s with none in one run on a noisy shared CPU (14 s
-# before calls were merged); the legacy naive manager, one call at a time (~50 ms each), pays it on every call
+# how long the merging worker, once free, waits for more calls (ms), as the server's default; the legacy naive
+# manager, one call at a time, pays it on every call (benchmarks/verl_merge.py times both; benchmarks/RESULTS.md)
 MERGE_WAIT_MS = 2.0
 
 

@@ -285,9 +285,7 @@ class PMIScorer:
         if "/" not in repo_id:  # the Hub puts a bare name under the token's user, while the card names the bare one
             raise ValueError(f"push_to_hub: give the repo id with its namespace, org/name or user/name: {repo_id!r}")
         model = self.encoder.spec.model
-        if _local_folder(model) is not None or (
-            model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists()
-        ):
+        if model != LOCAL_ENCODER and shipped_name(model) is None and Path(model).expanduser().exists():
             raise ValueError(
                 f"push_to_hub: the encoder is the local folder {model!r}, whose weights a Hub repo would not hold; "
                 "publish the encoder and name it by its Hub id first"
