@@ -24,6 +24,7 @@ from typing_extensions import Unpack
 
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import RUNTIME_FIELDS, RuntimeKwargs, missing_device
+from ..scoring.forking import hold_across_fork
 from ..scoring.scorer import DEFAULT_SCORER, HUB_OPTIONS, HubKwargs, PMIScorer
 from .length import LengthBaseline
 from .options import RewardOptions, RewardOptionsKwargs
@@ -59,6 +60,7 @@ class PMIReward(RewardPath):
         self.scorer = scorer
         self.seconds = 0.0  # wall time spent inside calls (a trainer reports the reward's share of a step)
         self._lock = threading.Lock()
+        hold_across_fork(self, "_lock", threading.Lock, hold=False)  # a forked child's calls do not wait for ever
 
     @staticmethod
     def remote(url: str, options: RewardOptions | None = None, **kwargs: Unpack[RemoteKwargs]) -> RemotePMIReward:
@@ -173,6 +175,7 @@ class PMIReward(RewardPath):
             RewardPath.__init__(self, options)
         self.seconds = 0.0
         self._lock = threading.Lock()
+        hold_across_fork(self, "_lock", threading.Lock, hold=False)  # a forked child's calls do not wait for ever
 
 
 def _device_here(device: str | None) -> str | None:

@@ -151,9 +151,8 @@ class MergedReward(PMIReward):
     ``batch_size`` pairs (as ``PMIReward`` bounds its calls; no bound in characters), in which the scorer embeds
     each distinct context once. The scores are ``PMIReward``'s up to float32 noise (a text's embedding can move in
     its last bits with the other texts of its encoder batch); a failed merged call is scored again call by call,
-    then pair by pair (``score_robustly``). A process forked after a call starts a batcher of its own; one forked
-    while a call is being scored may inherit the scorer's tokenizer or cache lock held, and hang (as forking any
-    threaded process may): fork between calls, or spawn."""
+    then pair by pair (``score_robustly``). A process forked after a call, or during one (the fork waits for the
+    tokenization or cache access in flight: ``scoring/forking.py``), starts a batcher of its own."""
 
     def __init__(self, scorer: PMIScorer, options: RewardOptions | None = None, **kwargs: Any) -> None:
         super().__init__(scorer, options, **kwargs)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .forking import hold_across_fork, keep_for_ever
+
 __all__ = ["EmbeddingCache", "cache_key"]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ class EmbeddingCache:
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "embeddings.sqlite"
         self._lock = threading.Lock()
+        # a fork waits for a lookup or a write in flight; the child opens a connection of its own
+        hold_across_fork(self, "_lock", threading.Lock, in_child=EmbeddingCache._reopen)
         self.writable = True  # False once a write failed for good: later ones are skipped
         self._skipped: set[str] = set()  # the failures warned about that skipped one write each
         self._db: sqlite3.Connection | None = None  # None: no usable cache (every lookup misses, writes skipped)
@@ -105,6 +109,13 @@ class EmbeddingCache:
             self.path,
             cause,
         )
+
+    def _reopen(self) -> None:
+        """A forked child's own connection: SQLite forbids using one across a fork. The inherited one is kept, never
+        closed, as closing it in the child could release what the parent holds."""
+        if self._db is not None:
+            keep_for_ever(self._db)
+        self.__init__(self.path.parent)  # type: ignore[misc]
 
     def __getstate__(self) -> dict:
         """A copy (deepcopy, pickle) reopens the file: a connection and a lock do not travel."""

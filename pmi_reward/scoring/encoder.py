@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from typing_extensions import TypedDict
 
 from .cache import EmbeddingCache, cache_key
+from .forking import hold_across_fork
 from .models import (
     default_pooling,
     load_backbone,
@@ -335,6 +336,7 @@ class TextEncoder:
         self.tokenizer.padding_side = "right"
         self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
         self._tokenizer_lock = threading.RLock()
+        hold_across_fork(self, "_tokenizer_lock", threading.RLock)  # a fork waits for a tokenization in flight
         self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
         self.model.eval().requires_grad_(False)
         self.model.to(self.device)
@@ -365,6 +367,7 @@ class TextEncoder:
             check_onnx_runtime()
         self.__dict__.update(state)
         self._tokenizer_lock, self._onnx = threading.RLock(), None
+        hold_across_fork(self, "_tokenizer_lock", threading.RLock)
 
     @property
     def model(self) -> Any:

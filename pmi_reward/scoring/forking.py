@@ -1,0 +1,91 @@
+"""Locks that a fork does not leave held: a process forked while another thread is inside a scorer call.
+
+``os.fork`` copies only the forking thread, and every lock in whatever state the other threads had it: a lock held
+by a thread that is not copied stays held in the child forever, so the child's first call waits for ever (a fork
+``Pool`` or ``datasets.map(num_proc=...)`` started while verl's reward loop scores from its threads). The locks that
+guard state a call changes as it goes (a fast tokenizer's truncation setting, an SQLite connection mid-write) are
+taken before the fork, so that nothing is half-done in the copy, and given back after it; the child gets new locks
+(and ``in_child`` rebuilds what cannot cross a fork, as an SQLite connection). This is what ``logging`` does for
+its handlers' locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["hold_across_fork", "keep_for_ever"]
+
+logger = logging.getLogger(__name__)
+
+FORK_WAIT_S = 60.0  # how long a fork waits for one call to give a lock back before it goes on without it
+
+_Entry = tuple[Callable[[], Any], Callable[[Any], None] | None, bool]  # new_lock, in_child, hold
+_owners: weakref.WeakKeyDictionary[Any, dict[str, _Entry]] = weakref.WeakKeyDictionary()
+_held: list[Any] = []  # the locks taken before the fork in progress, given back after it in the parent
+_kept: list[Any] = []  # objects a child must never close or free (an SQLite connection made before the fork)
+_registry_lock = threading.Lock()
+
+
+def hold_across_fork(
+    owner: Any,
+    attr: str,
+    new_lock: Callable[[], Any],
+    in_child: Callable[[Any], None] | None = None,
+    hold: bool = True,
+) -> None:
+    """Take ``owner.<attr>`` before every fork of this process (waiting for the call holding it to finish) and give it
+    back after it; in the child, set ``owner.<attr>`` to ``new_lock()`` and call ``in_child(owner)``. With
+    ``hold=False`` the fork does not wait for the lock (what it guards is safe to copy mid-call): the child only gets
+    a new one. The owner is held weakly (an object gone is forgotten); registering an attribute again replaces it."""
+    with _registry_lock:
+        _owners.setdefault(owner, {})[attr] = (new_lock, in_child, hold)
+
+
+def keep_for_ever(thing: Any) -> None:
+    """Keep ``thing`` alive in this process for good: a child drops what it inherited from its parent (an SQLite
+    connection, which SQLite forbids using across a fork) without closing it, which could undo the parent's state."""
+    _kept.append(thing)
+
+
+def _before_fork() -> None:
+    with _registry_lock:  # a snapshot: an owner made while the fork waits for a lock is not held (nor blocked)
+        locks = [(owner, attr) for owner, entries in _owners.items() for attr, entry in entries.items() if entry[2]]
+    for owner, attr in locks:
+        lock = getattr(owner, attr)
+        if lock.acquire(timeout=FORK_WAIT_S):
+            _held.append(lock)
+        else:
+            logger.warning(
+                "fork: %s.%s was still held after %.0f s; the child may wait for it for ever (fork between "
+                "scorer calls, or use the spawn start method)",
+                type(owner).__name__,
+                attr,
+                FORK_WAIT_S,
+            )
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock
+    _held.clear()  # the copies of the locks taken are left behind: each owner gets a new one
+    _registry_lock = threading.Lock()
+    for owner, entries in list(_owners.items()):
+        for attr, (new_lock, in_child, _) in list(entries.items()):
+            setattr(owner, attr, new_lock())
+            if in_child is not None:
+                try:
+                    in_child(owner)
+                except Exception:  # noqa: BLE001 - an at-fork hook's error is only printed: one owner's must not stop the rest
+                    logger.exception("fork: rebuilding %s in the child failed", type(owner).__name__)
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
