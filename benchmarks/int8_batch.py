@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 # before the tokenizers are imported or used: their thread pool is otherwise one thread per core
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scorer", default="outputs/scorer", help="a saved scorer directory")
     args = parser.parse_args(argv)
+    # recorded (benchmarks/README.md) on stderr: stdout stays the markdown table
+    print(f"TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM')}", file=sys.stderr)
     print("| backend | quantize | alone | beside each other pair | largest move (nat) |\n|---|---|---|---|---|")
     for backend, quantize in PATHS:
         # on the CPU: the default device of a GPU machine is its GPU, where the onnx backend is refused

@@ -76,6 +76,7 @@ def main() -> None:
         "one_at_a_time_ms_per_call": round(one * 1000, 1),
         "max_abs_diff_vs_per_call": max(abs(a - b) for a, b in zip(merged, alone, strict=True)),
         "load_average": round(os.getloadavg()[0], 2),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
     }))  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import pmi_reward.rewards.verl as verl_adapter
 from pmi_reward.rewards.reward import PMIReward
@@ -52,7 +53,10 @@ def _slow_tokenizer(monkeypatch, encoder, inside: threading.Event, release: thre
 
 
 def _fork_while(busy, inside: threading.Event, release: threading.Event, target):
-    """Fork (running ``target`` in the child) while a thread of this process runs ``busy`` and is held inside."""
+    """Fork (running ``target`` in the child) while a thread of this process, computing on two torch threads, runs
+    ``busy`` and is held inside."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # intra-op threads at work in the parent's forward as it forks (OMP_NUM_THREADS=1 hid it)
     thread = threading.Thread(target=busy, daemon=True)
     thread.start()
     assert inside.wait(10)
@@ -62,6 +66,7 @@ def _fork_while(busy, inside: threading.Event, release: threading.Event, target)
     finally:
         release.set()
         thread.join(10)
+        torch.set_num_threads(threads)
 
 
 def test_a_fork_during_a_tokenization_does_not_leave_the_child_waiting(tiny_encoder, monkeypatch):
@@ -72,9 +77,10 @@ def test_a_fork_during_a_tokenization_does_not_leave_the_child_waiting(tiny_enco
         lambda: tiny_encoder.encode(["a text embedded while the process forks"]),
         inside,
         release,
-        lambda: tiny_encoder.encode([CONTEXT]),
+        lambda: (tiny_encoder.encode([CONTEXT]), torch.get_num_threads()),
     )
-    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(got[0], expected, atol=1e-6)
+    assert got[1] == 1  # GNU OpenMP's threads do not survive a fork: the child computes on one
 
 
 def test_a_fork_during_a_cache_write_gives_the_child_its_own_connection(tmp_path, monkeypatch):

@@ -172,7 +172,7 @@ def test_health_answers_while_a_maximal_request_is_scored(tiny_scorer):
     the request is still being scored."""
     slow, max_chars = SizedScorer(tiny_scorer, 0.05), 128 * 1024
     with serving(slow, max_batch_pairs=64, chunk_pairs=64, max_batch_chars=max_chars) as server:
-        body = {"pairs": [{"context": "hi " * 2600, "response": "yo " * 2600}] * 64}  # 998k characters
+        body = {"pairs": [{"context": "hi " * 2599 + "hi!", "response": "yo " * 2599 + "yo!"}] * 64}  # 998k characters
         big, big_out = in_thread(http, server.url, "POST", "/score", body)
         time.sleep(0.2)
         for _ in range(5):

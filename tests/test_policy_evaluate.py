@@ -543,23 +543,23 @@ def test_saved_samples_are_placed_by_the_results_beside_them(tmp_path, capsys):
     (tmp_path / "samples.jsonl").write_text("{}\n")
     given = EvalPromptArguments()
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
-    assert "WARNING" in capsys.readouterr().out
+    assert "WARNING" in capsys.readouterr().err
     (tmp_path / "results.json").write_text(json.dumps({"prompts": None}))  # not a record: the given options stand
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
-    assert "WARNING" in capsys.readouterr().out
+    assert "WARNING" in capsys.readouterr().err
     tuning = EvalPromptArguments(first_dialogue=3400, max_dialogues=300)
     (tmp_path / "results.json").write_text(json.dumps({"prompts": {**asdict(tuning), "retired_option": 1}}))
     band = samples_band(str(tmp_path / "samples.jsonl"), given)
     assert (band.first_dialogue, band.max_dialogues) == (3400, 300)
-    assert "came from" in capsys.readouterr().out
+    assert "came from" in capsys.readouterr().err
     # an evaluation of read-back samples written into their own folder recorded the options it took on trust
     on_trust = {"prompts": asdict(tuning), "prompts_on_trust": True}
     (tmp_path / "results.json").write_text(json.dumps(on_trust))
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
-    assert "taken on trust" in capsys.readouterr().out
+    assert "taken on trust" in capsys.readouterr().err
     (tmp_path / "results.json").write_text("[]")  # JSON, but not an object
     assert samples_band(str(tmp_path / "samples.jsonl"), given) is given
-    assert "WARNING" in capsys.readouterr().out
+    assert "WARNING" in capsys.readouterr().err
 
 
 class _FlakyJudge:

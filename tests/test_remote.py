@@ -84,6 +84,20 @@ def test_remote_rewards_equal_in_process_rewards(spread_server, spread_scorer, s
 
 
 @pytest.mark.parametrize(
+    "options", [RewardOptions(), RewardOptions(max_context_turns=5), RewardOptions(strip_think=False)]
+)
+def test_remote_rewards_read_by_the_client_only(spread_server, spread_scorer, options):
+    """The server's ``/score`` reads a pair as the reward path does (turns cut, think blocks dropped); the client
+    has read its texts already, with its own options, so it asks for them to be scored as given: read twice, a user's
+    literal ``<think>``, a client keeping more turns than the server, or one keeping think blocks scored otherwise."""
+    long = "\n".join(f"turn {i} about cycling and trains" for i in range(8))
+    prompts = [long, [{"role": "user", "content": "What is the <think> tag for?"}], "I love jazz."]
+    completions = ["I cycle to work now.", "It marks reasoning.", "<think>hmm</think>Coltrane!"]
+    remote = RemotePMIReward(spread_server.url, options, on_failure="raise").score_sync(prompts, completions)
+    assert remote == pytest.approx(PMIReward(spread_scorer, options)(prompts, completions), abs=1e-5)
+
+
+@pytest.mark.parametrize(
     "options",
     [
         RewardOptions(batch_size=200),

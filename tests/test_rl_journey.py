@@ -85,10 +85,11 @@ def test_resume_true_means_the_last_checkpoint_and_a_bad_one_is_refused_before_l
     last = str(tmp_path / "checkpoint-3")
     assert resume_argument(config("true")) == last and resume_argument(config(" FALSE ")) is None
     assert resume_argument(config(last)) == last
-    # the last checkpoint of a run killed while saving (trainer_state.json is written last) is refused by name
+    # a checkpoint a kill left without trainer_state.json (written last): true passes it over; named, it is refused
     (tmp_path / "checkpoint-4").mkdir()
+    assert resume_argument(config("true")) == last
     with pytest.raises(ValueError, match="checkpoint-4: not a training checkpoint"):
-        resume_argument(config("true"))
+        resume_argument(config(str(tmp_path / "checkpoint-4")))
     with pytest.raises(ValueError, match="not a training checkpoint"):
         resume_argument(config(str(tmp_path / "nowhere")))
     with pytest.raises(ValueError, match="no checkpoint-N folder"):

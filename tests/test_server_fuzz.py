@@ -12,8 +12,6 @@ from conftest import http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pmi_reward.rewards.path import visible
-
 SENT: Counter = Counter()
 FUZZ = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
@@ -139,13 +137,17 @@ def _has_surrogate(*texts) -> bool:
 
 def _well_typed(server, path: str, body: dict, texts: list, key: str) -> None:
     """A well-formed body is answered 200 with one float per item, unless a text holds a lone surrogate (422); on
-    /score, a pair whose response shows nothing (empty, blank, invisible) scores null."""
+    /score, a pair the reward path cannot read (no visible context or reply) scores null."""
     status, answer = http(server.url, "POST", path, body)
     SENT[(f"{path} well-typed", status)] += 1
     assert status == (422 if _has_surrogate(*texts) else 200), answer
     if status == 200:
         assert len(answer[key]) == len(texts) // (2 if path == "/score" else 1)
-        shown = [visible(r) for r in texts[1::2]] if path == "/score" else [True] * len(answer[key])
+        if path == "/score":  # read as the reward path reads it: a pair without a context or a reply scores null
+            valid = server.api.pair_path.texts(texts[0::2], texts[1::2]).valid
+            shown = [i in valid for i in range(len(answer[key]))]
+        else:
+            shown = [True] * len(answer[key])
         assert all(isinstance(x, float) == show for x, show in zip(answer[key], shown, strict=True))
 
 

@@ -133,14 +133,14 @@ def test_the_round_bar_starts_after_the_first_rounds_embedding(monkeypatch, tiny
     train, val = PairSet.from_dialogues(topic_dialogues[:30]), PairSet.from_dialogues(topic_dialogues[30:40])
     encoder = tiny_encoder  # a new one per test: its counts are this run's
     at_start = []
-    real = loop.tqdm
+    real = loop.progress_bar
 
     def spy(iterable=None, desc=None, *args, **kwargs):
         if str(desc).startswith("train "):
             at_start.append(encoder.stats.texts)
         return real(iterable, desc, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "tqdm", spy)
+    monkeypatch.setattr(loop, "progress_bar", spy)
     config = HeadConfig(dim=encoder.dim, hidden=[16])
     ft, fv = (PairFeatures(encoder, TEMPLATES["en"], p, "pair", progress=False) for p in (train, val))
     result = train_head(config, ft, train, fv, val, TrainConfig(epochs=3, batch_size=16), progress=False)

@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = _rows(args)
     _sample_missing(args, settings, rows)
     scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
-    ranked = rerank_many(scorer, [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows])
+    # strict: a scorer that fails raises here (as in `pmi-reward score`), not an exit 0 with every score null
+    contexts, candidates = [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows]
+    ranked = rerank_many(scorer, contexts, candidates, strict=True)
     for row, ranking in zip(rows, ranked, strict=True):
         row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]
         row["best"] = ranking[0][0] if ranking and ranking[0][1] is not None else None  # nothing scorable: none

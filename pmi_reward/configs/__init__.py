@@ -263,13 +263,16 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     - after a help that already says what the option does when unset ("mean | last (default: by model type)"), a
       "(default: None)" read as a second, contradicting default;
     - after a generated ``--no_X``, "(default: False)" is the flag's own default, not X's: it says instead whether X
-      is on, by default or as a ``--config`` set it (argparse shows a config's values as the defaults)."""
+      is on, by default or as a ``--config`` set it (argparse shows a config's values as the defaults);
+    - after a required option, "(default: None)" read as "optional, unset": it says "(required)" instead."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         positive = getattr(action, "negates", None)
         if positive is not None:
             state = "on by default" if _is_on(positive.default) else "off here (a --config turned it off)"
             return f"{action.help}; {state}"
+        if action.required:
+            return f"{action.help} (required)" if action.help else "(required)"
         if action.default is None and "default" in (action.help or "").lower():
             return action.help or ""
         return super()._get_help_string(action) or ""

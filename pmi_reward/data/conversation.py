@@ -29,13 +29,15 @@ tag back to the reply; a ``<think>`` earlier in the prompt is a user's words.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from .dialogues import speaker, speaker_turns
 from .pairs import join_turns
 
 __all__ = [
+    "CHAT_TEMPLATE_KWARGS",
     "DEFAULT_SYSTEM_PROMPT",
     "message_text",
     "prompt_to_context",
@@ -51,11 +53,21 @@ __all__ = [
     "opens_think",
 ]
 
+# Keywords every chat prompt this package renders is given (sampling, PPO's rollouts, the KL, the checks of
+# fit_prompts, the cut replies' prompts; TRL's GRPO/RLOO/SFT/DPO through their chat_template_kwargs). The Llama
+# 3.1-3.3 templates write "Today Date: <strftime_now>" into the system header: unpinned, the same seed and settings
+# sampled other replies on another day (and a run past midnight measured its KL on other prompts than it sampled).
+# The date is those templates' own fallback; templates that write no date (SmolLM2, Qwen, ChatML) ignore it.
+CHAT_TEMPLATE_KWARGS: Mapping[str, Any] = MappingProxyType({"date_string": "26 Jul 2024"})
+
 # the system message of the chat policies' prompts (and of the chat LM's PMI, which reads replies as the policy does)
 DEFAULT_SYSTEM_PROMPT = "You are chatting with a friend. Reply in one or two short sentences."
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
-_CLOSED_THINK = re.compile(r"<think>(?:(?!<think>).)*?</think>[ \t]*\n?", re.S)  # a whole block, over lines too
+# a whole block over lines too, but only one opened at the start of a line, where a reasoning turn starts: a <think>
+# inside a line is a user's words ("How do I use the <think> tag?"), and read as a block it ran to a later turn's
+# literal </think>, deleting the turns between
+_CLOSED_THINK = re.compile(r"^[ \t]*<think>(?:(?!\n[ \t]*<think>).)*?</think>[ \t]*\n?", re.S | re.M)
 
 
 def message_text(content: Any) -> str | None:
@@ -94,14 +106,16 @@ def prompt_to_context(prompt: Any, include_system: bool = False, max_turns: int 
 
 
 def completion_to_text(completion: Any) -> str | None:
-    """The reply text of a completion: a string, or the assistant messages of a message list."""
+    """The reply text of a completion: a string, or the assistant messages of a message list (a message with no
+    role is the assistant's; the roles are read as in a prompt, ``dialogues.speaker``: any case and the aliases
+    ``model``, ``gpt``, ``bot``, ``ai``, so a Gemma- or ShareGPT-style completion is not read as an empty one)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Sequence) and not isinstance(completion, (bytes, bytearray)):
         texts = [
             message_text(m.get("content"))
             for m in completion
-            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+            if isinstance(m, dict) and speaker(m.get("role", "assistant")) == "assistant"
         ]
         readable = [t for t in texts if t is not None]
         return " ".join(readable) if readable else None
@@ -265,12 +279,14 @@ def strip_think(text: str, opened: bool = False) -> str:
 
 
 def drop_think_blocks(text: str) -> str:
-    """``text`` (turns one per line) without reasoning: ``<think>...</think>`` blocks go (an unterminated one runs
-    to the end of its own turn, never into the next), a turn whose block was opened elsewhere keeps what follows its
-    ``</think>``, and turns left empty go: how a context reads past turns of a reasoning model."""
+    """``text`` (turns one per line) without reasoning: ``<think>...</think>`` blocks go, and turns left empty go: how
+    a context reads past turns of a reasoning model. A block opened at the start of a line (a reasoning trace) goes
+    whole to its ``</think>``, over lines too; one opened inside a line (a user's literal tag) ends with its line at
+    most, as does an unterminated one (never running into the next turn); a turn whose block was opened elsewhere
+    keeps what follows its ``</think>``."""
     if THINK_OPEN not in text and THINK_CLOSE not in text:
         return text
-    text = _CLOSED_THINK.sub("", text)  # closed blocks first, whatever lines they span
+    text = _CLOSED_THINK.sub("", text)  # reasoning traces first, whatever lines they span
     lines = (_THINK_BLOCK.sub("", line).rsplit(THINK_CLOSE, 1)[-1] for line in text.split("\n"))
     return "\n".join(line for line in lines if line.strip())
 
@@ -511,6 +527,21 @@ def _content(message: dict[str, str] | str) -> str:
     return message if isinstance(message, str) else message["content"]
 
 
+def _lost_reply_header(head: str, kept: str) -> bool:
+    """Whether a query cut into ``head`` and the ``kept`` end lost the header of its reply's turn: the whole text is
+    in a template whose turns open with a header (its first marker in ``head``, as ``_templates`` picks a whole
+    text's), or is a ``User:``/``Assistant:`` transcript, and ``kept`` holds no header of it (a Mistral ``[/INST]``,
+    a role line). Linear: one search per template over ``head``, and a pass over ``kept``."""
+    names = _templates(head, False)
+    if names:
+        name = names[0]
+        return _INST_CLOSE not in kept if name not in _MARKED else _MARKED[name].header.search(kept) is None
+    first = _ANY.special.sub("", head).lstrip().split("\n", 1)[0]
+    if _ROLE_LINE.match(first.strip()) is None:  # plain text: a turn per line, and the reply is the last
+        return False
+    return not any(_ROLE_LINE.match(line.strip()) for line in _ANY.special.sub("", kept).split("\n"))
+
+
 def split_query(query: str, prompt: str | None = None, max_chars: int | None = None) -> tuple[Messages, str] | None:
     """(prompt messages, reply) of a full text. With ``prompt``: the reply is what follows the prompt in the
     query. Without it (or when the query does not contain it): the last assistant turn of a templated query,
@@ -519,8 +550,10 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
     ``max_chars`` (a reward's ``max_chars``: it reads a context's last and a reply's first ``max_chars``) cuts the
     text before it is parsed, leaving room for the template's markers: with a prompt, the prompt's last and the
     reply's first ``2 * max_chars`` characters; without one, the query's lines that start in its last
-    ``4 * max_chars`` characters (None when there are none: the reply's start is out of reach). A longer query
-    can then read differently from the whole one only in its oldest turns."""
+    ``4 * max_chars`` characters (None when there are none, or when the whole query's template or transcript marks
+    its turns and those lines hold no turn header: the reply's start is out of reach, and read as plain text its own
+    earlier lines became the context of its last). A longer query can then read differently from the whole one
+    only in its oldest turns."""
     window, full = (None if max_chars is None else 2 * max_chars), len(query)
     if prompt:
         at = query.find(prompt)
@@ -537,7 +570,7 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             return messages, _cut(reply, tokens)
     if window is not None and len(query) > 2 * window:
         cut = query.find("\n", len(query) - 2 * window)
-        if cut < 0:
+        if cut < 0 or _lost_reply_header(query[: cut + 1], query[cut + 1 :]):
             return None
         query = query[cut + 1 :]
     parsed = _parse_chat(query, partial=window is not None and len(query) < full)

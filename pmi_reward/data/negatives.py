@@ -53,11 +53,17 @@ class NegativeSpec:
     )
     k_lexical: int = field(
         default=0,
-        metadata={"help": "negatives per positive: replies of other dialogues sharing the most words with the context"},
+        metadata={
+            "help": "negatives per positive: replies of other dialogues sharing the most words with the context "
+            "(mined once over every context x reply: time grows as pairs squared)"
+        },
     )
     k_nearest: int = field(
         default=0,
-        metadata={"help": "negatives per positive: replies of other dialogues nearest the context by the encoder"},
+        metadata={
+            "help": "negatives per positive: replies of other dialogues nearest the context by the encoder "
+            "(mined once over every context x reply: time grows as pairs squared)"
+        },
     )
     k_scrambled: int = field(
         default=0,

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -31,6 +32,8 @@ WRITABLE = (".csv", ".tsv", ".jsonl", ".ndjson", ".json")
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
+_LINE_BREAK = re.compile(r"\r\n?|\n")  # the csv module's row ends, not str.splitlines()'s \x85, \u2028 etc.
+
 
 class DataError(ValueError):
     """Bad input data; the message says which file, row and field."""
@@ -46,14 +49,19 @@ def _where(path: Path, row: int | str | None = None, field: str | None = None) -
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """All records of a .csv/.tsv/.jsonl/.json file as dicts (row numbers in errors count data rows from 1)."""
+    """All records of a .csv/.tsv/.jsonl/.json file as dicts (row numbers in errors count data rows from 1). A CSV/TSV
+    cell is read as written, its \\r\\n and lone \\r kept (as in a JSON string), not made \\n."""
     path = Path(path)
     if path.is_dir():
         raise DataError(f"{path}: a folder, not a file (give a .csv, .tsv, .jsonl or .json file)")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8")
+        # newline="": the text as written; read_text()'s universal newlines turned a quoted CSV cell's \r\n and lone
+        # \r into \n, so the user's text changed (in `pmi-reward score`'s output too) and a lone-\r context, one
+        # turn from JSONL or the API, was several turns from CSV
+        with path.open(encoding="utf-8", newline="") as f:
+            text = f.read()
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     if text.startswith("\ufeff"):
@@ -61,6 +69,10 @@ def read_records(path: str | Path) -> list[dict]:
     if not text.strip():
         raise DataError(f"{path}: the file is empty")
     suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        # a raw \r is never inside a JSON string (it must be escaped there), so it only ends a line: \r\n and lone
+        # \r line ends read as \n, as universal newlines read them
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if suffix in (".jsonl", ".ndjson"):
         records: list[dict] = []
         for line_no, line in enumerate(text.split("\n"), 1):  # JSON Lines ends records at \n only
@@ -94,8 +106,9 @@ def read_records(path: str | Path) -> list[dict]:
                 _check_surrogates(record, path, n)
         return data
     if suffix in (".csv", ".tsv"):
-        # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields; strict, so that
-        # an unclosed quote is an error rather than a field that swallows the rows after it
+        # a stream, not str.splitlines(): that also splits on \x85, \u2028 etc. inside quoted fields; the csv module
+        # ends rows at \r\n, \r or \n outside quotes and keeps a quoted cell's line breaks as written; strict, so
+        # that an unclosed quote is an error rather than a field that swallows the rows after it
         delimiter = "\t" if suffix == ".tsv" else ","
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
         records = []
@@ -132,8 +145,10 @@ def read_records(path: str | Path) -> list[dict]:
 
 def spans_rows(values: Iterable[str | None], columns: int, delimiter: str) -> bool:
     """Whether a field, after a line break, holds a line with a whole row's delimiters: the rows a quote left open
-    swallowed (a quoted field's own text seldom holds that many on one line; its first line is the row's own)."""
-    return any(v and any(line.count(delimiter) >= columns - 1 for line in v.split("\n")[1:]) for v in values)
+    swallowed (a quoted field's own text seldom holds that many on one line; its first line is the row's own). A
+    line break is \\r\\n, \\r or \\n, as the csv module ends rows: cells are read as written, so the rows
+    swallowed from a file with \\r\\n or \\r line ends keep them."""
+    return any(v and any(line.count(delimiter) >= columns - 1 for line in _LINE_BREAK.split(v)[1:]) for v in values)
 
 
 def _unreadable(err: Exception) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import ConstantInputWarning, NearConstantInputWarning, pearsonr, rankdata, spearmanr
 
+from ..progress import progress_bar
+
 __all__ = [
     "roc_auc",
     "spearman",
@@ -47,6 +49,39 @@ def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     # Mann-Whitney U from mid-ranks: equal to sklearn's roc_auc_score, and fast enough to bootstrap
     ranks = rankdata(np.r_[pos, neg])
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def _auc_of_weights(pos: np.ndarray, neg: np.ndarray) -> Callable[[np.ndarray], float] | None:
+    """``roc_auc`` of a resample of rows given by how often each row was drawn, with the scores sorted once.
+
+    ``roc_auc(pos[idx], neg[idx])`` ranks every score again, O(n log n) for each of a bootstrap's resamples (39
+    minutes of them at 200,000 rows with 9 negatives each, review 29). Here the negatives are sorted once, and each
+    positive knows how many of them score below it and how many up to it; a resample is then only its row weights.
+    A running sum of the negatives' weights in score order gives each positive its weighted negatives below and up
+    to it, whose sum, weighted by the positives' weights, is twice the Mann-Whitney U (ties count half): O(n). All
+    of it is whole numbers, so U and the pair count are exact, as ``roc_auc``'s mid-rank sums are (below 2**53),
+    and their quotient is the same float to the last bit. None (rank each resample) when a score is NaN or a side
+    is empty: ``roc_auc`` is NaN there, and ``bootstrap_ci`` returns before resampling such data."""
+    n = len(pos)
+    p = np.asarray(pos, dtype=np.float64).reshape(n, -1)
+    q = np.asarray(neg, dtype=np.float64).reshape(n, -1)
+    if not p.size or not q.size or np.isnan(p).any() or np.isnan(q).any():
+        return None
+    order = np.argsort(q.ravel(), kind="stable")
+    ascending = q.ravel()[order]
+    neg_rows = order // q.shape[1]  # the row of each negative, in ascending order of score
+    pos_rows = np.repeat(np.arange(n), p.shape[1])
+    below = np.searchsorted(ascending, p.ravel(), side="left")  # negatives that score less than each positive
+    up_to = np.searchsorted(ascending, p.ravel(), side="right")  # ... less or the same
+    running = np.zeros(len(order) + 1, dtype=np.int64)  # [i]: weighted negatives among the first i in score order
+
+    def auc(weights: np.ndarray) -> float:
+        np.cumsum(np.take(weights, neg_rows), out=running[1:])  # np.take and out=: 40% faster at 200,000 rows
+        pos_w = weights if p.shape[1] == 1 else weights[pos_rows]
+        twice_u = int(pos_w @ (running[below] + running[up_to]))
+        return twice_u / (2 * int(pos_w.sum()) * int(running[-1]))
+
+    return auc
 
 
 def _paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +122,9 @@ def mse(pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean((pred - target) ** 2)) if len(pred) else float("nan")
 
 
+_LONG_BOOTSTRAP = 2_000_000  # rows × resamples from which a bootstrap shows its progress bar (a second or more)
+
+
 def bootstrap_ci(
     statistic: Callable[..., float],
     *arrays: np.ndarray,
@@ -94,6 +132,7 @@ def bootstrap_ci(
     level: float = 0.95,
     seed: int = 0,
     groups: np.ndarray | None = None,
+    progress: bool = False,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows (axis 0) of all arrays jointly.
 
@@ -106,7 +145,10 @@ def bootstrap_ci(
     resample: one class, a constant vector) are skipped. When the statistic of the data themselves is not finite
     (e.g. NaN for a NaN row), both bounds are NaN: the draws that happen to miss that row would otherwise give a
     finite interval around no value. One resample's indices are drawn at a time (an (n_boot, n) matrix of them
-    took 1.5 GiB at 200,000 rows); the draws are the same.
+    took 1.5 GiB at 200,000 rows); the draws are the same. For ``roc_auc`` of (positives, negatives) the scores
+    are sorted once and each resample is scored from how often it drew each row (``_auc_of_weights``: the same
+    draws and the same values, O(n) rather than O(n log n) a resample). With ``progress``, a bootstrap of at
+    least ``_LONG_BOOTSTRAP`` rows × resamples shows a bar (one of a large file ran for minutes without output).
     """
     if not arrays:
         raise ValueError("bootstrap_ci needs at least one array")
@@ -117,7 +159,7 @@ def bootstrap_ci(
         raise ValueError(f"groups holds {len(groups)} ids for {n} rows")
     if n == 0 or not np.isfinite(statistic(*arrays)):
         return float("nan"), float("nan")
-    units, rows = n, None
+    units, rows, label = n, None, None
     if groups is not None:
         _, first, label = np.unique(np.asarray(groups), return_index=True, return_inverse=True)
         rank = np.empty(len(first), dtype=np.int64)
@@ -126,10 +168,17 @@ def bootstrap_ci(
         units, rows = len(first), np.argsort(label, kind="stable")  # the rows of group 0, of group 1, ...
         counts = np.bincount(label, minlength=units)
         start = np.cumsum(counts) - counts
+    weighted = _auc_of_weights(*arrays) if statistic is roc_auc and len(arrays) == 2 else None
     rng = np.random.default_rng(seed)
     values = np.empty(n_boot, dtype=np.float64)
-    for b in range(n_boot):
+    name = getattr(statistic, "__name__", "statistic")
+    short = not progress or n_boot * n < _LONG_BOOTSTRAP
+    for b in progress_bar(range(n_boot), desc=f"bootstrap {name}", unit="resample", leave=False, disable=short):
         idx = rng.integers(0, units, size=units)
+        if weighted is not None:  # how often each row was drawn (a group's rows as often as the group)
+            drawn = np.bincount(idx, minlength=units)
+            values[b] = weighted(drawn if label is None else drawn[label])
+            continue
         if rows is not None:  # the rows of each drawn group, one group after another
             sizes = counts[idx]
             ends = np.cumsum(sizes)
@@ -180,9 +229,12 @@ class Estimate:
         n_boot: int = 1000,
         seed: int = 0,
         groups: np.ndarray | None = None,
+        progress: bool = False,
     ) -> Estimate:
-        """``statistic(*arrays)`` with its ``bootstrap_ci`` (over ``groups`` of rows when given)."""
-        return cls(statistic(*arrays), *bootstrap_ci(statistic, *arrays, n_boot=n_boot, seed=seed, groups=groups))
+        """``statistic(*arrays)`` with its ``bootstrap_ci`` (over ``groups`` of rows when given; a progress bar for
+        a long one with ``progress``)."""
+        value = statistic(*arrays)
+        return cls(value, *bootstrap_ci(statistic, *arrays, n_boot=n_boot, seed=seed, groups=groups, progress=progress))
 
     def to_dict(self) -> dict:
         return {"value": self.value, "ci95": [self.low, self.high]}

@@ -134,7 +134,9 @@ def evaluate_scorer(scorer: PMIScorer, pairs: PairSet, negatives: NegativeSpec, 
         keep = np.all([np.isfinite(a.reshape(len(a), -1)).all(1) for a in arrays], axis=0)
         kept = (a[keep] for a in arrays)
         return {
-            **Estimate.of(fn, *kept, n_boot=args.n_boot, seed=args.seed, groups=units[keep]).to_dict(),
+            **Estimate.of(
+                fn, *kept, n_boot=args.n_boot, seed=args.seed, groups=units[keep], progress=args.progress
+            ).to_dict(),
             "rows": int(keep.sum()),
         }
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..data.conversation import prompt_to_context, strip_think, think_unfinished
 from ..data.records import DataError, json_safe
 from ..evaluation.metrics import copies_context, distinct_n, is_generic, mean_ci, row_means, win_rate, words
 from ..evaluation.report import plot_distributions
+from ..progress import progress_bar
 from ..rewards.path import visible
 from ..rewards.reward import PMIReward
 from ..scoring.models import cache_root, missing_local, model_identity, shipped_copy
@@ -252,7 +252,7 @@ def _judge_all(judges: list[Judge], prompts: list, replies: dict[str, Replies]) 
     widths = {name: len(rep.texts[0]) if rep.texts else 0 for name, rep in replies.items()}
     rows = [[t for rep in replies.values() for t in rep.texts[i]] for i in range(len(prompts))]
     scores: dict[str, dict[str, np.ndarray]] = {}
-    for j in tqdm(judges, desc="judging", unit="judge"):
+    for j in progress_bar(judges, desc="judging", unit="judge"):
         grid = judge_grid(j.scorer, prompts, rows)
         edges = np.cumsum([0, *widths.values()])
         scores[j.name] = {name: grid[:, a:b] for name, a, b in zip(widths, edges[:-1], edges[1:], strict=True)}
@@ -431,7 +431,7 @@ def run_evaluation(prompt_args: EvalPromptArguments, args: EvalArguments, settin
         and model_identity(str(j.meta.get("encoder"))) == model_identity(args.base_model)
     ]
     for w in warnings:
-        print(f"WARNING: {w}")
+        print(f"WARNING: {w}", file=sys.stderr)  # with every warning (and results.md holds them)
     if replies is None:  # sampled here: each tuned policy's start against the base it is compared with
         for w in start_mismatches(args.tuned, args.base_model):
             print(f"WARNING: {w}", file=sys.stderr)
@@ -584,11 +584,12 @@ def samples_band(path: str, given: EvalPromptArguments) -> EvalPromptArguments:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         print(
             f"WARNING: {path}: no readable contexts record beside it ({results}: {type(err).__name__}: {err}); the "
-            "overlap check and the report take the given prompt options as where its contexts came from"
+            "overlap check and the report take the given prompt options as where its contexts came from",
+            file=sys.stderr,
         )
         return given
     if asdict(band) != asdict(given):
-        print(f"note: {path}'s contexts came from {results}'s prompt options, not the given ones")
+        print(f"note: {path}'s contexts came from {results}'s prompt options, not the given ones", file=sys.stderr)
     return band
 
 

@@ -30,11 +30,11 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 from trl import ModelConfig
 
 from ..configs import parse_args
 from ..data.records import json_safe
+from ..progress import progress_bar
 from ..rewards.combined import CombinedReward
 from ..rewards.options import RewardOptions
 from .ppo_core import gae, ppo_loss, response_mask, shaped_rewards, token_logprobs, truncated_rows, whiten
@@ -46,6 +46,7 @@ from .trainers import (
     budget_spent,
     build_rewards,
     check_reward_weights,
+    command_streams,
     cpu_seconds,
     last_mean,
     lora_config,
@@ -324,7 +325,7 @@ def train_ppo(
         log_path.write_text("")
     history, start, cpu_start = [], time.perf_counter(), cpu_seconds()
     reward_seconds = getattr(reward, "seconds", 0.0)
-    bar = tqdm(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
+    bar = progress_bar(range(cfg.steps), desc="ppo", unit="step", disable=not accelerator.is_main_process)
     for step in bar:
         first = step * per_step + accelerator.process_index * size
         take = [prompts[order[(first + j) % len(prompts)]] for j in range(size)]
@@ -390,4 +391,5 @@ ARGUMENTS = (ScriptArguments, RewardOptions, PPOConfig, ModelConfig)
 def ppo_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
     """PPO's command: script, reward, PPO and model options from YAML and flags; train; the run summary."""
     script_args, reward_options, cfg, model_args = parse_args(ARGUMENTS, argv, prog)
-    return train_ppo(cfg, script_args, model_args, reward_options=reward_options)
+    with command_streams():  # stdout: the run summary alone
+        return train_ppo(cfg, script_args, model_args, reward_options=reward_options)

@@ -20,6 +20,7 @@ from datasets import Dataset
 from ..data.conversation import DEFAULT_SYSTEM_PROMPT, message_text, prompt_to_context, turns_to_messages
 from ..data.dialogues import Dialogue, load_dialogues
 from ..data.records import DataError, read_records
+from .sampling import CHAT_TEMPLATE_KWARGS
 
 __all__ = [
     "PromptArguments",
@@ -145,9 +146,10 @@ def build_prompts(args: PromptArguments) -> Dataset:
 
 
 def _render(tokenizer: Any, prompt: list[dict]) -> Exception | None:
-    """The error the tokenizer's chat template raises on ``prompt``, or None when it renders."""
+    """The error the tokenizer's chat template raises on ``prompt``, or None when it renders (as the sampler renders
+    it: with ``CHAT_TEMPLATE_KWARGS``)."""
     try:
-        tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS)
     except Exception as err:  # a template's raise_exception (jinja2's TemplateError), whatever the template
         return err
     return None

@@ -48,14 +48,17 @@ from .trainers import (
     ScriptArguments,
     build_rewards,
     check_reward_weights,
+    command_streams,
     cpu_seconds,
     last_mean,
     lora_config,
     policy_from,
+    print_result,
     resume_flag,
     run_provenance,
     settle_bf16,
     settle_output_dir,
+    settle_warned_defaults,
     starting_model,
     write_summary,
 )
@@ -134,23 +137,26 @@ class RFTConfig:
 class RFTSFTConfig(SFTConfig):
     """TRL's ``SFTConfig`` as ``pmi-reward rft`` reads it: an unset ``bf16`` settled for a CPU-only machine
     (``settle_bf16``) before TRL turns it on and transformers refuses it there (pointing to ``--use_cpu``: bf16
-    autocast, emulated and slow), as ``grpo``/``rloo``'s configs do; an unset ``output_dir`` is
-    ``outputs/policies/rft`` (``settle_output_dir``), not transformers' ``./trainer_output``. It declares no field:
-    the sampler's ``rollout_top_p`` is ``RFTConfig``'s, checked there. Module-level, so that the trainer's
-    checkpoints can pickle it (``training_args.bin``)."""
+    autocast, emulated and slow), as ``grpo``/``rloo``'s configs do, and the defaults that warned on every run
+    settled (``settle_warned_defaults``); an unset ``output_dir`` is ``outputs/policies/rft``
+    (``settle_output_dir``), not transformers' ``./trainer_output``. It declares no field: the sampler's
+    ``rollout_top_p`` is ``RFTConfig``'s, checked there. Module-level, so that the trainer's checkpoints can pickle
+    it (``training_args.bin``)."""
 
     def __post_init__(self) -> None:
         settle_bf16(self)
+        settle_warned_defaults(self)
         settle_output_dir(self, "rft")
         super().__post_init__()
 
 
 class RFTDPOConfig(DPOConfig):
-    """TRL's ``DPOConfig`` as ``pmi-reward dpo`` reads it, its unset ``bf16`` settled as ``RFTSFTConfig``'s and its
-    unset ``output_dir`` ``outputs/policies/dpo``."""
+    """TRL's ``DPOConfig`` as ``pmi-reward dpo`` reads it, its unset ``bf16`` and the defaults that warned settled
+    as ``RFTSFTConfig``'s, and its unset ``output_dir`` ``outputs/policies/dpo``."""
 
     def __post_init__(self) -> None:
         settle_bf16(self)
+        settle_warned_defaults(self)
         settle_output_dir(self, "dpo")
         super().__post_init__()
 
@@ -388,7 +394,7 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
         history.append(row)
         with log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(json.dumps(row))
+        print_result(json.dumps(row))  # a JSON line on the command's stdout; TRL's logs go to stderr
     if not rounds_fitted:  # the starting model is no tuned policy: saved as one, evaluate-policy read it as tuned
         raise DataError(
             f"{'dpo' if preference else 'rft'}: no round trained ({len(history)} of {cfg.rounds} run, each keeping no "
@@ -431,11 +437,13 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
 def rft_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
     """RFT's command: script, reward, RFT, SFT and model options from YAML and flags; train; the run summary."""
     script_args, reward_options, cfg, sft_args, model_args = parse_args(ARGUMENTS, argv, prog)
-    return train_rft(cfg, script_args, sft_args, model_args, reward_options=reward_options)
+    with command_streams():  # stdout: the round rows and the run summary alone
+        return train_rft(cfg, script_args, sft_args, model_args, reward_options=reward_options)
 
 
 def dpo_main(argv: list[str] | None = None, prog: str | None = None) -> dict:
     """Iterative DPO's command: script, reward, round, DPO and model options from YAML and flags; train; the run
     summary."""
     script_args, reward_options, cfg, dpo_args, model_args = parse_args(DPO_ARGUMENTS, argv, prog)
-    return train_rft(cfg, script_args, dpo_args, model_args, reward_options=reward_options)
+    with command_streams():  # stdout: the round rows and the run summary alone
+        return train_rft(cfg, script_args, dpo_args, model_args, reward_options=reward_options)

@@ -6,19 +6,21 @@ under fixed sampling settings"; this is that, once.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from ..data.conversation import turns_to_messages
+from ..data.conversation import CHAT_TEMPLATE_KWARGS, turns_to_messages
+from ..progress import progress_bar
 from ..rewards.rerank import Ranked, rerank
 from ..rewards.reward import PMIReward
 from ..scoring.scorer import PMIScorer
 
 __all__ = [
+    "CHAT_TEMPLATE_KWARGS",
     "SamplingSettings",
     "Replies",
     "plain_sampling",
@@ -48,9 +50,12 @@ _NEUTRAL = {
 
 
 def prompt_texts(tokenizer: Any, prompts: Sequence[Any]) -> list[str]:
-    """What a chat model is given to reply to: chat messages in its template, plain text as it is."""
+    """What a chat model is given to reply to: chat messages in its template (with ``CHAT_TEMPLATE_KWARGS``: the
+    same prompt every day), plain text as it is."""
     return [
-        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        p
+        if isinstance(p, str)
+        else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS)
         for p in prompts
     ]
 
@@ -138,6 +143,22 @@ def stop_ids(model, tokenizer) -> set[int]:
     return {int(i) for i in ids if i is not None}
 
 
+def _forked_rng(device: torch.device | None) -> contextlib.AbstractContextManager:
+    """A scope whose end restores the torch RNG states that ``torch.manual_seed`` reseeds: the CPU's, and those of
+    every device of the model's accelerator type (for a model on the CPU, of the machine's accelerator when it is
+    initialized). The sampler seeds each batch itself; without the scope every later draw of its caller (a shuffled
+    DataLoader's epoch seed, dropout, randperm) came out the same whatever the caller had seeded."""
+    kind: str | None = "cpu" if device is None else device.type
+    if kind == "cpu":
+        accelerator = torch.accelerator.current_accelerator()
+        module = torch.get_device_module(accelerator.type) if accelerator is not None else None
+        started = accelerator is not None and getattr(module, "is_initialized", lambda: False)()
+        kind = accelerator.type if accelerator is not None and started else None
+    if kind is None:
+        return torch.random.fork_rng(devices=[])
+    return torch.random.fork_rng(devices=range(torch.get_device_module(kind).device_count()), device_type=kind)
+
+
 def split_generated(row: list[int], stops: set[int]) -> tuple[list[int], bool]:
     """A generated row as (its tokens up to and including the first stop token, whether it was cut: no stop)."""
     for i, token in enumerate(row):
@@ -159,7 +180,8 @@ def generate_replies(
     truncation flags.
 
     Prompts are rendered with the tokenizer's chat template and left-padded; each batch is seeded from
-    ``settings.seed`` and its position, so a run is reproducible and two models see the same seeds.
+    ``settings.seed`` and its position, so a run is reproducible and two models see the same seeds. The seeding is
+    done in a forked RNG scope: the caller's torch RNG states are as they were when this returns.
     """
     settings = settings or SamplingSettings()
     if n < 1:
@@ -172,26 +194,26 @@ def generate_replies(
     stops = stop_ids(model, tokenizer)
     out: list[tuple[list[int], bool]] = []
     starts = range(0, len(flat), settings.batch_size)
+    desc = progress if isinstance(progress, str) else "sampling"
     try:
-        for b, s in enumerate(
-            tqdm(starts, desc=progress if isinstance(progress, str) else "sampling", disable=not progress, unit="batch")
-        ):
-            batch = tokenizer(
-                flat[s : s + settings.batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-            ).to(device)
-            torch.manual_seed(settings.seed * 1_000_003 + b)
-            sample = settings.temperature > 0
-            ids = model.generate(
-                **batch,
-                max_new_tokens=settings.max_new_tokens,
-                do_sample=sample,
-                temperature=settings.temperature if sample else None,
-                top_p=settings.top_p if sample else None,
-                top_k=None,
-                pad_token_id=tokenizer.pad_token_id,
-                **plain_sampling(model),
-            )
-            out += [split_generated(row, stops) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
+        with _forked_rng(device):
+            for b, s in enumerate(progress_bar(starts, desc=desc, disable=not progress, unit="batch")):
+                batch = tokenizer(
+                    flat[s : s + settings.batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(device)
+                torch.manual_seed(settings.seed * 1_000_003 + b)
+                sample = settings.temperature > 0
+                ids = model.generate(
+                    **batch,
+                    max_new_tokens=settings.max_new_tokens,
+                    do_sample=sample,
+                    temperature=settings.temperature if sample else None,
+                    top_p=settings.top_p if sample else None,
+                    top_k=None,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **plain_sampling(model),
+                )
+                out += [split_generated(row, stops) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
     finally:
         tokenizer.padding_side = side
         model.train(was_training)

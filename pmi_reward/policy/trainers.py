@@ -10,30 +10,34 @@ reward functions are named ``module:function`` and sit beside ``PMIReward`` (wei
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
 import math
 import os
+import re
 import resource
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import trl
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerState, set_seed
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import ModelConfig, get_peft_config
 
 from ..configs import parse_args
-from ..data.records import DataError, json_safe
+from ..data.records import DataError, atomic_write, json_safe
 from ..evaluation.baselines.lm_pmi import LMPMIConfig, LMPMIScorer
 from ..rewards.combined import check_reward_names
 from ..rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, FluencyPenalty
@@ -44,7 +48,7 @@ from ..rewards.truncation import TruncationPenalty
 from ..scoring.scorer import DEFAULT_SCORER
 from .loading import check_bf16, load_policy
 from .prompts import PromptArguments, build_prompts, fit_prompt_column
-from .sampling import stop_ids
+from .sampling import CHAT_TEMPLATE_KWARGS, stop_ids
 
 __all__ = [
     "ScriptArguments",
@@ -56,13 +60,21 @@ __all__ = [
     "check_top_p",
     "settle_trl_config",
     "settle_bf16",
+    "settle_warned_defaults",
     "settle_output_dir",
     "resume_argument",
     "resume_flag",
+    "resume_note",
+    "checkpoints",
+    "run_settings",
+    "check_run_folder",
+    "write_run_args",
     "check_generation_batch",
     "main_process_first",
     "RewardTimer",
     "cpu_seconds",
+    "command_streams",
+    "print_result",
     "write_summary",
     "train_with_trl",
     "trl_main",
@@ -298,10 +310,12 @@ def check_top_p(config: Any) -> None:
 
 def settle_trl_config(config: Any) -> None:
     """Called by ``pmi-reward grpo``/``rloo``'s config classes as they are read, before TRL's own checks: ``top_p``
-    checked (``check_top_p``), ``bf16`` settled (``settle_bf16``) and an unset ``output_dir`` given the command's
-    own folder (``settle_output_dir``)."""
+    checked (``check_top_p``), ``bf16`` settled (``settle_bf16``), the defaults transformers and torch warned about
+    settled (``settle_warned_defaults``) and an unset ``output_dir`` given the command's own folder
+    (``settle_output_dir``)."""
     check_top_p(config)
     settle_bf16(config)
+    settle_warned_defaults(config)
     settle_output_dir(config, "grpo" if isinstance(config, trl.GRPOConfig) else "rloo")
 
 
@@ -325,27 +339,173 @@ def resume_flag(config: Any) -> str | bool | None:
     return {"true": True, "false": None, "": None}.get(str(value).strip().lower(), str(value))
 
 
+def _local_main() -> bool:
+    """Whether this is its node's main process (local rank 0), from the launcher's environment: read before
+    torch.distributed starts (the trainer starts it), for what one process per node writes or prints."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) == 0
+
+
+def _note(message: str) -> None:
+    """A line on stderr for the user (from one process per node): which checkpoint a run resumes, and why."""
+    if _local_main():
+        print(f"pmi-reward: {message}", file=sys.stderr, flush=True)
+
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")  # the folders transformers' Trainer saves into output_dir
+TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint: a folder without it is a save cut short
+# RewardTimer's totals in the trainer state's stateful_callbacks (so in every checkpoint's trainer_state.json): a
+# key no callback class is named, which transformers' restore_callback_states_from_checkpoint passes over
+CLOCK = "pmi_reward_clock"
+
+
+def checkpoints(output_dir: str | Path) -> list[Path]:
+    """The ``checkpoint-N`` folders in ``output_dir``, by step (complete or not; none when it is not a folder)."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := CHECKPOINT.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
 def resume_argument(config: Any) -> str | None:
     """What ``Trainer.train(resume_from_checkpoint=...)`` gets from the config's ``--resume_from_checkpoint``: a
-    checkpoint folder (for ``true``, the last ``checkpoint-N`` in ``output_dir``) or None (a fresh run). Checked
-    before any model loads: transformers' own error came only after the policy, the scorer and the trainer had been
-    built; and a checkpoint a kill left without its ``trainer_state.json`` (written last) is refused by name."""
+    checkpoint folder or None (a fresh run). ``true`` means the newest COMPLETE ``checkpoint-N`` in ``output_dir``
+    (one holding ``trainer_state.json``, written last; ``resume_note`` says which): a requeued job whose last
+    save a kill cut short resumes from the one before instead of failing every time. Checked before any model
+    loads (transformers' own error came only after the policy, the scorer and the trainer had been built); a
+    folder given by name that is not a complete checkpoint is refused by name."""
     flag = resume_flag(config)
-    output_dir = Path(str(config.output_dir))
     if flag is True:
-        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-        if last is None:
+        found = checkpoints(str(config.output_dir))
+        complete = [p for p in found if (p / TRAINER_STATE).is_file()]
+        if not complete:
+            what = f"only {', '.join(p.name for p in found)}, cut short while saving (no {TRAINER_STATE})"
             raise ValueError(
-                f"--resume_from_checkpoint true: no checkpoint-N folder in output_dir {config.output_dir} to resume "
-                "from (give the checkpoint's folder, or the run's --output_dir)"
+                f"--resume_from_checkpoint true: no checkpoint-N folder with {TRAINER_STATE} (a complete one) in "
+                f"output_dir {config.output_dir} to resume from ({what if found else 'none there'}); give the "
+                "checkpoint's folder, or the run's --output_dir"
             )
-        flag = last
-    if isinstance(flag, str) and not (Path(flag) / "trainer_state.json").is_file():
+        flag = str(complete[-1])
+    if isinstance(flag, str) and not (Path(flag) / TRAINER_STATE).is_file():
         raise ValueError(
             f"--resume_from_checkpoint {flag}: not a training checkpoint (a checkpoint-N folder holding "
-            "trainer_state.json)"
+            f"{TRAINER_STATE})"
         )
     return flag if isinstance(flag, str) else None
+
+
+def resume_note(resume: str) -> str:
+    """What a run resumed with ``--resume_from_checkpoint true`` tells the user: the checkpoint it took, and the
+    newer ones it passed over (their save cut short)."""
+    found = checkpoints(Path(resume).parent)
+    cut = [p.name for p in found[found.index(Path(resume)) + 1 :]] if Path(resume) in found else []
+    skipped = f" ({', '.join(cut)} skipped: no {TRAINER_STATE}, a save cut short)" if cut else ""
+    return f"--resume_from_checkpoint true: resuming from {resume}{skipped}"
+
+
+RUN_ARGS = "run_args.json"  # a grpo/rloo run's settings, beside its checkpoints: what a resume must match
+
+# trainer-config fields a resume may change: where the run writes, logs and reports, how it saves and resumes, the
+# process's rank and whether batches are pinned (settle_warned_defaults: off on a machine without an accelerator);
+# none of them changes the policy trained
+UNCOMPARED = re.compile(
+    r"^(output_dir|resume_from_checkpoint|restore_callback_states_from_checkpoint|run_name|project|report_to|"
+    r"local_rank|disable_tqdm|num_completions_to_print|skip_memory_metrics|push_to_hub|dataloader_pin_memory|"
+    r"(logging|log|save|hub|trackio)_\w+)$"
+)
+
+
+def run_settings(
+    script_args: ScriptArguments, reward_options: RewardOptions | None, training_args: Any, model_args: ModelConfig
+) -> dict:
+    """A run's options as JSON (script, reward, trainer, model), less the trainer fields a resume may change
+    (``UNCOMPARED``): what ``run_args.json`` records and a resume compares."""
+    config = training_args.to_dict() if hasattr(training_args, "to_dict") else dict(vars(training_args))
+    settings = {
+        "script": asdict(script_args),
+        "reward": asdict(reward_options) if reward_options is not None else None,
+        "trainer": {k: v for k, v in config.items() if not UNCOMPARED.match(k)},
+        "model": asdict(model_args) if model_args is not None else None,
+    }
+    return json.loads(json.dumps(json_safe(settings), default=str))  # as read back from the file
+
+
+def _setting_differences(saved: dict, current: dict) -> list[str]:
+    """``group.field (saved: X, this run: Y)`` for each setting that differs; a field the saved file does not hold
+    (one a later TRL or pmi-reward added) is not compared."""
+    out = []
+    for group in sorted(set(saved) | set(current)):
+        old, new = saved.get(group), current.get(group)
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            if old != new:
+                out.append(f"{group} (saved: {old!r}, this run: {new!r})")
+            continue
+        out += [
+            f"{group}.{k} (saved: {old[k]!r}, this run: {new.get(k)!r})" for k in sorted(old) if old[k] != new.get(k)
+        ]
+    return out
+
+
+def check_run_folder(resume: str | None, settings: dict, output_dir: str | Path) -> None:
+    """Refuse what would mix two runs in one folder, before any model loads: a fresh run into an ``output_dir``
+    that holds ``checkpoint-N`` folders (a later ``--resume_from_checkpoint true`` would pick up the other run's
+    newest, its weights, optimizer and step count), and a resume whose settings differ from those its checkpoint's
+    run recorded in ``run_args.json`` beside it (named field by field). A checkpoint without that file (a run of
+    an older pmi-reward) is resumed with a warning that its settings are not checked."""
+    if resume is None:
+        found = checkpoints(output_dir)
+        if found:
+            names = ", ".join(p.name for p in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            raise ValueError(
+                f"output_dir {output_dir} holds checkpoints of an earlier run ({names}): pass "
+                "--resume_from_checkpoint true to continue it, or another --output_dir"
+            )
+        return
+    recorded = Path(resume).parent / RUN_ARGS
+    if not recorded.is_file():
+        _note(f"{resume}: no {RUN_ARGS} beside it (a run of an older pmi-reward): its settings are not checked")
+        return
+    try:
+        saved = json.loads(recorded.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{recorded}: not readable as a run's settings ({err}); delete it to resume unchecked"
+        ) from None
+    differ = _setting_differences(saved if isinstance(saved, dict) else {}, settings)
+    if differ:
+        shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
+        raise ValueError(
+            f"--resume_from_checkpoint {resume}: its run had other settings ({shown}; saved in {recorded}); resume "
+            "with the same settings, or start afresh with another --output_dir"
+        )
+
+
+def write_run_args(output_dir: str | Path, settings: dict) -> None:
+    """Record a run's settings as ``output_dir/run_args.json`` (atomically; one process per node), for a resume
+    to compare with."""
+    if not _local_main():
+        return
+    path = Path(output_dir) / RUN_ARGS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(settings, indent=2, allow_nan=False) + "\n"
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def finished_at(resume: str, training_args: Any) -> str | None:
+    """Why checkpoint ``resume`` is the end of its run, or None: its step is ``max_steps`` (transformers would train
+    one step past it: it checks ``max_steps`` only after a step), or its run had spent ``--cpu_budget_seconds``
+    (``RewardTimer`` records that in the trainer state)."""
+    state = json.loads((Path(resume) / TRAINER_STATE).read_text())
+    done = int(state.get("global_step") or 0)
+    target = (
+        training_args.max_steps if getattr(training_args, "max_steps", -1) > 0 else int(state.get("max_steps") or 0)
+    )
+    if target > 0 and done >= target:
+        return f"step {done} of max_steps {target}"
+    clock = (state.get("stateful_callbacks") or {}).get(CLOCK) or {}
+    if clock.get("stopped_by_cpu_budget"):
+        return f"step {done}, where its run had spent --cpu_budget_seconds ({clock.get('cpu_seconds')} CPU seconds)"
+    return None
 
 
 def check_generation_batch(config: Any, prompts: int) -> None:
@@ -380,6 +540,24 @@ def settle_bf16(config: Any) -> None:
             "CPU), or --use_cpu true for bfloat16 autocast on the CPU (slow without AMX or a non-Intel CPU's "
             "AVX512-BF16)"
         )
+
+
+def settle_warned_defaults(config: Any) -> None:
+    """Called by every TRL-based command's config class as it is read (with ``settle_bf16``), before transformers'
+    checks: two defaults that warned on every run, of nothing the user had set, settled without changing the run.
+    TRL's ``gradient_checkpointing=True`` (and its kwargs, if any) moves to ``activation_checkpointing``, the name
+    transformers 5 gave it (the old one warned as deprecated), where that is unset: the run checkpoints as TRL set
+    it, and transformers keeps the old name mirroring the new one. ``dataloader_pin_memory`` is turned off where
+    torch finds no accelerator: there is no device memory to pin for, and torch's DataLoader warned so."""
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if hasattr(config, new) and getattr(config, new) is None and getattr(config, old, None) is not None:
+            setattr(config, new, getattr(config, old))
+            setattr(config, old, None)
+    if getattr(config, "dataloader_pin_memory", False) and not torch.accelerator.is_available():
+        config.dataloader_pin_memory = False
 
 
 def check_trl_empty_score(args: ScriptArguments, options: RewardOptions | None) -> None:
@@ -435,42 +613,106 @@ def budget_spent(budget: float, cpu_start: float, device: Any) -> bool:
 
 class RewardTimer(TrainerCallback):
     """Wall and CPU time of training vs wall time spent inside PMIReward calls (the reward's share); with a CPU
-    budget, stops training once the budget is spent."""
+    budget, stops training once the budget is spent. The totals go into the trainer state at every step (``CLOCK``),
+    so that a run resumed from a checkpoint continues its clock and its budget from there rather than from zero,
+    and its summary says the step it resumed from."""
 
     def __init__(self, reward: Any, cpu_budget: float | None = None) -> None:  # a reward that counts its ``seconds``
-        self.reward, self.start, self.seconds, self.cpu = reward, 0.0, 0.0, 0.0
-        self.cpu_budget, self.stopped_by_budget = cpu_budget, False
+        self.reward, self.cpu_budget, self.stopped_by_budget = reward, cpu_budget, False
+        self.start, self.cpu_start = 0.0, 0.0  # this process's clocks when training began
+        self.carried = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "reward_seconds": 0.0}  # the checkpoint's totals
+        self.seconds, self.cpu = 0.0, 0.0  # the run's totals when training ended
+        self.resumed_from_step: int | None = None
+
+    def restore(self, state: Any) -> None:
+        """Take up the totals of the checkpoint a resumed run's ``state`` was read from (none for a fresh run, at
+        step 0): the time and budget it had used, and whether that budget had stopped it."""
+        saved = (getattr(state, "stateful_callbacks", None) or {}).get(CLOCK) or {}
+        self.carried = {k: float(saved.get(k) or 0.0) for k in self.carried}
+        self.stopped_by_budget = bool(saved.get("stopped_by_cpu_budget", False))
+        self.resumed_from_step = state.global_step or None
+        self.seconds, self.cpu = self.carried["wall_seconds"], self.carried["cpu_seconds"]
+        self.reward.seconds = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.reward.seconds, self.start, self.cpu = 0.0, time.perf_counter(), cpu_seconds()
+        self.restore(state)
+        self.start, self.cpu_start = time.perf_counter(), cpu_seconds()
+
+    def _totals(self) -> tuple[float, float]:
+        """The run's wall and CPU seconds so far, the checkpoint's included."""
+        wall = self.carried["wall_seconds"] + time.perf_counter() - self.start
+        return wall, self.carried["cpu_seconds"] + cpu_seconds() - self.cpu_start
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self.cpu_budget is not None and budget_spent(self.cpu_budget, self.cpu, args.device):
+        # budget_spent counts from its start: the checkpoint's CPU seconds are this process's before it started
+        if self.cpu_budget is not None and budget_spent(
+            self.cpu_budget, self.cpu_start - self.carried["cpu_seconds"], args.device
+        ):
             control.should_training_stop = self.stopped_by_budget = True
+        wall, cpu = self._totals()
+        if isinstance(state.stateful_callbacks, dict):  # saved with the state at this step's checkpoint, if any
+            state.stateful_callbacks[CLOCK] = {
+                "wall_seconds": wall,
+                "cpu_seconds": cpu,
+                "reward_seconds": self.carried["reward_seconds"] + self.reward.seconds,
+                "stopped_by_cpu_budget": self.stopped_by_budget,
+            }
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
-        self.seconds, self.cpu = time.perf_counter() - self.start, cpu_seconds() - self.cpu
+        self.seconds, self.cpu = self._totals()
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, Any]:
         total = max(self.seconds, 1e-9)
+        reward_seconds = self.carried["reward_seconds"] + self.reward.seconds
         return {
             "train_seconds": round(self.seconds, 1),
             "train_cpu_seconds": round(self.cpu, 1),
             "stopped_by_cpu_budget": self.stopped_by_budget,
+            "resumed_from_step": self.resumed_from_step,
             "load_average": round(os.getloadavg()[0], 2),
-            "reward_seconds": round(self.reward.seconds, 2),
-            "reward_share": round(self.reward.seconds / total, 4),
+            "reward_seconds": round(reward_seconds, 2),
+            "reward_share": round(reward_seconds / total, 4),
         }
 
 
+# transformers 5's FutureWarnings for the checkpointing methods it renamed, called by TRL and peft from their own
+# code (is_gradient_checkpointing, gradient_checkpointing_enable/_disable): nothing a command's user can change
+LIBRARY_DEPRECATIONS = r"`\w*gradient_checkpointing\w*` is deprecated"
+
+_RESULTS: ContextVar[IO[str] | None] = ContextVar("pmi_reward_results", default=None)  # set by command_streams
+
+
+def print_result(text: str) -> None:
+    """Print a command's machine-readable output (its JSON) on the command's stdout, also inside
+    ``command_streams``, where all else printed to stdout goes to stderr."""
+    out = _RESULTS.get()
+    print(text, file=sys.stdout if out is None else out, flush=True)
+
+
+@contextmanager
+def command_streams() -> Iterator[None]:
+    """What the policy commands (grpo, rloo, ppo, rft, dpo) run inside. Their stdout holds only their JSON, written
+    with ``print_result`` (the run summary, rft/dpo's round rows), so that ``> summary.json`` or ``| jq`` reads
+    it: everything else printed to stdout meanwhile (transformers' logged steps, which its progress callback
+    writes with ``tqdm.write``; TRL's completion tables) goes to stderr, beside the progress bars and the logs.
+    ``LIBRARY_DEPRECATIONS`` warnings are not shown."""
+    token = _RESULTS.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", LIBRARY_DEPRECATIONS, FutureWarning)
+            yield
+    finally:
+        _RESULTS.reset(token)
+
+
 def write_summary(output_dir: str, summary: dict[str, Any]) -> Path:
-    """Write ``run_summary.json`` next to the saved policy and print it (a NaN, e.g. the reward of a step whose
-    replies were all unscorable, as null: JSON has no NaN)."""
+    """Write ``run_summary.json`` next to the saved policy and print it on the command's stdout (``print_result``;
+    a NaN, e.g. the reward of a step whose replies were all unscorable, as null: JSON has no NaN)."""
     path = Path(output_dir) / "run_summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False)
     path.write_text(text)
-    print(text)
+    print_result(text)
     return path
 
 
@@ -564,6 +806,12 @@ def train_with_trl(
         check_reward_names(rewards)
     check_top_p(training_args)  # a caller's own config, not read by the commands' classes
     resume = resume_argument(training_args)
+    settings = run_settings(script_args, reward_options, training_args, model_args)
+    check_run_folder(resume, settings, training_args.output_dir)
+    write_run_args(training_args.output_dir, settings)  # from the start: a run killed in step 1 has it too
+    if resume and resume_flag(training_args) is True:  # which checkpoint `true` took (once the checks passed)
+        _note(resume_note(resume))
+    finished = finished_at(resume, training_args) if resume else None
     dataset = build_prompts(script_args)
     check_generation_batch(training_args, len(dataset))
     if model is None:
@@ -578,6 +826,12 @@ def train_with_trl(
     if weights is not None and missing and len(weights) == len(rewards) - missing:
         training_args.reward_weights = [*weights, *[1.0] * missing]  # the penalties added last count as given
     timer = RewardTimer(rewards[0], script_args.cpu_budget_seconds)
+    # the pinned date of every chat prompt the package renders, for TRL's own rendering of the prompts (the user's
+    # keywords win); set after run_args.json is written, so that a resume compares the settings as given
+    training_args.chat_template_kwargs = {
+        **CHAT_TEMPLATE_KWARGS,
+        **(getattr(training_args, "chat_template_kwargs", None) or {}),
+    }
     trainer = trainer_cls(
         model=model,
         reward_funcs=rewards,
@@ -587,7 +841,10 @@ def train_with_trl(
         peft_config=lora_config(model_args, model, script_args.lora_top_layers),
         callbacks=[timer],
     )
-    trainer.train(resume_from_checkpoint=resume)
+    if finished and resume is not None:  # finished_at read the checkpoint resume names
+        save_finished(trainer, timer, resume, finished)
+    else:
+        trainer.train(resume_from_checkpoint=resume)
     if trainer.state.global_step == 0:  # nothing trained: the starting model must not be saved as a tuned policy
         raise DataError(
             f"training ran 0 steps on {len(dataset)} prompts (nothing saved as a tuned policy): give more prompts "
@@ -617,12 +874,28 @@ def train_with_trl(
     return summary
 
 
+def save_finished(trainer: Any, timer: RewardTimer, resume: str, why: str) -> None:
+    """Take up checkpoint ``resume`` that ended its run (``why``: ``finished_at``) without training: its weights
+    into ``trainer``'s model and its trainer state, so that the policy and summary saved next are those the run
+    saved uninterrupted (``Trainer.train`` would have trained one step more before checking ``max_steps``)."""
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        raise ValueError(
+            f"--resume_from_checkpoint {resume}: its run had finished ({why}), and under DeepSpeed/FSDP its policy "
+            "is not saved again here: take that checkpoint as the tuned policy"
+        )
+    _note(f"{resume} ended its run ({why}): saving its policy as the tuned one, training no further step")
+    trainer._load_from_checkpoint(resume)
+    trainer.state = TrainerState.load_from_json(str(Path(resume) / TRAINER_STATE))
+    timer.restore(trainer.state)
+
+
 def trl_main(trainer_cls: type, config_cls: type, argv: list[str] | None = None, prog: str | None = None) -> dict:
     """A TRL trainer's command: script, reward, trainer and model options from YAML and flags; train; summary."""
-    script_args, reward_options, training_args, model_args = parse_args(
+    script_args, reward_options, training_args, model_args = parse_args(  # --help: on stdout
         (ScriptArguments, RewardOptions, config_cls, ModelConfig), argv, prog
     )
-    return train_with_trl(trainer_cls, script_args, training_args, model_args, reward_options=reward_options)
+    with command_streams():  # stdout: the run summary alone
+        return train_with_trl(trainer_cls, script_args, training_args, model_args, reward_options=reward_options)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

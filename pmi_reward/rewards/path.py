@@ -15,8 +15,10 @@ Only the scoring step differs, so for the same scorer and options they all retur
    ``center="group"`` the samples of one prompt (as given, not as the scorer reads it) are centred together, and a
    call whose prompt has a single completion is refused (``GroupError``), never given 0.0.
 
-Samples without a readable context get ``empty_score``; they are counted in the ``<name>/no_context_frac``
-metric and logged as a warning, since they usually mean a data problem (e.g. a verl row with no conversation).
+Samples without a readable context (none, or one that shows nothing: blank, or only zero-width or control
+characters, by the scorer's own ``visible`` check) get ``empty_score``; they are counted in the
+``<name>/no_context_frac`` metric and logged as a warning, since they usually mean a data problem (e.g. a verl row
+with no conversation).
 Scorable samples whose scoring failed (the scorer raised on them, alone too, or returned NaN) get ``empty_score``
 as well, counted in ``<name>/score_failed_frac`` (their share of the scorable samples): at 1.0 every reward of the
 call is ``empty_score``, a constant reward that trains on nothing, so a broken scorer shows in the trainer's metrics.
@@ -27,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import unicodedata
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +43,8 @@ from ..data.conversation import (
     strip_think,
     think_unfinished,
 )
-from ..scoring.scorer import PMIScorer
-from .length import LengthBaseline, reply_words
+from ..scoring.scorer import PMIScorer, visible
+from .length import LengthBaseline
 from .options import RewardOptions
 
 __all__ = [
@@ -80,22 +81,6 @@ def readable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-# What renders as nothing: controls (NUL, ...), format characters (zero-width space and joiners, BOM, word joiner,
-# soft hyphen, bidi marks), unassigned and private-use code points, separators, lone combining marks; the letters
-# and symbols that are drawn blank (Hangul fillers, the Braille blank); and what says nothing and MiniLM's tokenizer
-# drops: U+FFFD (what a byte-level policy's incomplete UTF-8 decodes to) and U+1734 (a scan of every code point found
-# no others), so that a reply of them read as an empty one and scored above real replies.
-_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
-_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\ufffd\u1734")
-
-
-def visible(text: str) -> bool:
-    """Whether ``text`` shows anything: a reply of only invisible, control or replacement characters
-    (``"\\u200b"``, ``"\\x00"``, ``"\\ufeff"``, ``"\\ufffd"``, ...) tokenizes like an empty one and must be
-    rewarded like one, or a policy learns to emit it."""
-    return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
 
 
 _PLAIN_DEPTH = 16  # far deeper than a reader looks (messages > message > content parts > part > text)
@@ -277,8 +262,12 @@ class RewardPath:
             if opts.strip_think:  # before the turns are cut: reasoning neither fills a turn nor hides one
                 prompt = drop_think_blocks(prompt) if isinstance(prompt, str) else drop_assistant_think(prompt)
             c = prompt_to_context(prompt, opts.include_system, opts.max_context_turns)
-            # a prompt with no turn (system only, blank, []) has no context to score against: unscored, flagged
-            return cut_context(c, opts.max_chars) if c is not None and c.strip() and readable(c) else None
+            if c is None or not readable(c):
+                return None
+            c = cut_context(c, opts.max_chars)
+            # a prompt with no turn (system only, blank, []), or only invisible ones ("\u200b": the scorer reads it
+            # as blank), has no context to score against: unscored, flagged in no_context_frac
+            return c if visible(c) else None
 
         contexts = _once(prompts, context)  # a prompt given as one object for many samples is read once
         groups: list[str | None] | None = None
@@ -316,7 +305,7 @@ class RewardPath:
         opts = self.options
         shaped = raw.copy()
         if self.length_baseline is not None and batch.valid:
-            lengths = [reply_words(batch.replies[i] or "") for i in batch.valid]
+            lengths = self.length_baseline.words([batch.replies[i] or "" for i in batch.valid])
             shaped[batch.valid] -= self.length_baseline.expected(lengths)
         if opts.center == "group":
             for members in self.groups(batch).values():

@@ -5,14 +5,16 @@ It runs the one reward path (``path``) as ``PMIReward`` does: prompts and comple
 here, only the raw PMI of the readable pairs crosses the wire (``POST /score``), and the answer is shaped
 here with the same options. So for the same scorer and options both return the same rewards (a server that cuts
 texts shorter, started with a smaller ``--max_chars``, is refused at the first call). ``__call__`` is
-a coroutine: TRL detects it and gathers it with the other async reward functions. Each try must be answered within
-``timeout`` seconds; requests retry on connection errors, timeouts, 429 and 5xx answers (waiting as long as a
-``Retry-After`` header asks, up to 30 s); if the server stays unreachable, the call returns None (unscorable) for
-every sample and logs a warning, or raises with ``on_failure="raise"``. An API key the server refuses (401/403) before
-any scoring request of the reward has been answered raises ``RemoteKeyError`` whatever ``on_failure`` says: a key
-missing or mistyped from the start is a setting to mend, and each of its calls would give every sample None (zero
-advantage) for the whole run; once a ``/score`` request has been answered (``/health``'s answer proves nothing: a
-proxy may answer it without a key), a refusal (a key rotated mid-run) is a failure like the others, so that a long
+a coroutine: TRL detects it and gathers it with the other async reward functions. A call goes as requests of
+``batch_size`` pairs, at most ``CHUNKS_IN_FLIGHT`` (2) of them in flight at once, so that a try waits for about two
+requests' scoring whatever the call's size. Each try must be answered within ``timeout`` seconds; requests retry on
+connection errors, timeouts, 429 and 5xx answers (waiting as long as a ``Retry-After`` header asks, up to 30 s); if the
+server stays unreachable, the call returns None (unscorable) for every sample and logs a warning, or raises with
+``on_failure="raise"``. An API key the server refuses (401/403) before any scoring request of the reward has been
+answered raises ``RemoteKeyError`` whatever ``on_failure`` says: a key missing or mistyped from the start is a setting
+to mend, and each of its calls would give every sample None (zero advantage) for the whole run; once a ``/score``
+request has been answered (``/health``'s answer proves nothing: a proxy may answer it without a key), a refusal (a key
+rotated mid-run) is a failure like the others, so that a long
 run is not stopped by it. A pair the server refuses alone as too large
 (413) is unscorable by itself (``empty_score``, as a pair the in-process scorer fails on). Requests go straight to
 the server, never through ``$http_proxy`` / ``$https_proxy``, and redirects are not followed, so the API key is not
@@ -203,6 +205,13 @@ def request_json(url: str, payload: dict | None = None, timeout: float = 60.0, a
 # requests at once per event loop: as many as asyncio's default executor ran (its size); a slot is taken before a
 # try's time starts and given back when the try ends or is given up on (a thread left trickling holds none)
 MAX_REQUESTS = min(32, (os.cpu_count() or 1) + 4)
+# chunks of ONE call (``batch_size`` pairs each) in flight at once: a try then waits for about this many chunks'
+# scoring, not the whole call's (the server's batcher advances the requests it holds together), so a call of any
+# size is answered when the server scores CHUNKS_IN_FLIGHT x ``batch_size`` pairs within ``timeout`` (calls running
+# side by side share it); two, not one, so that the server has the next chunk to score while an answer and the request
+# after it travel (measured on a 4,096-pair call: as fast as every chunk at once; one at a time 11% slower against a
+# server scoring 5,000 pairs/s)
+CHUNKS_IN_FLIGHT = 2
 _LOOP_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 # verl's reward loop runs calls on many threads, each in its own event loop: one thread pruning _LOOP_SLOTS while
 # another added its loop raised "dictionary changed size during iteration" out of the reward call
@@ -385,10 +394,33 @@ class RemotePMIReward(RewardPath):
         self._server_checked = True
 
     async def _scores(self, contexts: list[str], replies: list[str]) -> np.ndarray:
-        """Raw PMI of the readable pairs: one ``/score`` request per ``batch_size`` pairs, sent concurrently."""
+        """Raw PMI of the readable pairs: one ``/score`` request per ``batch_size`` pairs, at most
+        ``CHUNKS_IN_FLIGHT`` of this call's in flight at once (``_request_slots`` bounds all calls' requests together).
+
+        Not all at once: the server's batcher advances the requests it holds in lockstep (round-robin), so each of
+        them was answered only when nearly all were scored, and a call of more chunks than the server could score
+        within ``timeout`` got every chunk timed out, the scored work thrown away and resent by the retries, and
+        None for every sample. Bounded, each try waits for about ``CHUNKS_IN_FLIGHT * batch_size`` pairs' scoring,
+        whatever the call's size. On the first chunk that fails the call fails, and its chunks not yet answered are
+        cancelled: none is sent for a call already given up."""
         size = self.options.batch_size
         chunks = [(contexts[s : s + size], replies[s : s + size]) for s in range(0, len(replies), size)]
-        parts = await asyncio.gather(*(self._score_chunk(c, r) for c, r in chunks))
+        window = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def in_window(chunk_contexts: list[str], chunk_replies: list[str]) -> np.ndarray:
+            await window.acquire()
+            part = await self._score_chunk(chunk_contexts, chunk_replies)
+            window.release()  # not after a failure: a chunk waiting for the slot would start before it is cancelled
+            return part
+
+        tasks = [asyncio.ensure_future(in_window(c, r)) for c, r in chunks]
+        try:
+            parts = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # let them end here, not in a closing loop
+            raise
         return np.concatenate(parts) if parts else np.zeros(0)
 
     async def _score_chunk(self, contexts: list[str], replies: list[str]) -> np.ndarray:
@@ -397,7 +429,8 @@ class RemotePMIReward(RewardPath):
         is unscorable (NaN: ``empty_score``), not a failure of the whole call."""
         pairs = [{"context": c, "response": r} for c, r in zip(contexts, replies, strict=True)]
         try:
-            answer = await self._request("/score", {"pairs": pairs})
+            # the texts are read already (the same reading as PMIReward's): the server scores them as given, not again
+            answer = await self._request("/score", {"pairs": pairs, "as_given": True})
             self._answered = True  # a scoring request answered: the key works (a later refusal: a key rotated)
         except RemoteRewardError as err:
             if err.status != 413:

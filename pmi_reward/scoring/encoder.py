@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from typing_extensions import TypedDict
 
+from ..progress import progress_bar
 from .cache import EmbeddingCache, cache_key
 from .forking import hold_across_fork
 from .models import (
@@ -215,6 +215,14 @@ class EncoderRuntime:
         },
     )
 
+    def __post_init__(self) -> None:
+        """A value that no scorer takes is refused here, naming the flag: checked later, in the scorer's spec, a typo
+        (``--backend onxx``) read as "<scorer dir>: invalid scorer config", blaming the saved scorer."""
+        for name, allowed in (("backend", BACKENDS), ("quantize", QUANTIZE), ("dtype", DTYPES)):
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"--{name} {value!r}: expected one of {', '.join(allowed)}")
+
     def as_kwargs(self) -> dict:
         """The options set, as ``PMIScorer.from_pretrained`` keywords."""
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -336,7 +344,8 @@ class TextEncoder:
         self.tokenizer.padding_side = "right"
         self._onnx: OnnxBackbone | None = None  # the ONNX Runtime session (backend="onnx"), built on first use
         self._tokenizer_lock = threading.RLock()
-        hold_across_fork(self, "_tokenizer_lock", threading.RLock)  # a fork waits for a tokenization in flight
+        self._compute_lock = threading.RLock()
+        self._fork_safe()
         self.model = model if model is not None else load_backbone(spec.model, spec.dtype)
         self.model.eval().requires_grad_(False)
         self.model.to(self.device)
@@ -359,15 +368,28 @@ class TextEncoder:
 
     def __getstate__(self) -> dict:
         """A copy (deepcopy, pickle) without the lock and the ONNX session, which are rebuilt."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_onnx")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer_lock", "_compute_lock", "_onnx")}
 
     def __setstate__(self, state: dict) -> None:
         """A copy in this process or another (pickled to a worker, which may lack ONNX Runtime: checked here too)."""
         if state["spec"].backend == "onnx":
             check_onnx_runtime()
         self.__dict__.update(state)
-        self._tokenizer_lock, self._onnx = threading.RLock(), None
+        self._tokenizer_lock, self._compute_lock, self._onnx = threading.RLock(), threading.RLock(), None
+        self._fork_safe()
+
+    def _fork_safe(self) -> None:
+        """A fork of this process waits for a tokenization (whose truncation setting is shared state) and for a
+        batch's forward (a process forked inside a parallel torch or ONNX Runtime region, the intra-op threads at
+        work, waited for ever at its own first forward) to finish: ``scoring/forking.py``."""
         hold_across_fork(self, "_tokenizer_lock", threading.RLock)
+        # an ONNX Runtime session's threads do not survive a fork either: the child builds its own on first use
+        hold_across_fork(self, "_compute_lock", threading.RLock, in_child=lambda e: setattr(e, "_onnx", None))
+
+    def computing(self) -> threading.RLock:
+        """The lock held while torch computes for this encoder, for one batch (also the scorer's head on the
+        embeddings): a fork waits for it."""
+        return self._compute_lock
 
     @property
     def model(self) -> Any:
@@ -390,8 +412,9 @@ class TextEncoder:
         self._onnx = None
 
     def set_batch_size(self, encode_batch_size: int | None) -> None:
-        """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); embeddings do not
-        depend on it, so a saved scorer's batch may be tuned to the machine it serves on."""
+        """Embed ``encode_batch_size`` texts per forward from now on (None: keep the spec's); in float32, embeddings do
+        not depend on it beyond float noise, so a saved scorer's batch may be tuned to the machine it serves on; in
+        bfloat16 they move with the batch a text is embedded in (its rounding differs), enough to swap close scores."""
         if encode_batch_size is not None:
             self.spec = replace(self.spec, encode_batch_size=encode_batch_size)  # EncoderSpec refuses one < 1
 
@@ -597,10 +620,11 @@ class TextEncoder:
         starts = range(0, len(order), bs)
         desc = progress if isinstance(progress, str) else "encoding"
         flushed = 0  # ``order[:flushed]`` were handed to ``on_done``
-        for s in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch", leave=False):
+        for s in progress_bar(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch", leave=False):
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
-            out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
+            with self._compute_lock:
+                out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
             finished = s + len(idx)
             if on_done is not None and (finished - flushed >= FLUSH_TEXTS or finished == len(order)):
                 done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them

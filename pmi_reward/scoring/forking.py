@@ -5,14 +5,16 @@ by a thread that is not copied stays held in the child forever, so the child's f
 ``Pool`` or ``datasets.map(num_proc=...)`` started while verl's reward loop scores from its threads). The locks that
 guard state a call changes as it goes (a fast tokenizer's truncation setting, an SQLite connection mid-write) are
 taken before the fork, so that nothing is half-done in the copy, and given back after it; the child gets new locks
-(and ``in_child`` rebuilds what cannot cross a fork, as an SQLite connection). This is what ``logging`` does for
-its handlers' locks.
+(and ``in_child`` rebuilds what cannot cross a fork, as an SQLite connection or an ONNX Runtime session). This is
+what ``logging`` does for its handlers' locks. A child computes on one torch thread (as torch's DataLoader workers
+do): GNU OpenMP's threads do not survive a fork, and a child of a parent that had used several waited for ever.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -78,6 +80,11 @@ def _after_fork_in_child() -> None:
     global _registry_lock
     _held.clear()  # the copies of the locks taken are left behind: each owner gets a new one
     _registry_lock = threading.Lock()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() > 1:
+        # GNU OpenMP's thread team does not survive a fork: a child of a parent that computed on several intra-op
+        # threads waited for ever at its first parallel op. One thread, as torch's own DataLoader workers take.
+        torch.set_num_threads(1)
     for owner, entries in list(_owners.items()):
         for attr, (new_lock, in_child, _) in list(entries.items()):
             setattr(owner, attr, new_lock())

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,11 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 from typing_extensions import TypedDict, Unpack
 
 from ..data.pairs import join_turns
 from ..data.records import atomic_write, json_safe
+from ..progress import progress_bar
 from . import hub
 from .cache import EmbeddingCache
 from .card import model_card
@@ -37,7 +38,7 @@ from .head import HeadConfig, PMIHead
 from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS", "HubKwargs"]
+__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS", "HubKwargs", "visible"]
 
 FORMAT = SCORER_FORMAT  # models.py holds it: it tells a scorer folder from a model folder (is_scorer_dir)
 VERSION = 2
@@ -89,6 +90,23 @@ class ScorerLoadError(ValueError):
 class EncoderNotFoundError(ScorerLoadError, FileNotFoundError):
     """A saved scorer's encoder, named by a folder or a Hub id, found nowhere: the message names the scorer's
     config.json and each place tried. A FileNotFoundError too, as the loader's own error for a missing folder was."""
+
+
+# What renders as nothing: controls (NUL, ...), format characters (zero-width space and joiners, BOM, word joiner,
+# soft hyphen, bidi marks), unassigned and private-use code points, separators, lone combining marks; the letters
+# and symbols that are drawn blank (Hangul fillers, the Braille blank); and what says nothing and MiniLM's tokenizer
+# drops: U+FFFD (what a byte-level policy's incomplete UTF-8 decodes to) and U+1734 (a scan of every code point found
+# no others), so that a reply of them read as an empty one and scored above real replies.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\ufffd\u1734")
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` shows anything: a text of only invisible, control or replacement characters
+    (``"\\u200b"``, ``"\\x00"``, ``"\\ufeff"``, ``"\\ufffd"``, ...) tokenizes like an empty one and must be read as
+    one, or a policy learns to emit it. The one check of what counts as blank: ``PMIScorer.score`` refuses such a
+    response, and the reward path (``rewards.path``) reads such a reply as empty and such a context as none."""
+    return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
 
 
 def _as_trained(contexts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -181,23 +199,28 @@ class PMIScorer:
         """float32 PMI estimates, one per pair; each distinct context and response is encoded once (within a block of
         ``SCORE_BLOCK`` pairs, which are scored in turn; across blocks by the embedding cache, where there is one).
         A blank response is refused: PMI is not defined for it, and the head would rate it like any text (one scorer:
-        +2.3 nats); ``PMIReward`` gives such replies its ``empty_score``. So is a text with a lone surrogate."""
+        +2.3 nats); ``PMIReward`` gives such replies its ``empty_score``. So is an invisible one (only zero-width,
+        control or replacement characters: ``visible``), which tokenizes exactly like a blank one, and a text with a
+        lone surrogate."""
         contexts, responses = _check_texts("contexts", contexts), _check_texts("responses", responses)
         if len(contexts) != len(responses):
             raise ValueError(f"got {len(contexts)} contexts but {len(responses)} responses")
-        blank = next((i for i, r in enumerate(responses) if not r.strip()), None)
+        blank = next((i for i, r in enumerate(responses) if not visible(r)), None)
         if blank is not None:
+            shown = "" if not responses[blank].strip() else " (it shows nothing: only invisible or control characters)"
             raise ValueError(
-                f"responses[{blank}] is blank: PMI is not defined for an empty reply (PMIReward scores it empty_score)"
+                f"responses[{blank}] is blank{shown}: PMI is not defined for an empty reply "
+                "(PMIReward scores it empty_score)"
             )
         out = np.zeros(len(contexts), dtype=np.float32)
         blocks = range(0, len(contexts), SCORE_BLOCK)
-        bar = tqdm(total=len(contexts), desc="scoring", unit="pair", disable=not progress or len(blocks) < 2)
+        bar = progress_bar(total=len(contexts), desc="scoring", unit="pair", disable=not progress or len(blocks) < 2)
         with bar:  # in blocks of pairs: the memory of one block's head inputs, not of the whole call's
             for s in blocks:
                 end = min(s + SCORE_BLOCK, len(contexts))
                 u, v = self.embed(contexts[s:end], responses[s:end], progress)
-                out[s:end] = self.head(u, v).numpy()
+                with self.encoder.computing():  # a fork waits for it (``scoring/forking.py``)
+                    out[s:end] = self.head(u, v).numpy()
                 bar.update(end - s)
         return out
 

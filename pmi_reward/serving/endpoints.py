@@ -5,7 +5,8 @@
   ``rewards``, ``scores`` and ``extra_logs`` out, shaped by the server's ``RewardOptions`` exactly as
   ``PMIReward`` shapes them. OpenRLHF >= 0.9.1 sends one sample per request (and an empty one to each extra
   URL, answered 200); ``center: group`` cannot work on such requests and is refused with a 422 saying so.
-- ``POST /score``: raw PMI of ``{"context", "response"}`` pairs (``RemotePMIReward`` calls this).
+- ``POST /score``: raw PMI of ``{"context", "response"}`` pairs, each read as ``/rerank`` reads a string context and
+  its candidate (``RemotePMIReward`` calls this); ``"as_given": true`` scores the texts as they are sent.
 - ``POST /rerank``: one context's candidate replies, best first.
 
 Malformed input gets an ``ApiError`` (a 4xx with a message naming the field, never a 5xx); ``docs/serving.md``
@@ -18,6 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -119,6 +121,12 @@ class Endpoints:
     def __init__(self, batcher: MicroBatcher, config: ServerConfig, options: RewardOptions) -> None:
         self.batcher, self.config = batcher, config
         self.path = RewardPath(options)
+        # /score's reading: the server's (turns, reasoning, max_chars), as /rerank reads a string context and its
+        # candidate; a pair's response is a whole reply, never the rest of a think block its prompt opened (there is
+        # no prompt to tell, and RemotePMIReward sends answers it already took out of their block: read as opened,
+        # every one would be unfinished reasoning). Centring and the length baseline shape rewards, which /score
+        # does not: off here, so that its reading does no work for them
+        self.pair_path = RewardPath(replace(options, think_opened=False, center="none", length_baseline=None))
         self._warned_group = False
 
     @property
@@ -148,25 +156,46 @@ class Endpoints:
         return score
 
     def score_pairs(self, body: dict, deadline: float | None = None, alive: Callable[[], bool] | None = None) -> dict:
-        """``{"pairs": [{"context", "response"}, ...]}`` -> ``{"scores": [...]}`` (raw PMI; null if unscorable:
-        a response with nothing visible in it, or a pair the scorer fails on). Texts are cut as rewards cut them:
-        contexts keep their last, responses their first ``max_chars``."""
+        """``{"pairs": [{"context", "response"}, ...], "as_given": bool?}`` -> ``{"scores": [...]}`` (raw PMI; null
+        if unscorable).
+
+        Each pair is read as ``pmi-reward score`` reads a row and ``PMIReward`` a string prompt and its completion
+        (``RewardPath.texts``, under the server's ``--max_context_turns``, ``--strip_think`` and ``--max_chars``): the
+        context's newest turns (lines) without reasoning, the reply after its last ``</think>``; null for a pair with
+        no readable context (blank) or no visible reply, as those paths give. Read once already
+        (``RemotePMIReward``'s texts, built under the same settings), a pair reads the same again. ``as_given``: only
+        the ``max_chars`` cut (contexts keep their last, responses their first characters), null for a response
+        with nothing visible in it; for a client that reads its texts itself under other settings."""
         pairs = _list(body, "pairs", self.config.max_pairs)
-        contexts, responses, shown = [], [], []
+        as_given = body.get("as_given", False)
+        if not isinstance(as_given, bool):
+            raise ApiError(422, f"'as_given' must be true or false, got {type_name(as_given)}")
+        contexts, responses = [], []
         for i, pair in enumerate(pairs):
             if not isinstance(pair, dict):
                 raise ApiError(
                     422, f"pairs[{i}] must be an object with 'context' and 'response', got {type_name(pair)}"
                 )
-            context = cut_context(_text(pair.get("context"), f"pairs[{i}].context"), self.options.max_chars)
-            response = cut_reply(_text(pair.get("response"), f"pairs[{i}].response"), self.options.max_chars)
-            if visible(response):
-                contexts.append(context)
-                responses.append(response)
-                shown.append(i)
-        scores = np.full(len(pairs), np.nan)
-        scores[shown] = self._scorer(deadline, alive)(contexts, responses)
+            contexts.append(_text(pair.get("context"), f"pairs[{i}].context"))
+            responses.append(_text(pair.get("response"), f"pairs[{i}].response"))
+        score = self._scorer(deadline, alive)
+        if as_given:
+            scores = self._as_given(contexts, responses, score)
+        else:
+            _, scores = self.pair_path.measure(contexts, responses, score)
         return {"scores": [_number(s) for s in scores]}
+
+    def _as_given(
+        self, contexts: list[str], responses: list[str], score: Callable[[list[str], list[str]], np.ndarray]
+    ) -> np.ndarray:
+        """Raw PMI of pairs as sent, cut to ``max_chars`` only; NaN where the response shows nothing."""
+        limit = self.options.max_chars
+        shown = [i for i, r in enumerate(responses) if visible(cut_reply(r, limit))]
+        scores = np.full(len(responses), np.nan)
+        scores[shown] = score(
+            [cut_context(contexts[i], limit) for i in shown], [cut_reply(responses[i], limit) for i in shown]
+        )
+        return scores
 
     def rerank(self, body: dict, deadline: float | None = None, alive: Callable[[], bool] | None = None) -> dict:
         """``{"context": str | messages, "candidates": [...], "top_k": int?}`` -> candidates best first."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ from ..data.records import atomic_write
 __all__ = ["CHECKPOINT_NAME", "RoundState", "digest", "run_fingerprint", "save_round", "load_round"]
 
 CHECKPOINT_NAME = "train_state.safetensors"
+# the temporary files ``atomic_write`` leaves beside the checkpoint when a SIGKILL (or a SIGTERM outside the CLI)
+# ends a run in the middle of a save: as large as the checkpoint (four times the head's or encoder's weights)
+_STALE_TEMPORARY = re.compile(rf"\.{re.escape(CHECKPOINT_NAME)}\.[0-9a-f]+\.tmp")
 Fingerprint = dict[str, Any]
 
 
@@ -117,9 +121,12 @@ def save_round(
     history: list[dict],
     rng: np.random.Generator,
 ) -> Path:
-    """Write the state after round ``epoch`` (atomically) and return the file's path."""
+    """Write the state after round ``epoch`` (atomically) and return the file's path. Temporary files that an
+    earlier save, killed midway, left in ``directory`` are removed first: one run owns its checkpoint folder, and
+    nothing else would ever remove them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_temporaries(directory)
     tensors = {f"head.{k}": v.detach().clone().contiguous() for k, v in head.state_dict().items()}
     tensors.update({f"best.{k}": v.detach().clone().contiguous() for k, v in best[2].items()})
     optim_tensors, optim_meta = _optimizer_tensors(optim)
@@ -139,6 +146,13 @@ def save_round(
     path = directory / CHECKPOINT_NAME
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"state": json.dumps(meta)}))
     return path
+
+
+def _sweep_stale_temporaries(directory: Path) -> None:
+    """Remove the checkpoint's hidden temporary files (``.train_state.safetensors.<hex>.tmp``) from ``directory``."""
+    for path in directory.iterdir():
+        if _STALE_TEMPORARY.fullmatch(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
 
 
 def load_round(

@@ -35,11 +35,11 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..data.graded import partial_replies
 from ..data.negatives import NegativeSpec, random_from_batch, sample_negatives
 from ..data.pairs import PairSet
+from ..progress import progress_bar
 from ..scoring.head import HeadConfig, PMIHead
 from .checkpoint import digest, load_round, run_fingerprint, save_round
 from .objectives import get_objective
@@ -469,7 +469,7 @@ class _Run:
         losses = []
         self.set_training(True)
         starts = range(0, len(order), self.batch_size)
-        bar = tqdm(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
+        bar = progress_bar(starts, "batches", disable=not progress or len(starts) < 20, leave=False, unit="batch")
         seen, t0 = 0, time.perf_counter()  # positives trained so far (the bar's count lags a refresh behind)
         for s in bar:
             b = order[s : s + self.batch_size]
@@ -603,7 +603,7 @@ def train_head(
     if len(rounds):
         planned = plan()
         _prepare_validation(val_features, val_pairs, val_negs)
-    bar = tqdm(
+    bar = progress_bar(
         rounds, f"train {config.objective}", disable=not progress, unit="round", initial=done, total=config.epochs
     )
     for epoch in bar:

@@ -171,6 +171,11 @@ def run_variant(
 
 def main(argv: list[str] | None = None) -> int:
     args, base = parse_args((QualityArguments, NegativeSpec), argv, prog="recipes/quality/run.py")
+    # every name checked before the first try: a typo after a slow variant (lora-r8: hours on a CPU) ended in a
+    # KeyError once the earlier ones had run, and the table was never written
+    unknown = [name for name in args.variants if name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants {' '.join(unknown)}: unknown; choose from {' '.join(VARIANTS)}")
     root = Path(args.data_dir) / "datasets" / "empirical" / args.lang
     train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
     if args.max_train_pairs:

@@ -19,7 +19,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterable
+from typing import TextIO
 
 from pmi_reward.data.dialogues import load_dialogues
 from pmi_reward.rewards.remote import RemotePMIReward, api_key_from_env, request_json
@@ -103,8 +106,17 @@ def train_grpo(
     return trainer.state.log_history
 
 
-def start_server(scorer: str) -> tuple[subprocess.Popen, str]:
-    """``pmi-reward serve`` on a free loopback port; returns once it listens."""
+def _copy_lines(source: Iterable[str], sink: TextIO) -> None:
+    """Copy ``source`` to ``sink`` line by line until end of file (the server's stderr after its "listening on")."""
+    for line in source:
+        sink.write(line)
+
+
+def start_server(scorer: str) -> tuple[subprocess.Popen, str, threading.Thread]:
+    """``pmi-reward serve`` on a free loopback port; returns once it listens, with the thread that keeps copying its
+    stderr to ours. The server writes an access-log line per request: a pipe nobody reads fills (64 KiB, about 900
+    requests) and the server then blocks inside its request handler, so every later reward request times out. Join
+    the thread after the server exits to have its last lines."""
     process = subprocess.Popen(
         [sys.executable, "-m", "pmi_reward.cli.main", "serve", "--scorer", scorer, "--port", "0", "--device", "cpu"],
         stderr=subprocess.PIPE,
@@ -115,7 +127,9 @@ def start_server(scorer: str) -> tuple[subprocess.Popen, str]:
         sys.stderr.write(line)
         match = re.search(r"listening on (http://\S+)", line)
         if match:
-            return process, match.group(1)
+            drain = threading.Thread(target=_copy_lines, args=(process.stderr, sys.stderr), daemon=True)
+            drain.start()
+            return process, match.group(1), drain
         if time.time() > deadline:
             break
     process.kill()
@@ -139,7 +153,7 @@ def _arguments() -> argparse.Namespace:
 
 def main() -> int:
     args = _arguments()
-    server, url = start_server(args.scorer) if args.scorer else (None, args.url)
+    server, url, drain = start_server(args.scorer) if args.scorer else (None, args.url, None)
     try:
         tokenizer = load_tokenizer("smollm2" if args.policy == "tiny" else args.policy)
         policy = tiny_policy(tokenizer) if args.policy == "tiny" else load_causal_lm(args.policy)
@@ -189,9 +203,8 @@ def main() -> int:
     finally:
         if server is not None:
             server.send_signal(signal.SIGTERM)
-            for line in server.stderr:
-                sys.stderr.write(line)
             code = server.wait(timeout=60)
+            drain.join(timeout=60)  # the server's last lines (SIGTERM, draining, stopped) are copied
             print(json.dumps({"server_exit_code": code}))
             ok = ok and code == 0 if "ok" in locals() else False
     return 0 if ok else 1

@@ -1,5 +1,6 @@
 """Tables (mean ± std over seeds, in the order the runs were tried) and the scaling plot from ``runs.jsonl``;
-``--per_seed NAME ...`` adds one row per seed of those runs, their validation and test figures side by side;
+``--per_seed NAME ...`` adds one row per seed of those runs (per training size and seed, with a size column, for a
+run logged at several sizes), their validation and test figures side by side;
 ``--digits N`` prints N decimals (default 3; a rule that reads a margin of 0.001 needs 4).
 
 python recipes/scorer/report.py --runs outputs/scorer-recipe/runs.jsonl
@@ -86,20 +87,27 @@ PER_SEED += [("test", "spearman_relevant")]
 
 
 def per_seed_table(runs: list[dict], names: list[str], digits: int = 3) -> str:
-    """One row per (run, seed) of the runs named ``names`` (and per way of reading the human set): validation AUC
-    beside that seed's test figures ("-" where a stage has not run)."""
+    """One row per (run, training size, seed) of the runs named ``names`` (and per way of reading the human set):
+    validation AUC beside the test figures of the same seed and size ("-" where a stage has not run). A "train pairs"
+    column comes in when one of those runs was logged at more than one training size (``--max_train_pairs 1000 3000``,
+    the scaling runs): keyed by seed alone, every size but the last was dropped and the rows left said not which."""
     runs = number_reruns(runs)
-    by = {(r["stage"], label(r), r["seed"]): r for r in runs}
+    by = {(r["stage"], label(r), r.get("train_pairs", 0), r["seed"]): r for r in runs}
+    sizes = {name: {r.get("train_pairs", 0) for r in runs if r["name"] == name} for name in names}
+    sized = any(len(s) > 1 for s in sizes.values())  # runs of one size each keep the table they always had
     rows = []
     for name in names:
         tests = dict.fromkeys(label(r) for r in runs if r["name"] == name and r["stage"] == "test") or {name: None}
         for shown in tests:
-            for seed in sorted({r["seed"] for r in runs if r["name"] == name}):
+            for pairs, seed in sorted({(r.get("train_pairs", 0), r["seed"]) for r in runs if r["name"] == name}):
                 cells = [
-                    by.get((stage, name if stage == "val" else shown, seed), {}).get(col) for stage, col in PER_SEED
+                    by.get((stage, name if stage == "val" else shown, pairs, seed), {}).get(col)
+                    for stage, col in PER_SEED
                 ]
-                rows.append([shown, seed] + ["-" if c is None else f"{c:.{digits}f}" for c in cells])
-    return markdown_table(["run", "seed", *(f"{stage} {col}" for stage, col in PER_SEED)], rows)
+                figures = ["-" if c is None else f"{c:.{digits}f}" for c in cells]
+                rows.append([shown, *([pairs or "-"] if sized else []), seed, *figures])
+    header = ["run", *(["train pairs"] if sized else []), "seed", *(f"{stage} {col}" for stage, col in PER_SEED)]
+    return markdown_table(header, rows)
 
 
 def scaling_plot(runs: list[dict], name: str, path: Path) -> Path | None:
@@ -128,6 +136,31 @@ def scaling_plot(runs: list[dict], name: str, path: Path) -> Path | None:
     return path
 
 
+def read_runs(path: Path) -> list[dict]:
+    """The runs of a ``runs.jsonl`` log, refused with the file (and line) named when there are none to report: no
+    such file, no run in it (an empty table was written beside it), or a line that is not a run (``run.py`` appends
+    one line per run, so a run cut short leaves half a line; the report read it as a raw JSONDecodeError)."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file")
+    runs = []
+    # JSON Lines end at \n only (str.splitlines() also splits at U+2028, U+2029 and \x85 inside a string)
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            run = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise SystemExit(f"{path}, line {number}: not JSON ({err.msg}; a run cut short?)") from None
+        if not isinstance(run, dict):
+            raise SystemExit(f"{path}, line {number}: a JSON {type(run).__name__}, not a run (an object)")
+        if missing := [key for key in ("name", "stage", "seed") if key not in run]:
+            raise SystemExit(f"{path}, line {number}: not a run of run.py (no {', '.join(missing)})")
+        runs.append(run)
+    if not runs:
+        raise SystemExit(f"{path}: no runs")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="outputs/scorer-recipe/runs.jsonl")
@@ -135,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per_seed", nargs="*", default=[], help="run names to list seed by seed")
     parser.add_argument("--digits", type=int, default=3, help="decimals of every figure")
     args = parser.parse_args(argv)
-    # JSON Lines end at \n only (str.splitlines() also splits at U+2028, U+2029 and \x85 inside a string)
-    runs = [json.loads(line) for line in Path(args.runs).read_text(encoding="utf-8").split("\n") if line.strip()]
+    runs = read_runs(Path(args.runs))
     out = Path(args.runs).parent
     text = "\n\n".join(f"## {stage}\n\n{table(stage, runs, args.digits)}" for stage in ("val", "test"))
     if args.per_seed:

@@ -100,6 +100,19 @@ def validation_section(runs, truth: np.ndarray) -> str:
     return header + markdown_table(["encoder", "method", "MSE per round", "mean ± std"], sorted(rows))
 
 
+def _check_merge(data: SyntheticData) -> None:
+    """Refuse a ``--merge`` folder that holds scores for none of ``--datasets`` (a typo, or a run not made yet): it
+    was skipped without a word and the report lacked its rows. A folder with some of the datasets still joins those
+    (a merged run may have covered fewer sets)."""
+    for folder in data.merge:
+        if not Path(folder).is_dir():
+            raise SystemExit(f"--merge {folder}: no such folder")
+        if not any((Path(folder) / kind / "scores.npz").is_file() for kind in data.datasets):
+            raise SystemExit(
+                f"--merge {folder}: no {folder}/<dataset>/scores.npz for any of --datasets {' '.join(data.datasets)}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, score, plot, tabulate), then the report
     data, study, *concepts = parse_args((SyntheticData, *ARGUMENTS), argv, prog="recipes/synthetic/run.py")
     setup = StudySetup(*concepts)
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, sc
             "a reply",
             file=sys.stderr,
         )
+    _check_merge(data)
     base_out = Path(study.output_dir)
     paper = read_paper_table(Path(data.data_dir) / "paper_tables" / "table_synthetic.csv")
     sections, results = [], {}
@@ -131,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, sc
             limits = {"test": data.meep_test_pairs, "validation": 0}  # MEEP is not chosen on validation
             runs = run_study(args, setup, TEMPLATES["en"], train, val, evals, limits)
             save_scores(out / "scores.npz", runs)
-        merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").exists()]  # fewer sets, maybe
+        merged = [Path(m) / kind for m in data.merge if (Path(m) / kind / "scores.npz").is_file()]  # fewer sets, maybe
         runs = merge_scores([out, *merged])  # refuses two folders' runs of one encoder and method
         rows = results[kind] = metrics(runs, truth, study.n_boot)
         for run in runs:

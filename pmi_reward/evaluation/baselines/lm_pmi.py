@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from ...data.conversation import DEFAULT_SYSTEM_PROMPT, turns_to_messages
+from ...data.conversation import CHAT_TEMPLATE_KWARGS, DEFAULT_SYSTEM_PROMPT, turns_to_messages
+from ...progress import progress_bar
 from ...scoring.encoder import default_device
 from ...scoring.models import load_causal_lm, load_tokenizer, pad_token_ids
 from .jsonl_cache import JsonlCache
@@ -48,7 +48,7 @@ def end_of_turn(tokenizer) -> str | None:
     ``eos_token`` (None where there is none)."""
     chat = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}]
     try:
-        text = tokenizer.apply_chat_template(chat, tokenize=False)
+        text = tokenizer.apply_chat_template(chat, tokenize=False, **CHAT_TEMPLATE_KWARGS)
     except Exception:  # no template (ValueError), or one that refuses this chat: a raise_exception, whatever else
         return tokenizer.eos_token
     if not isinstance(text, str) or _MARKER not in text:
@@ -102,7 +102,9 @@ class LMPMIScorer:
         messages = turns_to_messages(text, self.config.system_prompt or None)
         if not messages:  # no system prompt and no conversation: templates refuse to render an empty chat
             return self._opening()
-        chat = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        chat = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS
+        )
         return self.tokenizer(chat, add_special_tokens=False)["input_ids"]
 
     def _opening(self) -> list[int]:
@@ -111,8 +113,10 @@ class LMPMIScorer:
         its own default system prompt when given none (SmolLM2's) writes it into p(r | c) only; set
         ``system_prompt`` to keep both terms alike."""
         probe = [{"role": "user", "content": "x"}]
-        bare = self.tokenizer.apply_chat_template(probe, tokenize=False)
-        full = self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        bare = self.tokenizer.apply_chat_template(probe, tokenize=False, **CHAT_TEMPLATE_KWARGS)
+        full = self.tokenizer.apply_chat_template(
+            probe, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS
+        )
         if not full.startswith(bare) or full == bare:
             raise ValueError(
                 f"{self.config.model}: its chat template has no separate generation prompt, so p(r) with no system "
@@ -202,7 +206,7 @@ class LMPMIScorer:
         for i, c in enumerate(contexts):
             by_context.setdefault(c, []).append(i)
         pmi = np.zeros(len(responses), dtype=np.float64)
-        for c, rows in tqdm(by_context.items(), desc="LM PMI", unit="context", disable=not progress):
+        for c, rows in progress_bar(by_context.items(), desc="LM PMI", unit="context", disable=not progress):
             for i, (ll, n) in zip(rows, self.log_likelihoods(c, [responses[i] for i in rows]), strict=True):
                 pmi[i] = (ll - marginal[responses[i]][0]) / (n if self.config.per_token else 1)
         return pmi.astype(np.float32)

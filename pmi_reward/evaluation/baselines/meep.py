@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from ...data.conversation import CHAT_TEMPLATE_KWARGS
+from ...progress import progress_bar
 from ...scoring.models import load_causal_lm, load_tokenizer
 from .jsonl_cache import JsonlCache
 from .lm_pmi import end_of_turn
@@ -109,7 +110,7 @@ class MEEPScorer:
             context = context[-self.config.max_context_chars :] if context else "(no context)"
             text = self.config.prompt.replace("{context}", context).replace("{response}", response)
             chat = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS
             )
             out.append(chat + self.config.answer_prefix)
         return out
@@ -127,7 +128,7 @@ class MEEPScorer:
         missing = {k: p for k, p in zip(keys, prompts, strict=True) if k not in self._answers}
         todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch
         bs = self.config.batch_size
-        for s in tqdm(range(0, len(todo), bs), desc="MEEP", disable=not progress, unit="batch"):
+        for s in progress_bar(range(0, len(todo), bs), desc="MEEP", disable=not progress, unit="batch"):
             batch = todo[s : s + bs]
             generator = torch.Generator().manual_seed(self.config.seed + s)
             texts = self._sample([p for _, p in batch], generator)

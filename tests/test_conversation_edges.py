@@ -1,0 +1,132 @@
+"""Edges of reading conversations as scorer text (review 29, oddtext findings 2, 4 and 6): a long reply cut inside
+itself by ``max_chars``, completion roles spelled as prompts may spell them, and a user's literal think tags in a
+context given as text."""
+
+import pytest
+from conftest import http
+from test_conversation import PROMPTS
+
+from pmi_reward.data.conversation import completion_to_text, drop_think_blocks, prompt_to_context, split_query
+from pmi_reward.rewards.options import RewardOptions
+from pmi_reward.rewards.path import RewardPath
+from pmi_reward.rewards.reward import PMIReward
+
+LONG_REPLY = "\n".join(f"Line {i}: we went hiking and saw a lake." for i in range(30))  # ~1.2k characters
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_a_long_reply_cut_inside_itself_is_no_pair(name):
+    """Without a prompt, ``max_chars`` keeps the query's lines in its last ``4 * max_chars`` characters: with a reply
+    longer than that, none of the template's headers survived, the rest read as plain text, and the reply's last line
+    was scored against its own earlier lines as the context. Now no pair is read (None), as the docstring promises."""
+    prompt, end = PROMPTS[name]
+    query = prompt + " " + LONG_REPLY + end
+    whole = split_query(query)
+    assert whole is not None and whole[1].startswith("Line 0:") and prompt_to_context(whole[0]).endswith("favourite?")
+    assert split_query(query, max_chars=200) is None
+
+
+@pytest.mark.parametrize("words", ["Assistant: and then we went home.", "<|im_start|>assistant\nIt was a lovely lake."])
+def test_a_cut_reply_whose_lines_look_like_turns_is_no_pair(words):
+    """A Llama 3 reply whose kept lines hold a transcript's role line or ChatML's header (its words) read as that
+    template's turns once the reply's own header was cut off (the reply became what follows them, its earlier lines
+    the context): the cut text holds no Llama 3 header, so no pair."""
+    prompt, end = PROMPTS["llama3"]
+    query = prompt + LONG_REPLY + "\n" + words + "\nThe end." + end
+    assert split_query(query)[1].startswith("Line 0:")
+    assert split_query(query, max_chars=200) is None
+
+
+def test_a_cut_keeps_reading_what_it_can():
+    """The check stops only replies whose header was cut off: a long reply whose header is in the kept lines, a long
+    transcript turn whose role line is kept, and plain text (its last line is the reply) read as before."""
+    prompt, end = PROMPTS["chatml"]
+    old = "".join(f"<|im_start|>user\nOld line {i}.<|im_end|>\n" for i in range(200))
+    messages, reply = split_query(old + prompt + "Coltrane, for sure." + end, max_chars=200)
+    assert reply == "Coltrane, for sure." and prompt_to_context(messages).endswith("Who is your favourite?")
+    transcript = "".join(f"User: old {i}\nAssistant: yes {i}\n" for i in range(100)) + "User: Who?\nAssistant: Bird."
+    messages, reply = split_query(transcript, max_chars=100)
+    assert reply == "Bird." and prompt_to_context(messages).endswith("Who?")
+    plain = "\n".join(f"plain line {i}" for i in range(300))
+    messages, reply = split_query(plain, max_chars=100)
+    assert reply == "plain line 299" and prompt_to_context(messages).endswith("plain line 298")
+
+
+def test_get_reward_without_prompts_scores_no_pair_inside_a_long_reply(spread_scorer):
+    """The server's ``/get_reward`` without ``prompts`` and a small ``--max_chars``: the long reply gets the reward of
+    a query that cannot be split (``empty_score``), not a PMI of its last line given its earlier lines."""
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    prompt = "<|im_start|>user\nTell me about your weekend<|im_end|>\n<|im_start|>assistant\n"
+    server = RewardServer(spread_scorer, ServerConfig(port=0), RewardOptions(max_chars=200)).start()
+    try:
+        status, answer = http(server.url, "POST", "/get_reward", {"query": [prompt + LONG_REPLY + "<|im_end|>"]})
+    finally:
+        server.close()
+    assert status == 200 and answer["rewards"] == [RewardOptions().empty_score]
+
+
+ASSISTANT_SPELLINGS = ["assistant", "Assistant", " ASSISTANT ", "model", "gpt", "bot", "ai", "GPT"]
+
+
+@pytest.mark.parametrize("role", ASSISTANT_SPELLINGS)
+def test_completion_roles_are_read_as_prompt_roles(role):
+    """A completion's message counted only under the exact role "assistant"; a prompt reads any case and the speaker
+    aliases (Gemma's ``model``, ShareGPT's ``gpt``), so the same reply was empty as a completion."""
+    message = {"role": role, "content": "What did you name her?"}
+    assert completion_to_text([message]) == "What did you name her?"
+    assert prompt_to_context([message]) == "What did you name her?"
+
+
+@pytest.mark.parametrize("role", ["user", "Human", "system", "tool"])
+def test_completion_messages_of_other_roles_stay_out(role):
+    """Other speakers' and roles' messages are still no part of a reply; a message with no role is the assistant's."""
+    assert completion_to_text([{"role": role, "content": "Hi"}]) is None
+    assert completion_to_text([{"role": role, "content": "Hi"}, {"content": "Yo"}]) == "Yo"
+
+
+def test_reward_and_rerank_read_alias_completions_alike(spread_scorer, spread_server):
+    """``PMIReward`` and ``/rerank`` gave ``empty_score`` and null to every spelling but "assistant"."""
+    prompt = [{"role": "user", "content": "I just adopted a kitten."}]
+    completions = [[{"role": r, "content": "What did you name her?"}] for r in ASSISTANT_SPELLINGS]
+    rewards = PMIReward(spread_scorer)([prompt] * len(completions), completions)
+    assert rewards == pytest.approx([rewards[0]] * len(completions), abs=1e-5)
+    assert rewards[0] != RewardOptions().empty_score
+    status, answer = http(spread_server.url, "POST", "/rerank", {"context": prompt, "candidates": completions})
+    assert status == 200 and None not in answer["scores"]
+    assert answer["scores"] == pytest.approx([rewards[0]] * len(completions), abs=1e-5)
+
+
+TECH_TURNS = [
+    "How do I use the <think> tag in Qwen3 prompts?",
+    "You put the reasoning inside it.",
+    "And what about it?",
+]
+
+
+def test_a_users_literal_think_tags_do_not_delete_the_turns_between():
+    """A ``<think>`` inside one line and a literal ``</think>`` in a later line were read as one block, and every turn
+    between them went: three turns became "How do I use the go?". A block spans lines only when it opens a line."""
+    text = (
+        "How do I use the <think> tag in Qwen3 prompts?\nYou put the reasoning inside it.\nAnd where does </think> go?"
+    )
+    assert drop_think_blocks(text) == "How do I use the \nYou put the reasoning inside it.\n go?"  # per line
+    path = RewardPath(RewardOptions(max_context_turns=3))
+    as_text = path.texts([text], ["Right after the reasoning."]).contexts[0]
+    assert as_text.split("\n") == ["How do I use the", "You put the reasoning inside it.", "go?"]
+
+
+def test_reasoning_traces_in_text_contexts_still_go_whole():
+    """A block opened at the start of a line (a past turn's reasoning trace, indented or not) goes whole over its
+    lines, also after a user's literal tag earlier in the text; an unclosed one ends with its line, as documented."""
+    trace = "<think>\nThe user asks a sum.\n2+2 is 4.\n</think>\nIt is 4."
+    assert drop_think_blocks("what is 2+2?\n" + trace + "\nthanks!") == "what is 2+2?\nIt is 4.\nthanks!"
+    assert drop_think_blocks("what is 2+2?\n  " + trace) == "what is 2+2?\nIt is 4."
+    literal = "What is the <think> tag for?\n" + trace
+    assert drop_think_blocks(literal) == "What is the \nIt is 4."
+    assert drop_think_blocks("<think>open\nWho?") == "Who?"
+    assert drop_think_blocks("Hi <think>x</think> there\nYo") == "Hi there\nYo"
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(TECH_TURNS)]
+    path = RewardPath(RewardOptions(max_context_turns=3))
+    assert path.texts([messages], ["Right."]).contexts[0] == "\n".join(TECH_TURNS)
+    assert path.texts(["\n".join(TECH_TURNS)], ["Right."]).contexts[0].split("\n")[1:] == TECH_TURNS[1:]
