@@ -12,6 +12,7 @@ a submodule, as the ``pmi-reward`` console script does before it takes over Ctrl
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,9 +80,14 @@ __all__ = [  # the names of _WHERE
 
 
 def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use and kept here."""
+    """A public name, imported from its module on first use and kept here; a subpackage's name, the subpackage."""
     where = _WHERE.get(name)
     if where is None:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            # a subpackage, with the modules this package imported eagerly before (pmi_reward.data.pairs.join_turns)
+            for module in dict.fromkeys(_WHERE.values()):
+                importlib.import_module(module, __name__)
+            return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module 'pmi_reward' has no attribute {name!r}")
     value = getattr(importlib.import_module(where, __name__), name)
     globals()[name] = value

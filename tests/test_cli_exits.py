@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 
@@ -373,3 +374,31 @@ def test_the_package_names_its_public_api_lazily():
         assert getattr(pmi_reward, name) is getattr(module, name)
     with pytest.raises(AttributeError, match="no attribute 'PMIRewards'"):
         pmi_reward.PMIRewards  # noqa: B018
+
+
+def test_subpackages_are_reached_from_the_package_as_before():
+    """With the lazy ``__init__``, ``import pmi_reward; pmi_reward.data.pairs.join_turns`` (the README's form)
+    raised AttributeError until a public name had been used."""
+    code_text = "import pmi_reward; print(pmi_reward.data.pairs.join_turns(['a', 'b']) == 'a\\nb')"
+    run = subprocess.run([sys.executable, "-c", code_text], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "True"
+
+
+def test_a_forked_worker_ends_by_sigterm_as_before(capfd):
+    """A Pool's workers inherit the command's SIGTERM handler; the pool ends them with SIGTERM, and each printed a
+    ``Terminated`` traceback and exited 1. A forked child now takes SIGTERM's default action."""
+    import multiprocessing
+    import signal as signals
+
+    assert cli_main._terminate_on_sigterm()
+    try:
+        fork = multiprocessing.get_context("fork")
+        worker = fork.Process(target=time.sleep, args=(30,))
+        worker.start()
+        time.sleep(0.5)
+        worker.terminate()  # SIGTERM
+        worker.join(10)
+    finally:
+        signals.signal(signals.SIGTERM, signals.SIG_DFL)
+    assert worker.exitcode == -signals.SIGTERM
+    assert "Terminated" not in capfd.readouterr().err

@@ -73,8 +73,16 @@ class Terminated(KeyboardInterrupt):
     hidden temporary files and folders of checkpoints and scorers behind."""
 
 
+_HANDLER_PID: list[int] = []  # the process that set ``_raise_terminated`` (a forked child inherits the handler)
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, as it did
+    if _HANDLER_PID and _HANDLER_PID[-1] != os.getpid():
+        # a forked worker (a multiprocessing Pool's, datasets.map(num_proc=...)'s) ended by its pool: SIGTERM's
+        # default action, as before, not a "Terminated" traceback from each worker
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise Terminated()
 
 
@@ -87,6 +95,7 @@ def _terminate_on_sigterm() -> bool:
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return False
     signal.signal(signal.SIGTERM, _raise_terminated)
+    _HANDLER_PID[:] = [os.getpid()]
     return True
 
 

@@ -449,9 +449,10 @@ def _setting_differences(saved: dict, current: dict) -> list[str]:
 def check_run_folder(resume: str | None, settings: dict, output_dir: str | Path) -> None:
     """Refuse what would mix two runs in one folder, before any model loads: a fresh run into an ``output_dir``
     that holds ``checkpoint-N`` folders (a later ``--resume_from_checkpoint true`` would pick up the other run's
-    newest, its weights, optimizer and step count), and a resume whose settings differ from those its checkpoint's
-    run recorded in ``run_args.json`` beside it (named field by field). A checkpoint without that file (a run of
-    an older pmi-reward) is resumed with a warning that its settings are not checked."""
+    newest, its weights, optimizer and step count). A resume whose settings differ from those its checkpoint's run
+    recorded in ``run_args.json`` beside it goes on with a warning naming the fields (a requeue on another machine,
+    a longer ``max_steps`` or another reward batch size are legitimate); one without that file (a run of an older
+    pmi-reward) with a warning that its settings are not checked."""
     if resume is None:
         found = checkpoints(output_dir)
         if found:
@@ -472,11 +473,11 @@ def check_run_folder(resume: str | None, settings: dict, output_dir: str | Path)
             f"{recorded}: not readable as a run's settings ({err}); delete it to resume unchecked"
         ) from None
     differ = _setting_differences(saved if isinstance(saved, dict) else {}, settings)
-    if differ:
+    if differ:  # said, not refused: a requeue on another machine, a longer run or a faster reward batch are legitimate
         shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
-        raise ValueError(
-            f"--resume_from_checkpoint {resume}: its run had other settings ({shown}; saved in {recorded}); resume "
-            "with the same settings, or start afresh with another --output_dir"
+        _note(
+            f"WARNING: --resume_from_checkpoint {resume}: its run had other settings ({shown}; saved in {recorded}): "
+            "the run goes on from that checkpoint's weights, optimizer and step under this run's settings"
         )
 
 

@@ -115,6 +115,9 @@ class EmbeddingCache:
         closed, as closing it in the child could release what the parent holds."""
         if self._db is not None:
             keep_for_ever(self._db)
+        if not self.path.parent.is_dir():  # deleted since: a child that never scores must not make it again
+            self.writable, self._db = False, None
+            return
         self.__init__(self.path.parent)  # type: ignore[misc]
 
     def __getstate__(self) -> dict:

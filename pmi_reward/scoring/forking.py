@@ -80,11 +80,6 @@ def _after_fork_in_child() -> None:
     global _registry_lock
     _held.clear()  # the copies of the locks taken are left behind: each owner gets a new one
     _registry_lock = threading.Lock()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() > 1:
-        # GNU OpenMP's thread team does not survive a fork: a child of a parent that computed on several intra-op
-        # threads waited for ever at its first parallel op. One thread, as torch's own DataLoader workers take.
-        torch.set_num_threads(1)
     for owner, entries in list(_owners.items()):
         for attr, (new_lock, in_child, _) in list(entries.items()):
             setattr(owner, attr, new_lock())
@@ -93,6 +88,14 @@ def _after_fork_in_child() -> None:
                     in_child(owner)
                 except Exception:  # noqa: BLE001 - an at-fork hook's error is only printed: one owner's must not stop the rest
                     logger.exception("fork: rebuilding %s in the child failed", type(owner).__name__)
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.get_num_threads() > 1:
+            # GNU OpenMP's thread team does not survive a fork: a child of a parent that computed on several
+            # intra-op threads waited for ever at its first parallel op. One thread, as torch's DataLoader workers.
+            torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001 - a torch build that refuses it: the child keeps its threads
+        logger.exception("fork: setting the child's torch threads to 1 failed")
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
