@@ -327,6 +327,9 @@ def test_a_signal_while_the_package_imports_is_one_line(sig, code, word):
         f"""
         import os, signal, sys
 
+        # as in a terminal: a job started in the background (nohup, CI runners) inherits SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         class SignalOnTorch:  # the signal to this process as the commands' (or torch's) import begins
             @staticmethod
             def find_spec(name, path=None, target=None):
