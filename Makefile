@@ -12,6 +12,9 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup mpnet test test-fast lint format demo scorer clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
+	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "pmi-reward needs" \
+	  + f" Python >= 3.11 (TRL 1.16, transformers 5.23); {sys.executable} is {sys.version.split()[0]}:" \
+	  + " make PYTHON=python3.11 ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned, the CPU build: a bare torch requirement, or torch==2.13.0 from PyPI alone, is a multi-GB CUDA

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 
 # before the tokenizers are imported or used: their thread pool is otherwise one thread per core
@@ -32,12 +31,18 @@ from pmi_reward.data.pairs import PairSet
 from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.models import native_bf16
 from pmi_reward.scoring.templates import TEMPLATES
+from pmi_reward.training.job import peak_rss_mib
 from pmi_reward.training.trainable import TrainableFeatures, make_trainable
 
 
-def _rss_mib() -> int:
-    with open("/proc/self/status") as f:
-        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) // 1024
+def _rss_mib() -> float:
+    """This process's resident memory now, in MiB (``VmRSS``), or where there is no ``/proc`` (macOS) its peak so far
+    (``peak_rss_mib``): the steps' figures then only rise."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) // 1024
+    except FileNotFoundError:
+        return round(peak_rss_mib(), 1)
 
 
 def main() -> None:
@@ -84,7 +89,7 @@ def main() -> None:
         "steps": args.steps,
         "batch_size": args.batch_size,
         "seconds": round(time.perf_counter() - start, 1),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "peak_rss_mib": round(peak_rss_mib(), 1),
         "rss_mib_after_steps": rss[:: max(1, args.steps // 6)],
     }
     print(json.dumps(result))

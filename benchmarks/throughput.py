@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from pmi_reward.scoring.features import newest_lines
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES, PromptTemplate, fill
+from pmi_reward.training.job import peak_rss_mib
 
 
 @dataclass
@@ -52,10 +52,6 @@ class BenchArguments:
     max_length: int = 256
     repeats: int = 3
     threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's)"})
-
-
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bare_batches(
@@ -120,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:  # set-up, two timed loops, one 
 
     bare()  # warm-up (allocator, kernels), both sides, so that neither's first timed run pays it
     scored()
-    rss_warm = _peak_rss_mib()
+    rss_warm = peak_rss_mib()
     counted = encoder.stats.tokens
     times: dict[str, list[float]] = {"bare": [], "scorer": []}
     for _ in range(args.repeats):
@@ -145,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:  # set-up, two timed loops, one 
         "ratio_scorer_over_bare": round(bare_s / scorer_s, 3),
         "ratio_of_medians": round(statistics.median(times["bare"]) / statistics.median(times["scorer"]), 3),
         "peak_rss_mib_after_warmup": round(rss_warm, 1),
-        "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
         "runs_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
     }
     if torch.cuda.is_available():

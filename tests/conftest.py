@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -35,31 +38,17 @@ def tokenizer():
     return load_tokenizer("minilm")
 
 
+# the size of every model the tests build from a config (encoders and policies): 2 layers of width 32, 2 heads
+TINY_BODY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+
+
 def _tiny(kind: str, vocab: int, **config):
     from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
     torch.manual_seed(0)
     if kind == "bert":
-        cfg = BertConfig(
-            vocab_size=vocab,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=128,
-            **config,
-        )
-        return BertModel(cfg).eval()
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        **config,
-    )
+        return BertModel(BertConfig(vocab_size=vocab, max_position_embeddings=128, **TINY_BODY, **config)).eval()
+    cfg = LlamaConfig(vocab_size=vocab, num_key_value_heads=2, max_position_embeddings=256, **TINY_BODY, **config)
     return LlamaModel(cfg).eval()
 
 
@@ -132,16 +121,13 @@ def tiny_policy(smol_tokenizer):
         tok = smol_tokenizer
         cfg = LlamaConfig(
             vocab_size=len(tok),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
             num_key_value_heads=2,
-            intermediate_size=64,
             max_position_embeddings=512,
             tie_word_embeddings=True,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             bos_token_id=tok.bos_token_id,
+            **TINY_BODY,
         )
         model = LlamaForCausalLM(cfg)
         model.generation_config.pad_token_id = tok.pad_token_id
@@ -281,3 +267,45 @@ def cpu_only(monkeypatch):
     for module in (trainers, transformers.training_args):
         monkeypatch.setattr(module, "is_torch_bf16_gpu_available", lambda: False, raising=False)
         monkeypatch.setattr(module, "is_torch_xla_available", lambda: False, raising=False)
+
+
+def tiny_trl_settings(**changes: object) -> dict:
+    """Keyword arguments of any TRL trainer config for a test run: on the CPU in float32 (whatever GPU this machine
+    has), reporting to no tracker, activation checkpointing off (TRL's default on only slows a tiny model down);
+    ``changes`` add settings or override these."""
+    return {"use_cpu": True, "bf16": False, "report_to": [], "activation_checkpointing": False, **changes}
+
+
+def tiny_rl_settings(**changes: object) -> dict:
+    """``tiny_trl_settings`` for a tiny GRPO/RLOO run: 4 prompts a step, 4 generations each of at most 4 tokens, every
+    step logged, learning rate 1e-3; ``changes`` add settings or override these (``output_dir`` and the number of
+    steps are the caller's)."""
+    rl = {"per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 4, "logging_steps": 1}
+    return tiny_trl_settings(**{**rl, "learning_rate": 1e-3, **changes})
+
+
+def tiny_fit_args(output_dir: str, config: type, **changes: object):
+    """``config`` (TRL's SFTConfig or DPOConfig) for one fit step of batches of 2 on the CPU, nothing saved or
+    reported; ``changes`` add settings or override these."""
+    fit = dict(max_steps=1, per_device_train_batch_size=2, save_strategy="no")
+    return config(output_dir=output_dir, **tiny_trl_settings(**{**fit, **changes}))
+
+
+@pytest.fixture
+def stub_http_server() -> Iterator[Callable[..., tuple[str, type[BaseHTTPRequestHandler]]]]:
+    """A starter of stand-in HTTP servers on loopback, each shut down after the test: ``start(handler, **attributes)``
+    serves a fresh subclass of ``handler`` with those class attributes (so that a test may change what it answers or
+    read what it counted without touching another test's) and returns the server's URL and that subclass."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handler: type[BaseHTTPRequestHandler], **attributes: object) -> tuple[str, type[BaseHTTPRequestHandler]]:
+        subclass = type("Handler", (handler,), attributes)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), subclass)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", subclass
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

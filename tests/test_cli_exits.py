@@ -304,7 +304,7 @@ def test_save_round_sweeps_the_temporaries_of_a_killed_save(tmp_path):
 
 
 def _pyproject() -> dict:
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (the other tests here run on 3.10 too)
+    tomllib = pytest.importorskip("tomllib")
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 

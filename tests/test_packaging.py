@@ -35,7 +35,7 @@ PIP_SCORER_COMMAND = "`pmi-reward train --config scorer/recommended`"
 
 
 def _pyproject() -> dict:
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (the other tests here run on 3.10 too)
+    tomllib = pytest.importorskip("tomllib")
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 

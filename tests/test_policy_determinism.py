@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers.utils.chat_template_utils as chat_template_utils
+from conftest import tiny_fit_args
 from trl import DPOConfig, SFTConfig
 
 from pmi_reward.data.records import DataError
@@ -140,20 +141,6 @@ def test_smollm2_prompts_render_as_before(smol_tokenizer):
         CHAT_TEMPLATE_KWARGS["date_string"] = "1 Jan 2000"  # read-only: one date for every caller
 
 
-def _fit_args(output_dir: str, config: type):
-    """A CPU fit step of TRL's SFTConfig or DPOConfig, nothing saved or reported (its ``train`` is replaced)."""
-    return config(
-        output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        save_strategy="no",
-        activation_checkpointing=False,
-    )
-
-
 def test_rft_and_dpo_train_on_the_prompt_the_sampler_rendered(tmp_path, clock, smol_tokenizer, tiny_policy):
     """RFT's SFT and DPO rows are tokenized by TRL (finished replies) and by ``cut_replies`` (cut ones): both render
     the chat prompt with the pinned date, as the sampler did, not with the day the round trains on. (SmolLM2's
@@ -181,9 +168,9 @@ def test_rft_and_dpo_train_on_the_prompt_the_sampler_rendered(tmp_path, clock, s
         for best in (0, 1):  # the cut reply kept, then the finished one (TRL's tokens alone)
             scores = np.array([[1.0, 0.0] if best == 0 else [0.0, 1.0]])
             kept = rft.select_best([chat], replies, scores, drop_truncated=False)
-            rft._sft(tiny_policy(), tok, kept, _fit_args(str(tmp_path / "sft"), SFTConfig), None)
+            rft._sft(tiny_policy(), tok, kept, tiny_fit_args(str(tmp_path / "sft"), SFTConfig), None)
         pairs = rft.select_pairs([chat], replies, np.array([[-7.0, 1.0]]), drop_truncated=False)
-        rft._dpo(tiny_policy(), tok, pairs, _fit_args(str(tmp_path / "dpo"), DPOConfig), None, tiny_policy())
+        rft._dpo(tiny_policy(), tok, pairs, tiny_fit_args(str(tmp_path / "dpo"), DPOConfig), None, tiny_policy())
     sft_cut, sft_done, dpo = (data[0] for data in captured)
     assert sft_cut["input_ids"] == sampled + cut and sft_done["input_ids"][: len(sampled)] == sampled
     assert dpo["prompt_ids"] == sampled and dpo["rejected_ids"] == cut  # the pair kept: both replies after one prompt

@@ -7,24 +7,15 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_rl_settings
 from safetensors.torch import load_file
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from pmi_reward.policy import trainers
 from pmi_reward.policy.trainers import ScriptArguments, train_with_trl
 
-TINY = dict(
-    use_cpu=True,
-    bf16=False,
-    per_device_train_batch_size=4,
-    num_generations=4,
-    max_completion_length=4,
-    logging_steps=1,
-    report_to=[],
-    learning_rate=1e-2,
-    lr_scheduler_type="constant",  # as every shipped grpo/rloo config: a step past the end changes the weights
-    activation_checkpointing=False,
-)
+# a constant rate, as every shipped grpo/rloo config: a step past the end changes the weights
+TINY = tiny_rl_settings(learning_rate=1e-2, lr_scheduler_type="constant")
 
 
 class Stop(Exception):

@@ -7,8 +7,8 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
@@ -65,22 +65,14 @@ class _Counting(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def counting() -> Iterator[Callable[..., tuple[str, type[_Counting]]]]:
-    """Starts a loopback server with a fresh ``_Counting`` handler class (its attributes given); yields a starter that
-    returns the URL and the class (whose counters the test reads)."""
-    servers: list[ThreadingHTTPServer] = []
+def counting(stub_http_server) -> Callable[..., tuple[str, type[_Counting]]]:
+    """A starter of loopback servers (``stub_http_server``) each with a fresh ``_Counting`` handler class (its own
+    lock, its attributes given) that returns the URL and the class (whose counters the test reads)."""
 
     def start(**attributes: object) -> tuple[str, type[_Counting]]:
-        handler = type("Handler", (_Counting,), {"lock": threading.Lock(), **attributes})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}", handler
+        return stub_http_server(_Counting, **{"lock": threading.Lock(), **attributes})
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return start
 
 
 def test_a_call_larger_than_one_try_can_hold_is_answered(tiny_scorer, monkeypatch):

@@ -77,7 +77,7 @@ def test_sampling_is_seeded_and_best_of_n_ranks_n_replies(spread_scorer, tiny_po
 
 
 def test_cli_inline_and_file(spread_scorer, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path: spread_scorer))
+    monkeypatch.setattr(rerank_cli.PMIScorer, "from_pretrained", staticmethod(lambda path, **k: spread_scorer))
     assert (
         main(
             [

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import tiny_fit_args
 from trl import DPOConfig, ModelConfig, SFTConfig
 
 from pmi_reward.data.records import DataError
@@ -24,18 +25,8 @@ def _script(tmp_path, dialogues) -> ScriptArguments:
 
 
 def _fit_args(output_dir: str, config: type = SFTConfig, **changes):
-    """A CPU fit step (TRL's SFTConfig, or DPOConfig) of a few batches of 2, logged, nothing saved or reported."""
-    settings = dict(
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        activation_checkpointing=False,
-    )
-    return config(output_dir=output_dir, **{**settings, **changes})
+    """``tiny_fit_args`` (TRL's SFTConfig by default, or DPOConfig) with every step logged."""
+    return tiny_fit_args(output_dir, config, **{"logging_steps": 1, **changes})
 
 
 def test_select_best_skips_cut_empty_unscorable_and_low_replies():

@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from conftest import tiny_rl_settings
 from trl import DPOConfig, GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig
 
 from pmi_reward.data.conversation import DEFAULT_SYSTEM_PROMPT
@@ -13,17 +14,7 @@ from pmi_reward.data.records import DataError
 from pmi_reward.policy import trainers
 from pmi_reward.policy.trainers import ScriptArguments, train_with_trl
 
-TINY = dict(
-    use_cpu=True,
-    bf16=False,
-    per_device_train_batch_size=4,
-    num_generations=4,
-    max_completion_length=4,
-    logging_steps=1,
-    report_to=[],
-    learning_rate=1e-3,
-    activation_checkpointing=False,
-)
+TINY = tiny_rl_settings()
 
 
 def _prompt_file(tmp_path, n: int) -> str:

@@ -5,23 +5,12 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_rl_settings, tiny_trl_settings
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer
 
 from pmi_reward.policy.trainers import ScriptArguments, train_with_trl
 
-COMMON = dict(
-    use_cpu=True,
-    bf16=False,
-    max_steps=2,
-    per_device_train_batch_size=4,
-    num_generations=4,
-    max_completion_length=6,
-    logging_steps=1,
-    report_to=[],
-    save_strategy="no",
-    learning_rate=1e-3,
-    activation_checkpointing=False,
-)
+COMMON = tiny_rl_settings(max_steps=2, max_completion_length=6, save_strategy="no")
 
 
 @pytest.fixture
@@ -110,19 +99,10 @@ def test_online_dpo_two_steps(tmp_path, tiny_policy, smol_tokenizer, tiny_reward
 
     spy.__name__ = tiny_reward.__name__
     prompts = [{"prompt": [{"role": "user", "content": f"I love topic {i}. Do you?"}]} for i in range(8)]
-    args = OnlineDPOConfig(
-        output_dir=str(tmp_path / "dpo"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        per_device_train_batch_size=2,
-        max_new_tokens=6,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        learning_rate=1e-3,
-        activation_checkpointing=True,  # TRL's default, by transformers 5's name
-    )
+    online = dict(max_steps=2, per_device_train_batch_size=2, max_new_tokens=6, logging_steps=1, save_strategy="no")
+    # activation checkpointing on: TRL's default, by transformers 5's name
+    settings = tiny_trl_settings(**online, learning_rate=1e-3, activation_checkpointing=True)
+    args = OnlineDPOConfig(output_dir=str(tmp_path / "dpo"), **settings)
     model = tiny_policy()
     before = [p.detach().clone() for p in model.parameters()]
     trainer = OnlineDPOTrainer(

@@ -4,8 +4,7 @@ unset, a scorer folder given as a policy or an encoder, the RL commands' default
 
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -66,21 +65,13 @@ class _KeyedServer(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def keyed_server():
+def keyed_server(stub_http_server):
     """Starts a ``_KeyedServer`` (its own subclass, so that tests may change what it accepts); (url, handler)."""
-    servers = []
 
     def start(refusal: int = 401, health: str | int = "guarded"):
-        handler = type("Handler", (_KeyedServer,), {"accepted": KEY, "refusal": refusal, "health": health})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}", handler
+        return stub_http_server(_KeyedServer, accepted=KEY, refusal=refusal, health=health)
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return start
 
 
 def test_a_missing_or_wrong_key_raises_at_the_first_call_whatever_on_failure_says(tiny_scorer, monkeypatch):

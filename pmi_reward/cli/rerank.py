@@ -6,7 +6,8 @@
 
 Rows hold a context (a string with one turn per line, or chat messages) and a list of candidates; with
 ``--model``, rows without candidates get ``n`` sampled replies (best-of-n). Each output row gains
-``ranked`` (``[{"text", "pmi"}]``, best first) and ``best``.
+``ranked`` (``[{"text", "pmi"}]``, best first) and ``best``. The embedding cache is chosen as ``score`` chooses it
+(``--cache_dir``, ``--no_cache``); a progress bar goes to stderr, never to stdout, which holds the output.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..rewards.rerank import rerank_many
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from .processes import single_process
-from .score import scorer_files
+from .score import EmbeddingCacheArguments, scorer_files
 
 
 @dataclass
@@ -60,6 +61,7 @@ class RerankArguments:
             "messages); the default is the one the policy commands train and evaluate-policy samples with"
         },
     )
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
         if self.n < 1:  # checked when read: sampling would refuse it only after the chat model had loaded
@@ -139,18 +141,18 @@ def _model_files(model: str | None) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     single_process("rerank")  # before anything loads: it has no multi-process path
-    args, settings, runtime = parse_args(
-        (RerankArguments, SamplingSettings, EncoderRuntime), argv, prog="pmi-reward rerank"
+    args, settings, cache, runtime = parse_args(
+        (RerankArguments, SamplingSettings, EmbeddingCacheArguments, EncoderRuntime), argv, prog="pmi-reward rerank"
     )
     if args.output:  # ranked rows hold lists: JSON only
         inputs = [args.input, *_model_files(args.model), *scorer_files(args.scorer)]
         check_output(args.output, args.overwrite, inputs=inputs, suffixes=(".jsonl", ".ndjson", ".json"))
     rows = _rows(args)
     _sample_missing(args, settings, rows)
-    scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
+    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=cache.directory(), **runtime.as_kwargs())
     # strict: a scorer that fails raises here (as in `pmi-reward score`), not an exit 0 with every score null
     contexts, candidates = [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows]
-    ranked = rerank_many(scorer, contexts, candidates, strict=True)
+    ranked = rerank_many(scorer, contexts, candidates, strict=True, progress=args.progress)
     for row, ranking in zip(rows, ranked, strict=True):
         row["ranked"] = [{"text": t, "pmi": None if s is None else round(s, 4)} for t, s in ranking]
         row["best"] = ranking[0][0] if ranking and ranking[0][1] is not None else None  # nothing scorable: none

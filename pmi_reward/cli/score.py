@@ -5,6 +5,9 @@ contexts cut to the newest turns and without reasoning, replies without their ``
 score is its raw PMI as ``PMIReward`` reads it. A row the reward cannot score (a blank context, an empty or invisible
 reply: ``"\u200b"``, unfinished reasoning) gets an empty cell (null), never a score of nothing. The added column must
 be new.
+
+The embedding cache is ``train``'s and ``evaluate``'s (``$PMI_REWARD_CACHE/embeddings``) unless ``--cache_dir`` names
+another folder or ``--no_cache`` turns it off: ``EmbeddingCacheArguments``, which ``rerank`` takes too.
 """
 
 from __future__ import annotations
@@ -21,8 +24,35 @@ from ..data.records import DataError, check_output, read_records, require_text, 
 from ..rewards.options import RewardOptions
 from ..rewards.path import RewardPath
 from ..scoring.encoder import LOCAL_ENCODER, EncoderRuntime
+from ..scoring.models import cache_root
 from ..scoring.scorer import CONFIG_NAME, DEFAULT_SCORER, METADATA_NAME, PMIScorer
 from .processes import single_process
+
+
+@dataclass
+class EmbeddingCacheArguments:
+    """Where ``score`` and ``rerank`` keep the embeddings they compute: ``train``'s options (``TrainData.cache_dir``,
+    ``no_cache``) by the same names, help and default, so that a folder given to one command is given the same way
+    to the others, and texts embedded by one are read back by the next."""
+
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings "
+            "where $PMI_REWARD_CACHE is unset)"
+        },
+    )
+    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
+
+    def __post_init__(self) -> None:
+        if self.no_cache and self.cache_dir:  # one of them would be dropped without a word
+            raise ValueError(f"give --cache_dir ({self.cache_dir}) or --no_cache, not both")
+
+    def directory(self) -> Path | None:
+        """The cache's folder (None: no cache)."""
+        if self.no_cache:
+            return None
+        return Path(self.cache_dir) if self.cache_dir else cache_root() / "embeddings"
 
 
 @dataclass
@@ -71,7 +101,9 @@ def scorer_files(scorer: str) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     single_process("score")  # before anything loads: it has no multi-process path
-    args, runtime = parse_args((ScoreArguments, EncoderRuntime), argv, prog="pmi-reward score")
+    args, cache, runtime = parse_args(
+        (ScoreArguments, EmbeddingCacheArguments, EncoderRuntime), argv, prog="pmi-reward score"
+    )
     check_output(args.output, args.overwrite, inputs=[args.input, *scorer_files(args.scorer)])
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
@@ -81,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.input}: it has a column {args.score_column!r} already, which the scores would overwrite; name "
             "another with --score_column"
         )
-    scorer = PMIScorer.from_pretrained(args.scorer, **runtime.as_kwargs())
+    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=cache.directory(), **runtime.as_kwargs())
     scorer.encoder.set_batch_size(args.encode_batch_size)
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
     # PMIReward's reading with no shaping (rerank's), but every line for 0: its options know no "all turns" beside

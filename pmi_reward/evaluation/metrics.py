@@ -122,6 +122,71 @@ def mse(pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean((pred - target) ** 2)) if len(pred) else float("nan")
 
 
+def _centred_mid_ranks(values: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Twice the centred mid-rank (``rankdata``'s average rank, less the mean rank) of each value within a
+    resample given by each value's weight (how often it was drawn), with the values sorted once.
+
+    A value's mid-rank among N drawn values is (weight of the values below it + weight of those up to it + 1) / 2,
+    and the mean rank is (N + 1) / 2, so twice the difference is below + up_to - N: whole numbers, exact in float64
+    (below 2**53), O(n) from a running sum of the weights in sorted order, read at the last of each distinct
+    value (ties share it)."""
+    order = np.argsort(values, kind="stable")
+    ascending = values[order]
+    change = ascending[1:] != ascending[:-1]  # -0.0 ties 0.0, as in rankdata
+    tie = np.empty(len(values), dtype=np.int64)
+    tie[order] = np.r_[0, np.cumsum(change)]  # the distinct value (in ascending order) of each value
+    last = None if change.all() else np.r_[np.flatnonzero(change), len(values) - 1]  # its last sorted position
+
+    def ranks(weights: np.ndarray, total: int) -> np.ndarray:
+        up_to = np.cumsum(np.take(weights, order))  # int64: exact, and far faster than a float running sum
+        if last is not None:
+            up_to = up_to[last]  # drawn values up to each distinct value
+        drawn = np.diff(up_to, prepend=0)
+        return np.take((2 * up_to - drawn - total).astype(np.float64), tie)
+
+    return ranks
+
+
+def _spearman_of_weights(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], float] | None:
+    """``spearman`` of a resample of rows given by how often each row was drawn, with ``x`` and ``y`` sorted once.
+
+    ``spearman(x[idx], y[idx])`` ranks both again, O(n log n) for each of a bootstrap's resamples (about 3.5
+    minutes an interval at 200,000 rows, review 30). Here each resample's mid-ranks come from its row weights in O(n)
+    (``_centred_mid_ranks``), and Spearman's rho is their Pearson correlation with each value counted as often as
+    its row was drawn: ``np.corrcoef`` of the resample's ranks, as ``spearmanr`` computes it, up to float rounding.
+    ``spearman``'s NaN rules hold exactly: fewer than 3 values drawn, or an input constant over the drawn rows (the
+    drawn values' centred ranks are then all 0, whole numbers with no rounding, so its sum of squares is 0; no
+    other resample has a sum of squares of 0, and ``spearmanr`` has no "nearly constant" rule). Rows of several
+    values pair up value by value, as ``spearman`` ravels them. None (rank each resample) when ``x`` and ``y`` do
+    not pair up so, or hold a non-finite value: ``spearman`` is NaN or raises there, and ``bootstrap_ci`` returns
+    or raises before resampling such data."""
+    n = len(x)
+    p = np.asarray(x, dtype=np.float64).reshape(n, -1)
+    q = np.asarray(y, dtype=np.float64).reshape(n, -1)
+    if p.shape != q.shape or not p.size or not (np.isfinite(p).all() and np.isfinite(q).all()):
+        return None
+    per_row = p.shape[1]
+    rank_x, rank_y = _centred_mid_ranks(p.ravel()), _centred_mid_ranks(q.ravel())
+
+    def rho(weights: np.ndarray) -> float:
+        each = weights if per_row == 1 else np.repeat(weights, per_row)  # row-major: a row's values are adjacent
+        total = int(each.sum())
+        if total < 3:
+            return float("nan")
+        dx, dy = rank_x(each, total), rank_y(each, total)
+        counted = each.astype(np.float64)
+        wx = counted * dx
+        sxx, syy, sxy = float(wx @ dx), float((counted * dy) @ dy), float(wx @ dy)
+        if sxx == 0 or syy == 0:
+            return float("nan")
+        return float(np.clip(sxy / np.sqrt(sxx) / np.sqrt(syy), -1.0, 1.0))  # as np.corrcoef divides and clips
+
+    return rho
+
+
+# the statistics whose bootstrap scores each resample from its row weights, with the builders of their scorers
+_WEIGHTED = ((roc_auc, _auc_of_weights), (spearman, _spearman_of_weights))
+
 _LONG_BOOTSTRAP = 2_000_000  # rows × resamples from which a bootstrap shows its progress bar (a second or more)
 
 
@@ -147,7 +212,10 @@ def bootstrap_ci(
     finite interval around no value. One resample's indices are drawn at a time (an (n_boot, n) matrix of them
     took 1.5 GiB at 200,000 rows); the draws are the same. For ``roc_auc`` of (positives, negatives) the scores
     are sorted once and each resample is scored from how often it drew each row (``_auc_of_weights``: the same
-    draws and the same values, O(n) rather than O(n log n) a resample). With ``progress``, a bootstrap of at
+    draws and the same values, O(n) rather than O(n log n) a resample); so are ``spearman``'s x and y, each
+    resample's mid-ranks then coming from its row weights (``_spearman_of_weights``: the same draws, the same
+    values up to float rounding, the same NaN resamples; about 6x faster at 200,000 rows). Only these functions
+    themselves take the fast path; a wrapper of them ranks each resample. With ``progress``, a bootstrap of at
     least ``_LONG_BOOTSTRAP`` rows × resamples shows a bar (one of a large file ran for minutes without output).
     """
     if not arrays:
@@ -168,7 +236,8 @@ def bootstrap_ci(
         units, rows = len(first), np.argsort(label, kind="stable")  # the rows of group 0, of group 1, ...
         counts = np.bincount(label, minlength=units)
         start = np.cumsum(counts) - counts
-    weighted = _auc_of_weights(*arrays) if statistic is roc_auc and len(arrays) == 2 else None
+    fast = next((build for known, build in _WEIGHTED if known is statistic), None) if len(arrays) == 2 else None
+    weighted = fast(*arrays) if fast is not None else None
     rng = np.random.default_rng(seed)
     values = np.empty(n_boot, dtype=np.float64)
     name = getattr(statistic, "__name__", "statistic")

@@ -38,16 +38,22 @@ def whiten(
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Normalise ``x`` to unit variance (and zero mean) over masked entries, pooled across processes
-    when ``all_reduce`` sums a tensor over them."""
-    xd, md = x.double(), mask.double()  # double before the sums: E[x^2] - mean^2 cancels digits when |mean| >> std
+    when ``all_reduce`` sums a tensor over them.
+
+    The sums are taken in float64 (``E[x^2] - mean^2`` cancels digits in float32 when ``|mean| >> std``): on the
+    tensors' own device, so that a CUDA run's ``all_reduce`` gets a tensor NCCL takes, but on the CPU for an MPS
+    tensor (MPS has no float64; an MPS run is a single process), the mean and variance then moved back to it."""
+    on = torch.device("cpu") if x.device.type == "mps" else x.device
+    xd, md = x.to(on, torch.float64), mask.to(on, torch.float64)
     stats = torch.stack([(xd * md).sum(), (xd * xd * md).sum(), md.sum()])
     if all_reduce is not None:
         stats = all_reduce(stats)
     n = stats[2].clamp(min=1)
     mean = stats[0] / n
     var = (stats[1] / n - mean * mean).clamp(min=0) * n / (n - 1).clamp(min=1)
-    out = (x - mean.float()) * torch.rsqrt(var.float() + 1e-8)
-    return (out if shift_mean else out + mean.float()) * mask
+    mean, var = mean.float().to(x.device), var.float().to(x.device)  # from the CPU on MPS; a no-op elsewhere
+    out = (x - mean) * torch.rsqrt(var + 1e-8)
+    return (out if shift_mean else out + mean) * mask
 
 
 def shaped_rewards(

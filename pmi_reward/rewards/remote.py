@@ -342,7 +342,7 @@ class RemotePMIReward(RewardPath):
                     async with _request_slots():  # the wait for a slot is not the try's time
                         thread = _in_daemon_thread(request_json, url, payload, self.timeout, self.api_key)
                         return await asyncio.wait_for(thread, self.timeout)
-                except asyncio.TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
+                except TimeoutError:  # request_json turns its own timeouts into RemoteRewardError
                     raise RemoteRewardError(f"{url}: no complete answer within {self.timeout} s") from None
             except RemoteRewardError as err:
                 if not err.retryable or attempt == self.retries:

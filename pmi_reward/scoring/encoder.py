@@ -56,6 +56,9 @@ __all__ = [
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
 FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every this many texts (or so)
+# texts tokenized at a time: a call's token ids (a fast tokenizer's encodings, ~12 KB a pair) for a million pairs
+# took ~12 GB when tokenized at once; a slice's are freed before the next is tokenized
+ENCODE_SLICE = 65_536
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
@@ -283,6 +286,13 @@ def check_onnx_runtime() -> None:
             + ", ".join(missing),
             name=missing[0],
         )
+
+
+def _shifted(
+    on_done: Callable[[np.ndarray, np.ndarray], None], offset: int, done: np.ndarray, vectors: np.ndarray
+) -> None:
+    """``on_done`` of a slice's positions, as positions in the whole call."""
+    on_done(done + offset, vectors)
 
 
 def _put(cache: EmbeddingCache, keys: list[bytes], done: np.ndarray, vectors: np.ndarray) -> None:
@@ -589,7 +599,7 @@ class TextEncoder:
         if todo:
             # the cache is written as the embedding goes (``_embed``), not only once it is all done
             save = None if self.cache is None else functools.partial(_put, self.cache, [keys[i] for i in todo])
-            out[todo] = self._embed(make(todo), progress, on_done=save)
+            out[todo] = self._embed_slices(todo, make, progress, save)
         for i, k in enumerate(keys):
             j = first.get(k)
             if j is not None and j != i:
@@ -602,25 +612,49 @@ class TextEncoder:
         input_ids, mask = pad_token_ids(ids, self.tokenizer.pad_token_id, left)
         return {"input_ids": input_ids, "attention_mask": mask}
 
+    def _embed_slices(
+        self,
+        todo: list[int],
+        make: Callable[[list[int]], list[list[int]]],
+        progress: bool | str,
+        on_done: Callable[[np.ndarray, np.ndarray], None] | None,
+    ) -> np.ndarray:
+        """(len(todo), dim) embeddings of the texts ``make`` tokenizes, ``ENCODE_SLICE`` texts at a time under one
+        progress bar: a call of up to ``ENCODE_SLICE`` texts is embedded exactly as in one pass; a longer one is
+        length-sorted within each slice, which changes its float32 embeddings by rounding only."""
+        bs = self.spec.encode_batch_size
+        slices = [todo[lo : lo + ENCODE_SLICE] for lo in range(0, len(todo), ENCODE_SLICE)]
+        batches = sum(-(-len(part) // bs) for part in slices)
+        desc = progress if isinstance(progress, str) else "encoding"
+        out = np.empty((len(todo), self.dim), dtype=np.float32)
+        with progress_bar(
+            total=batches, desc=desc, disable=not progress or batches < 4, unit="batch", leave=False
+        ) as bar:
+            lo = 0
+            for part in slices:
+                shifted = None if on_done is None else functools.partial(_shifted, on_done, lo)
+                out[lo : lo + len(part)] = self._embed(make(part), bar, on_done=shifted)
+                lo += len(part)
+        return out
+
     @torch.inference_mode()
     def _embed(
         self,
         token_ids: list[list[int]],
-        progress: bool | str,
+        bar: Any,
         on_done: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> np.ndarray:
-        """(n, dim) embeddings of tokenized texts, in length-sorted batches. ``on_done(positions, vectors)`` is handed
-        the embeddings finished so far every ``FLUSH_TEXTS`` texts or so, and the rest at the end: the cache writes
-        them as they come, so that a call killed mid-way (Ctrl-C, a preemption, the OOM killer in a long training
-        embedding) keeps what it finished; the batches, and so the embeddings, are those of one pass."""
+        """(n, dim) embeddings of tokenized texts, in length-sorted batches, each counted on the progress ``bar``.
+        ``on_done(positions, vectors)`` is handed the embeddings finished so far every ``FLUSH_TEXTS`` texts or so,
+        and the rest at the end: the cache writes them as they come, so that a call killed mid-way (Ctrl-C, a
+        preemption, the OOM killer in a long training embedding) keeps what it finished; the batches, and so the
+        embeddings, are those of one pass."""
         ids = [x if len(x) else [self.tokenizer.pad_token_id] for x in token_ids]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         bs = self.spec.encode_batch_size
-        starts = range(0, len(order), bs)
-        desc = progress if isinstance(progress, str) else "encoding"
         flushed = 0  # ``order[:flushed]`` were handed to ``on_done``
-        for s in progress_bar(starts, desc=desc, disable=not progress or len(starts) < 4, unit="batch", leave=False):
+        for s in range(0, len(order), bs):
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
             with self._compute_lock:
@@ -630,6 +664,7 @@ class TextEncoder:
                 done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them
                 on_done(done, out[done])
                 flushed = finished
+            bar.update(1)
         self.stats.texts += len(ids)
         self.stats.tokens += int(sum(len(x) for x in ids))
         return out

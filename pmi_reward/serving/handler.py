@@ -318,15 +318,17 @@ class Handler(BaseHTTPRequestHandler):
         The end of its input alone does not tell: a client that closed its socket and one that only shut down its
         sending side (and reads on, as some clients do) both send it. So the first time it is seen, the client is
         sent an interim ``100 Continue`` (which HTTP/1.1 clients must accept, and skip, before any answer): a closed
-        socket answers it with a reset, seen at the next check (``POLLHUP``/``POLLERR``), a half-closed one takes it
-        and stays alive. An HTTP/1.0 client (no 1xx may be sent to it) is taken for gone at the end of its input."""
+        socket answers it with a reset, seen at the next check (``POLLERR``, or the peek raising), a half-closed one
+        takes it and stays alive. ``POLLHUP`` alone does not mean gone: macOS's poll sets it as soon as the client's
+        end of input arrives (kqueue's ``EV_EOF``), half-closed or not, so it goes on to the peek and the probe too.
+        An HTTP/1.0 client (no 1xx may be sent to it) is taken for gone at the end of its input."""
         try:
             poller = select.poll()  # not select.select: it refuses descriptors past 1023, as a busy server has
             poller.register(self.connection, select.POLLIN)
             events = poller.poll(0)
             if not events:
                 return True
-            if events[0][1] & (select.POLLHUP | select.POLLERR):  # reset after its end, or shut down both ways
+            if events[0][1] & (select.POLLERR | select.POLLNVAL):  # reset, or the descriptor no longer open
                 return False
             if self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b"":
                 return True

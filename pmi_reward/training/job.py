@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,16 @@ from ..scoring.templates import PromptTemplate
 from .fit import check_negative_draws, evaluate_auc, fit_scorer
 from .loop import TrainConfig
 
-__all__ = ["TrainData", "ARGUMENTS", "build_pairs", "train_scorer"]
+__all__ = ["TrainData", "ARGUMENTS", "build_pairs", "train_scorer", "peak_rss_mib"]
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, in MiB (the figure a run's summary and provenance record).
+
+    ``ru_maxrss`` counts kilobytes on Linux but bytes on macOS, where the Linux arithmetic (``/ 1024``) gave KiB
+    labelled MiB, a figure 1024 times too large."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 @dataclass
@@ -263,7 +273,7 @@ def train_scorer(
         summary["test_auc"] = evaluate_auc(scorer, test, negatives, seed=config.seed + 2, progress=data.progress)
         scorer.metadata["test_auc"] = summary["test_auc"]
     summary["wall_seconds"] = round(time.perf_counter() - start, 1)
-    summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
     summary["encoded_texts"] = encoder.stats.texts
     scorer.metadata["run"] = {k: summary[k] for k in ("wall_seconds", "peak_rss_mib")}
 

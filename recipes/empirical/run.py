@@ -28,6 +28,9 @@ from pmi_reward.evaluation.study import ARGUMENTS, EvalSet, StudySetup, merge_sc
 from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, paper_method, read_paper_table
 from pmi_reward.scoring.templates import TEMPLATES
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import STUDY_DATA, require_inputs  # noqa: E402
+
 TARGETS = {"annot_relevant_mean": "relevant", "annot_engaging_mean": "engaging", "annot_overall_mean": "overall"}
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 
@@ -158,7 +161,11 @@ def report(rows: list[dict], data: EmpiricalData, targets: list[str], n_human: i
 def main(argv: list[str] | None = None) -> int:
     data, study, *concepts = parse_args((EmpiricalData, *ARGUMENTS), argv, prog="recipes/empirical/run.py")
     setup = StudySetup(*concepts)
-    root = Path(data.data_dir) / "datasets" / "empirical" / data.lang
+    where = f"datasets/empirical/{data.lang}"
+    splits = ["human"] + ([] if data.report_only else ["train", "val", "test"])
+    files = [f"{where}/{split}.csv" for split in splits]
+    require_inputs("recipes/empirical/run.py", f"--data_dir should be {STUDY_DATA}", files, data.data_dir)
+    root = Path(data.data_dir) / where
     out = Path(study.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     targets = [t for t in TARGETS if t in read_records(root / "human.csv")[0]]

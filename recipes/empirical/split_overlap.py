@@ -8,15 +8,21 @@ python recipes/empirical/split_overlap.py ../shared/data/pmiscore/datasets/empir
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pmi_reward.data.records import read_records, require_text
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import STUDY_DATA, require_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="a folder with train.csv, val.csv and test.csv")
     args = parser.parse_args(argv)
+    expected = f"FOLDER should be datasets/empirical/<lang> of {STUDY_DATA}"
+    require_inputs(parser.prog, expected, ["train.csv", "val.csv", "test.csv"], args.folder)
     keys = {}
     for split in ("train", "val", "test"):
         path = args.folder / f"{split}.csv"

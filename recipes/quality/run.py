@@ -34,6 +34,9 @@ from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.loop import TrainConfig, score_index_pairs, train_head
 from pmi_reward.training.trainable import LoraSpec, TrainableFeatures, add_lora
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import STUDY_DATA, require_inputs  # noqa: E402
+
 # one change each against the base setting (keys: Try fields)
 VARIANTS: dict[str, dict] = {
     "base": {},
@@ -176,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown:
         raise SystemExit(f"--variants {' '.join(unknown)}: unknown; choose from {' '.join(VARIANTS)}")
-    root = Path(args.data_dir) / "datasets" / "empirical" / args.lang
+    where = f"datasets/empirical/{args.lang}"
+    files = [f"{where}/train.csv", f"{where}/val.csv"]
+    require_inputs("recipes/quality/run.py", f"--data_dir should be {STUDY_DATA}", files, args.data_dir)
+    root = Path(args.data_dir) / where
     train, val = load_pairs(root / "train.csv"), load_pairs(root / "val.csv")
     if args.max_train_pairs:
         keep = list(range(min(args.max_train_pairs, len(train))))

@@ -47,6 +47,9 @@ from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.fit import fit_scorer, mine_negatives
 from pmi_reward.training.loop import TrainConfig, score_index_pairs
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import STUDY_DATA, require_inputs  # noqa: E402
+
 # fixed evaluation negatives per positive, by kind (columns in KINDS order), drawn with EVAL_SEED
 EVAL_NEGATIVES = NegativeSpec(k_random=5, k_in_dialogue=0, k_context=1, k_lexical=1, k_nearest=1)
 EVAL_SEED = 7
@@ -438,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
         (ScorerRecipeArguments, HeadConfig, NegativeSpec, TrainConfig), argv, prog="recipes/scorer/run.py"
     )
     torch.set_num_threads(args.threads)
+    splits = ["val"] + ([] if args.stage == "val" else ["test"]) + (["human"] if args.stage == "test" else [])
+    if "study" in args.train_data and (args.method == "head" or args.normalize_k):  # what training_pairs reads
+        splits.append("train")
+    files = [f"datasets/empirical/en/{split}.csv" for split in splits]
+    require_inputs("recipes/scorer/run.py", f"--data_dir should be {STUDY_DATA}", files, args.data_dir)
     root = Path(args.data_dir) / "datasets" / "empirical" / "en"
     val = load_pairs(root / "val.csv", max_context_turns=args.context_turns)
     eval_set = val if args.stage == "val" else load_pairs(root / "test.csv", max_context_turns=args.context_turns)

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from pmi_reward.evaluation.report import markdown_table
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 NOT_POLICIES = ("context", "reference", "base", "human reference")
 
@@ -49,6 +53,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("samples", nargs="+", type=Path, help="samples.jsonl files with a base and its policies")
     args = parser.parse_args()
+    expected = (
+        "each SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)"
+    )
+    require_inputs(parser.prog, expected, args.samples)
     table = []
     for path in args.samples:
         # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw

@@ -30,6 +30,9 @@ from pmi_reward.evaluation.study.report import cell, cell_text, group_runs, pape
 from pmi_reward.scoring.templates import TEMPLATES
 from pmi_reward.training.objectives import CALIBRATED
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import STUDY_DATA, require_inputs  # noqa: E402
+
 PAPER_MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 PROBS = ["p_xy", "p_x", "p_y"]
 
@@ -125,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:  # one pass per dataset (fit, sc
             file=sys.stderr,
         )
     _check_merge(data)
+    if data.source == "shared":  # every file the loop reads: a missing set ended the run after the others' studies
+        splits = ("test", "val") if data.report_only else ("train", "val", "test")
+        files = [f"datasets/synthetic/{kind}/{split}.csv" for kind in data.datasets for split in splits]
+        require_inputs("recipes/synthetic/run.py", f"--data_dir should be {STUDY_DATA}", files, data.data_dir)
     base_out = Path(study.output_dir)
     paper = read_paper_table(Path(data.data_dir) / "paper_tables" / "table_synthetic.csv")
     sections, results = [], {}
