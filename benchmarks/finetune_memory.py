@@ -28,10 +28,10 @@ import torch
 
 from pmi_reward.data.dialogues import load_dialogues
 from pmi_reward.data.pairs import PairSet
+from pmi_reward.memory import peak_rss_mib
 from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.models import native_bf16
 from pmi_reward.scoring.templates import TEMPLATES
-from pmi_reward.training.job import peak_rss_mib
 from pmi_reward.training.trainable import TrainableFeatures, make_trainable
 
 

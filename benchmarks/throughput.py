@@ -30,12 +30,12 @@ import torch
 from trl import TrlParser
 
 from pmi_reward.data.pairs import load_pairs
+from pmi_reward.memory import peak_rss_mib
 from pmi_reward.scoring.encoder import EncoderSpec, TextEncoder
 from pmi_reward.scoring.features import newest_lines
 from pmi_reward.scoring.head import HeadConfig, PMIHead
 from pmi_reward.scoring.scorer import PMIScorer
 from pmi_reward.scoring.templates import TEMPLATES, PromptTemplate, fill
-from pmi_reward.training.job import peak_rss_mib
 
 
 @dataclass

@@ -20,6 +20,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _suite_cache_root(tmp_path_factory) -> Iterator[Path]:
+    """The suite's own ``$PMI_REWARD_CACHE``: a command's default embedding cache (``score``, ``rerank``, ``train``,
+    ``evaluate``) went to the user's ``~/.cache/pmi_reward/embeddings``, where tiny encoders' keys (temporary paths)
+    are never read again. Converted models and ONNX exports stay shared with the user's cache (linked in), so
+    nothing is converted again."""
+    from pmi_reward.scoring.models import cache_root
+
+    real, home = cache_root(), tmp_path_factory.mktemp("pmi-cache")
+    for name in ("models", "onnx"):
+        (real / name).mkdir(parents=True, exist_ok=True)
+        (home / name).symlink_to(real / name, target_is_directory=True)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PMI_REWARD_CACHE", str(home))
+    yield home
+    patch.undo()
+
+
 def load_recipe(path: str):
     """A recipe script (``recipes/.../run.py``, not a package module) imported once by its repository path."""
     name = path.replace("/", "_").removesuffix(".py")

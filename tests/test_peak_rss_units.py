@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import TOPICS
 
+import pmi_reward.memory as memory
 import pmi_reward.training.job as job
 from pmi_reward.cli.main import main
 
@@ -58,8 +59,8 @@ def _pair_file(path: Path, seed: int) -> Path:
 def test_train_records_the_peak_in_mib_on_either_platform(platform, tiny_encoder, tmp_path, monkeypatch, capsys):
     """``pmi-reward train``'s printed summary and the saved scorer's ``metadata.json`` give 300 MiB on both systems
     (macOS's was 307200.0: KiB)."""
-    monkeypatch.setattr(job, "sys", SimpleNamespace(platform=platform), raising=False)
-    monkeypatch.setattr(job, "resource", _fake_resource(platform))
+    monkeypatch.setattr(memory, "sys", SimpleNamespace(platform=platform))
+    monkeypatch.setattr(memory, "resource", _fake_resource(platform))
     monkeypatch.setattr(job, "TextEncoder", lambda *args, **kwargs: tiny_encoder)
     out = tmp_path / "scorer"
     argv = ["train", "--train_file", str(_pair_file(tmp_path / "train.csv", 0))]
@@ -104,3 +105,12 @@ def test_the_finetune_benchmark_reads_the_current_rss_from_proc_where_there_is_o
     if not Path("/proc/self/status").is_file():
         pytest.skip("no /proc/self/status here")
     assert 0 < finetune_memory._rss_mib() <= job.peak_rss_mib() + 1
+
+
+def test_the_peak_is_read_without_heavy_imports():
+    """The benchmarks report their own peak, imports included: the helper loads no sklearn (~140 MiB) or torch."""
+    import subprocess
+
+    code = "import sys, pmi_reward.memory; print(sorted({'sklearn', 'torch', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

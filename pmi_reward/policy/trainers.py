@@ -240,6 +240,11 @@ def fit_prompt_length_baseline(
     return fit_length_baseline(scores, list(data["reference"]), source=source).save(path)
 
 
+# the fluency penalty's log-likelihoods kept in memory: RL replies are new every step, so a few thousand cover a
+# step's repeats (an unbounded cache grew ~250 B a reply for the whole run, never read again)
+FLUENCY_CACHE_ENTRIES = 4096
+
+
 def build_rewards(
     args: ScriptArguments,
     options: RewardOptions | None = None,
@@ -273,7 +278,7 @@ def build_rewards(
         name = str(getattr(model.config, "_name_or_path", ""))
         config = LMPMIConfig(model=name, dtype=args.fluency_dtype, system_prompt=args.system_prompt)
         frozen = copy.deepcopy(model).to(getattr(torch, args.fluency_dtype)).eval().requires_grad_(False)
-        lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer)
+        lm = LMPMIScorer(config, model=frozen, tokenizer=tokenizer, cache_entries=FLUENCY_CACHE_ENTRIES)
         rewards.append(FluencyPenalty(lm, args.fluency_max_nll, args.fluency_penalty))
     check_reward_names(rewards)  # TRL keys metrics and its completions table by name
     return rewards

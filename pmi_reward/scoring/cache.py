@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -23,6 +24,7 @@ _CHUNK = 900  # below SQLite's host-parameter limit
 # SQLite's primary result codes of a database this process cannot write at all: PERM, READONLY, CANTOPEN, AUTH
 _READ_ONLY_CODES = frozenset({3, 8, 14, 23})
 _NO_PERMISSION = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})  # a cache folder this process may not make
+_REOPEN_TRIES = 3  # opening a fresh cache where the old one was deleted, while the folder keeps vanishing
 
 
 def _read_only(err: sqlite3.Error) -> bool:
@@ -50,16 +52,27 @@ class EmbeddingCache:
     another user's file or folder, a full disk) still answers lookups where SQLite can read it: its writes are
     skipped, with one warning; one it cannot even read (a folder it may not write, where SQLite cannot make the
     files a WAL database is read through) gives every lookup a miss, with one warning: scoring goes on, but the
-    embeddings it computes are not saved."""
+    embeddings it computes are not saved.
+
+    A cache file deleted or replaced under a running process (its folder deleted to free the disk, or rotated) is
+    noticed at the next lookup or write, by the file's device and inode: the old connection is closed, freeing the
+    deleted files, and a fresh cache is opened at the same path (its folder made again), so texts are embedded and
+    saved there again. A cache opened without a file (one it could not open at all) does not look again."""
 
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "embeddings.sqlite"
         self._lock = threading.Lock()
         # a fork waits for a lookup or a write in flight; the child opens a connection of its own
         hold_across_fork(self, "_lock", threading.Lock, in_child=EmbeddingCache._reopen)
+        self._open()
+
+    def _open(self) -> None:
+        """Connect to ``path`` (made where missing), read-write, else read-only, else with no cache at all, and
+        note which file it is (``_file``) so that a deleted or replaced one is noticed (``_follow_file``)."""
         self.writable = True  # False once a write failed for good: later ones are skipped
         self._skipped: set[str] = set()  # the failures warned about that skipped one write each
         self._db: sqlite3.Connection | None = None  # None: no usable cache (every lookup misses, writes skipped)
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file connected to; None: not watched
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -71,6 +84,7 @@ class EmbeddingCache:
             self._db = db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self._wal(db)
             db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+            self._file = self._watch()
         except sqlite3.DatabaseError as err:
             if self._db is not None:
                 self._db.close()
@@ -95,6 +109,7 @@ class EmbeddingCache:
                 self._db = None
             self._without_cache(f"{cause}; read-only too: {err}")
             return
+        self._file = self._watch()
         logger.warning(
             "embedding cache %s: cannot write it (%s); reading it only: new embeddings will not be saved",
             self.path,
@@ -103,12 +118,56 @@ class EmbeddingCache:
 
     def _without_cache(self, cause: object) -> None:
         """No cache at all: every lookup a miss, every write skipped, said once here."""
-        self.writable, self._db = False, None
+        self.writable, self._db, self._file = False, None, None
         logger.warning(
             "embedding cache %s: cannot open it (%s); running without a cache: embeddings will not be saved",
             self.path,
             cause,
         )
+
+    def _identity(self) -> tuple[int, int] | None:
+        """``path``'s (st_dev, st_ino), None where there is no file there now."""
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st.st_dev, st.st_ino
+
+    def _watch(self) -> tuple[int, int] | None:
+        """The identity of the file just opened, None (not watched) where a stat cannot say."""
+        try:
+            return self._identity()
+        except OSError:
+            return None
+
+    def _follow_file(self) -> None:
+        """Under ``_lock``, once per lookup or write: where the file connected to was deleted or replaced, close the
+        connection (freeing the deleted files; SQLite neither checkpoints into nor deletes the files now at that
+        path when it closes a moved database) and open a fresh cache at ``path``, as at the start. A stat that fails
+        otherwise (a folder made unreadable) leaves the connection as it is."""
+        if self._file is None:
+            return
+        try:
+            now = self._identity()
+        except OSError:
+            return
+        if now == self._file:
+            return
+        logger.info(
+            "embedding cache %s: its file was %s; opening a fresh cache there",
+            self.path,
+            "deleted" if now is None else "replaced",
+        )
+        if self._db is not None:
+            self._db.close()
+        for _ in range(_REOPEN_TRIES):
+            try:
+                self._open()
+            except (OSError, sqlite3.DatabaseError) as err:  # locked past the timeout, not a cache, a file for a folder
+                self._without_cache(err)
+            if self._db is not None or self.path.parent.is_dir():
+                return
+            # the folder went while it was made again (an `rm -r` still at work): not a folder it cannot write
 
     def _reopen(self) -> None:
         """A forked child's own connection: SQLite forbids using one across a fork. The inherited one is kept, never
@@ -116,7 +175,7 @@ class EmbeddingCache:
         if self._db is not None:
             keep_for_ever(self._db)
         if not self.path.parent.is_dir():  # deleted since: a child that never scores must not make it again
-            self.writable, self._db = False, None
+            self.writable, self._db, self._file = False, None, None
             return
         self.__init__(self.path.parent)  # type: ignore[misc]
 
@@ -143,9 +202,10 @@ class EmbeddingCache:
 
     def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
         found: dict[bytes, np.ndarray] = {}
-        if self._db is None:
-            return found
         with self._lock:
+            self._follow_file()
+            if self._db is None:
+                return found
             for i in range(0, len(keys), _CHUNK):
                 chunk = keys[i : i + _CHUNK]
                 marks = ",".join("?" * len(chunk))
@@ -159,11 +219,14 @@ class EmbeddingCache:
         unwritable: SQLite's READONLY, PERM, CANTOPEN, AUTH) is not written again; any other failure (locked or busy
         past the timeout, WAL's locking protocol, a full disk, an I/O error: they may clear) skips only that write,
         with one warning per kind."""
-        db = self._db
-        if not self.writable or db is None:
+        if not self.writable:
             return
         rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
         with self._lock:
+            self._follow_file()
+            db = self._db
+            if not self.writable or db is None:
+                return
             try:
                 with db:
                     db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
@@ -184,5 +247,6 @@ class EmbeddingCache:
             return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
 
     def close(self) -> None:
+        self._file = None  # a closed cache stays closed, its file deleted or not
         if self._db is not None:
             self._db.close()

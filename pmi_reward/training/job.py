@@ -8,8 +8,6 @@ them in the order ``train_scorer`` takes them, for ``pmi_reward.configs.parse_ar
 from __future__ import annotations
 
 import json
-import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from ..data.dialogues import load_dialogues, split_dialogues
 from ..data.negatives import NegativeSpec
 from ..data.pairs import PairSet, load_pairs
 from ..data.records import check_output_dir, json_safe, replace_directory
+from ..memory import peak_rss_mib
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.head import HeadConfig
@@ -27,15 +26,6 @@ from .fit import check_negative_draws, evaluate_auc, fit_scorer
 from .loop import TrainConfig
 
 __all__ = ["TrainData", "ARGUMENTS", "build_pairs", "train_scorer", "peak_rss_mib"]
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB (the figure a run's summary and provenance record).
-
-    ``ru_maxrss`` counts kilobytes on Linux but bytes on macOS, where the Linux arithmetic (``/ 1024``) gave KiB
-    labelled MiB, a figure 1024 times too large."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 @dataclass

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,11 +20,17 @@ class JsonlCache(dict):
 
     A run killed while appending leaves a last line cut short (no newline after it): that line is skipped, and the
     next append first removes it, so that the entries before it are kept and none after it is spoilt. Any other
-    line that is not a record is a DataError naming it."""
+    line that is not a record is a DataError naming it.
 
-    def __init__(self, path: str | Path | None = None, field: str = "value") -> None:
+    ``max_entries`` bounds what is kept in memory, the oldest entries dropped first (a dict keeps insertion order):
+    a cache that a long run fills with keys never asked for again (an RL reward's new replies, every step) stays
+    the same size. The file, if any, still keeps every entry. None: no bound."""
+
+    def __init__(self, path: str | Path | None = None, field: str = "value", max_entries: int | None = None) -> None:
         super().__init__()
-        self.path, self.field = (Path(path) if path else None), field
+        if max_entries is not None and max_entries < 1:
+            raise ValueError(f"JsonlCache max_entries must be at least 1 (or None: no bound), got {max_entries}")
+        self.path, self.field, self.max_entries = (Path(path) if path else None), field, max_entries
         self._cut_at: int | None = None  # where a last line cut short starts: the next append removes it first
         self._unended = False  # the last line is a whole record without its newline: the next append ends it
         if self.path and self.path.is_file():
@@ -44,9 +51,18 @@ class JsonlCache(dict):
                         f"{self.path}, line {n}: not a cache record ({type(err).__name__}: {err}); delete the file "
                         "to compute its entries again"
                     ) from None
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest entries past ``max_entries``."""
+        if self.max_entries is not None:
+            for key in list(itertools.islice(self, max(len(self) - self.max_entries, 0))):
+                del self[key]
 
     def add(self, entries: Mapping[str, Any]) -> None:
+        """Store ``entries`` (in memory, oldest past ``max_entries`` dropped, and appended to the file)."""
         self.update(entries)
+        self._trim()
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self._cut_at is not None:

@@ -74,10 +74,19 @@ class LMPMIConfig:
 
 
 class LMPMIScorer:
-    """Scores (context, response) pairs with log p_LM(r | c) - log p_LM(r); contexts are turns, one per line."""
+    """Scores (context, response) pairs with log p_LM(r | c) - log p_LM(r); contexts are turns, one per line.
+
+    Log-likelihoods are cached by setting, context and reply: in ``cache_file`` too where given (evaluations read
+    the same pairs again), and at most ``cache_entries`` of them in memory where given, the oldest dropped first
+    (an RL reward reads new replies every step, so an unbounded cache would only grow; values are the same)."""
 
     def __init__(
-        self, config: LMPMIConfig | None = None, model=None, tokenizer=None, cache_file: str | Path | None = None
+        self,
+        config: LMPMIConfig | None = None,
+        model=None,
+        tokenizer=None,
+        cache_file: str | Path | None = None,
+        cache_entries: int | None = None,
     ) -> None:
         self.config = config or LMPMIConfig()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
@@ -89,7 +98,7 @@ class LMPMIScorer:
         if end is None:
             raise ValueError(f"{self.config.model}: the tokenizer has no end-of-turn (or eos) token to close a reply")
         self._end = end
-        self._cache = JsonlCache(cache_file)  # key -> [log-likelihood, reply tokens]
+        self._cache = JsonlCache(cache_file, max_entries=cache_entries)  # key -> [log-likelihood, reply tokens]
 
     @property
     def context_turns(self) -> int | None:
@@ -189,12 +198,16 @@ class LMPMIScorer:
         """(log p(r | context), tokens) per reply; ``context`` None: the assistant's opening line with no
         conversation, log p(r). Cached by setting, context and reply (in memory and in ``cache_file``)."""
         keys = [self._key(context, r) for r in responses]
-        todo = {k: r for k, r in zip(keys, responses, strict=True) if k not in self._cache}
+        # read off before adding: a bounded cache may drop this call's own entries to make room for the new ones
+        values = {k: self._cache[k] for k in keys if k in self._cache}
+        todo = {k: r for k, r in zip(keys, responses, strict=True) if k not in values}
         if todo:
             ids = [self.reply_ids(r) for r in todo.values()]
             lls = self._log_likelihoods(self.prefix(context), ids)
-            self._cache.add({k: [ll, len(i)] for k, ll, i in zip(todo, lls, ids, strict=True)})
-        return [tuple(self._cache[k]) for k in keys]
+            new = {k: [ll, len(i)] for k, ll, i in zip(todo, lls, ids, strict=True)}
+            self._cache.add(new)
+            values.update(new)
+        return [tuple(values[k]) for k in keys]
 
     def score(self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False) -> np.ndarray:
         """float32 PMI per pair (nats, or nats per token with ``per_token``)."""
