@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -186,7 +187,7 @@ def test_threads_writing_and_reading_while_the_folder_is_deleted(tmp_path, caplo
         for t in threads:
             t.join(timeout=60)
     assert errors == []
-    assert sum("its file was deleted" in r.getMessage() for r in caplog.records) == 3
+    assert sum("its folder was deleted" in r.getMessage() for r in caplog.records) == 3
     assert cache.writable and folder.is_dir() and _deleted_files_held(folder) == []
     assert _stored(folder) == len(cache) > 0
     cache.close()
@@ -228,3 +229,61 @@ def test_a_closed_cache_is_not_opened_again_by_a_delete(tmp_path):
     with pytest.raises(Exception, match="closed"):
         cache.get(_rows("a", 2)[0])
     assert not folder.exists()
+
+
+def test_the_file_alone_deleted_or_replaced_is_not_followed_and_the_cache_keeps_working(tmp_path, caplog):
+    """``embeddings.sqlite`` alone deleted (or a backup moved over it) leaves the old database's -wal and -shm beside
+    it: a fresh connection read them against the new file ("disk I/O error" and no cache for the rest of the run
+    where another process mapped them; the backup corrupted where not). The process keeps its connection, said once."""
+    folder = tmp_path / "embeddings"
+    cache = EmbeddingCache(folder)
+    keys, vectors = _rows("a", 30)
+    cache.put(keys, vectors)
+    backup = tmp_path / "backup"
+    EmbeddingCache(backup).close()
+    os.replace(backup / "embeddings.sqlite", folder / "embeddings.sqlite")
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.scoring.cache"):
+        found = cache.get(keys)
+        more_keys, more_vectors = _rows("b", 5)
+        cache.put(more_keys, more_vectors)
+        assert len(cache.get(more_keys)) == 5
+    np.testing.assert_array_equal(np.stack([found[k] for k in keys]), vectors)
+    assert cache.writable and cache._db is not None
+    said = [r.getMessage() for r in caplog.records if "on its own" in r.getMessage()]
+    assert len(said) == 1 and "replaced" in said[0] and "delete the whole folder" in said[0]
+    cache.close()
+
+
+def test_a_relative_folder_stays_the_same_cache_after_a_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cache = EmbeddingCache("cache")
+    keys, vectors = _rows("a", 10)
+    cache.put(keys, vectors)
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    assert len(cache.get(keys)) == 10
+    assert not (tmp_path / "run" / "cache").exists()
+    cache.close()
+
+
+def test_a_lookup_sqlite_fails_is_a_miss_said_once(tmp_path, caplog):
+    """A corrupt or locked cache made every encode call raise (an RL reward then gave None at every step)."""
+    cache = EmbeddingCache(tmp_path / "embeddings")
+    keys, vectors = _rows("a", 3)
+    cache.put(keys, vectors)
+
+    class Failing:
+        def execute(self, *args):
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        def close(self):
+            pass
+
+    real, cache._db = cache._db, Failing()
+    with caplog.at_level(logging.WARNING, logger="pmi_reward.scoring.cache"):
+        assert cache.get(keys) == {} and cache.get(keys) == {}
+    assert sum("lookup failed" in r.getMessage() for r in caplog.records) == 1
+    cache._db = real
+    cache.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # a closed cache is still the caller's error
+        cache.get(keys)

@@ -172,3 +172,26 @@ def test_registering_an_attribute_again_replaces_it():
     forking.hold_across_fork(owner, "lock", threading.RLock)
     assert list(forking._owners[owner]) == ["lock"]
     assert forking._owners[owner]["lock"][0] is threading.RLock
+
+
+def test_a_fork_straight_after_a_computation_waits_for_the_intra_op_threads_to_settle(monkeypatch):
+    """A child forked within moments of a forward on 2 threads waited for ever inside MKL's memory manager (half the
+    time, straight after a forward); a fork long after one does not wait."""
+    slept: list[float] = []
+    monkeypatch.setattr(forking.time, "sleep", slept.append)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        forking.computed()
+        forking._before_fork()
+        forking._after_fork_in_parent()
+        monkeypatch.setattr(forking, "_last_computed", forking.time.monotonic() - 10 * forking.SETTLE_S)
+        forking._before_fork()
+        forking._after_fork_in_parent()
+        torch.set_num_threads(1)
+        forking.computed()
+        forking._before_fork()  # one thread: nothing to settle
+        forking._after_fork_in_parent()
+    finally:
+        torch.set_num_threads(threads)
+    assert len(slept) == 1 and 0 < slept[0] <= forking.SETTLE_S

@@ -27,6 +27,18 @@ _NO_PERMISSION = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})  # a cache 
 _REOPEN_TRIES = 3  # opening a fresh cache where the old one was deleted, while the folder keeps vanishing
 
 
+_Identity = tuple[tuple[int, int] | None, tuple[int, int] | None]  # (folder, file) (st_dev, st_ino)
+
+
+def _stat_id(path: Path) -> tuple[int, int] | None:
+    """``path``'s (st_dev, st_ino), None where nothing is there now (other stat errors raise)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _read_only(err: sqlite3.Error) -> bool:
     """Whether ``err`` says the database cannot be written at all (SQLite's READONLY, PERM, CANTOPEN, AUTH; by the
     message where Python does not give the code), as opposed to a failure that may clear (locked, busy, full)."""
@@ -54,13 +66,18 @@ class EmbeddingCache:
     files a WAL database is read through) gives every lookup a miss, with one warning: scoring goes on, but the
     embeddings it computes are not saved.
 
-    A cache file deleted or replaced under a running process (its folder deleted to free the disk, or rotated) is
-    noticed at the next lookup or write, by the file's device and inode: the old connection is closed, freeing the
+    A cache folder deleted under a running process (to free the disk) or replaced as a whole is noticed at the next
+    lookup or write, by the folder's and the file's device and inode: the old connection is closed, freeing the
     deleted files, and a fresh cache is opened at the same path (its folder made again), so texts are embedded and
-    saved there again. A cache opened without a file (one it could not open at all) does not look again."""
+    saved there again. ``embeddings.sqlite`` deleted or replaced alone is not followed (said once): the old
+    database's ``-wal`` and ``-shm`` files are still beside it, where another process may map them, and a fresh
+    connection would read them against the new file (a "disk I/O error", or the new file corrupted). A cache opened
+    without a file (one it could not open at all) does not look again. A lookup SQLite fails (a corrupt file, locked
+    past the timeout) is a miss, said once per kind, not an error of the caller's."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / "embeddings.sqlite"
+        # absolute, as SQLite holds it: a relative folder read after an os.chdir would be another folder
+        self.path = Path(os.path.abspath(directory)) / "embeddings.sqlite"
         self._lock = threading.Lock()
         # a fork waits for a lookup or a write in flight; the child opens a connection of its own
         hold_across_fork(self, "_lock", threading.Lock, in_child=EmbeddingCache._reopen)
@@ -72,7 +89,7 @@ class EmbeddingCache:
         self.writable = True  # False once a write failed for good: later ones are skipped
         self._skipped: set[str] = set()  # the failures warned about that skipped one write each
         self._db: sqlite3.Connection | None = None  # None: no usable cache (every lookup misses, writes skipped)
-        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file connected to; None: not watched
+        self._file: _Identity | None = None  # the folder's and file's (st_dev, st_ino) at open; None: not watched
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -125,15 +142,11 @@ class EmbeddingCache:
             cause,
         )
 
-    def _identity(self) -> tuple[int, int] | None:
-        """``path``'s (st_dev, st_ino), None where there is no file there now."""
-        try:
-            st = os.stat(self.path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return st.st_dev, st.st_ino
+    def _identity(self) -> _Identity:
+        """The (st_dev, st_ino) of ``path``'s folder and of ``path``, None for one that is not there now."""
+        return _stat_id(self.path.parent), _stat_id(self.path)
 
-    def _watch(self) -> tuple[int, int] | None:
+    def _watch(self) -> _Identity | None:
         """The identity of the file just opened, None (not watched) where a stat cannot say."""
         try:
             return self._identity()
@@ -141,10 +154,11 @@ class EmbeddingCache:
             return None
 
     def _follow_file(self) -> None:
-        """Under ``_lock``, once per lookup or write: where the file connected to was deleted or replaced, close the
-        connection (freeing the deleted files; SQLite neither checkpoints into nor deletes the files now at that
-        path when it closes a moved database) and open a fresh cache at ``path``, as at the start. A stat that fails
-        otherwise (a folder made unreadable) leaves the connection as it is."""
+        """Under ``_lock``, once per lookup or write: where the folder was deleted or replaced, close the connection
+        (freeing the deleted files; SQLite neither checkpoints into nor deletes the files now at that path when it
+        closes a moved database) and open a fresh cache at ``path``, as at the start; where the file alone was, stop
+        watching (the class's docstring says why). A stat that fails otherwise (a folder made unreadable) leaves the
+        connection as it is."""
         if self._file is None:
             return
         try:
@@ -153,11 +167,16 @@ class EmbeddingCache:
             return
         if now == self._file:
             return
-        logger.info(
-            "embedding cache %s: its file was %s; opening a fresh cache there",
-            self.path,
-            "deleted" if now is None else "replaced",
-        )
+        if now[0] == self._file[0]:  # the same folder: the file alone went, beside the old -wal and -shm
+            self._file = None
+            logger.warning(
+                "embedding cache %s: the file was %s on its own; this process keeps its connection (to clear the "
+                "cache under a running process, delete the whole folder)",
+                self.path,
+                "deleted" if now[1] is None else "replaced",
+            )
+            return
+        logger.info("embedding cache %s: its folder was deleted or replaced; opening a fresh cache there", self.path)
         if self._db is not None:
             self._db.close()
         for _ in range(_REOPEN_TRIES):
@@ -206,11 +225,20 @@ class EmbeddingCache:
             self._follow_file()
             if self._db is None:
                 return found
-            for i in range(0, len(keys), _CHUNK):
-                chunk = keys[i : i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
-                    found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
+            try:
+                for i in range(0, len(keys), _CHUNK):
+                    chunk = keys[i : i + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    for key, blob in self._db.execute(f"SELECT key, vec FROM emb WHERE key IN ({marks})", chunk):
+                        found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
+            except sqlite3.ProgrammingError:  # a closed cache: the caller's error
+                raise
+            except sqlite3.DatabaseError as err:  # the rest are misses: they are embedded, not lost
+                if f"get: {err}" not in self._skipped:
+                    self._skipped.add(f"get: {err}")
+                    logger.warning(
+                        "embedding cache %s: lookup failed (%s); its texts are embedded again", self.path, err
+                    )
         return found
 
     def put(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:

@@ -28,7 +28,7 @@ from typing_extensions import TypedDict
 
 from ..progress import progress_bar
 from .cache import EmbeddingCache, cache_key
-from .forking import hold_across_fork
+from .forking import computed, hold_across_fork
 from .models import (
     default_pooling,
     load_backbone,
@@ -659,6 +659,7 @@ class TextEncoder:
             batch = self._pad([ids[i] for i in idx])
             with self._compute_lock:
                 out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
+                computed()
             finished = s + len(idx)
             if on_done is not None and (finished - flushed >= FLUSH_TEXTS or finished == len(order)):
                 done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them

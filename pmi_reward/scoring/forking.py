@@ -8,6 +8,9 @@ taken before the fork, so that nothing is half-done in the copy, and given back 
 (and ``in_child`` rebuilds what cannot cross a fork, as an SQLite connection or an ONNX Runtime session). This is
 what ``logging`` does for its handlers' locks. A child computes on one torch thread (as torch's DataLoader workers
 do): GNU OpenMP's threads do not survive a fork, and a child of a parent that had used several waited for ever.
+A fork within ``SETTLE_S`` of the end of a computation (``computed``) waits out the rest of it first: the intra-op
+threads go on inside MKL's memory manager for a moment after the forward returns, and a child forked then waited for
+ever at its first matrix product (half the forks straight after a forward, on 2 threads).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["hold_across_fork", "keep_for_ever"]
+__all__ = ["hold_across_fork", "keep_for_ever", "computed"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +35,8 @@ _owners: weakref.WeakKeyDictionary[Any, dict[str, _Entry]] = weakref.WeakKeyDict
 _held: list[Any] = []  # the locks taken before the fork in progress, given back after it in the parent
 _kept: list[Any] = []  # objects a child must never close or free (an SQLite connection made before the fork)
 _registry_lock = threading.Lock()
+SETTLE_S = 0.1  # how long after a computation a fork waits for the intra-op threads to settle
+_last_computed = float("-inf")  # time.monotonic() at the end of the last computation (``computed``)
 
 
 def hold_across_fork(
@@ -54,6 +60,23 @@ def keep_for_ever(thing: Any) -> None:
     _kept.append(thing)
 
 
+def computed() -> None:
+    """Note that a computation on torch's intra-op threads has just ended (called before its lock is given back)."""
+    global _last_computed
+    _last_computed = time.monotonic()
+
+
+def _settle() -> None:
+    """Wait out ``SETTLE_S`` from the last computation where torch computes on several threads."""
+    torch = sys.modules.get("torch")
+    wait = SETTLE_S - (time.monotonic() - _last_computed)
+    try:
+        if wait > 0 and torch is not None and torch.get_num_threads() > 1:
+            time.sleep(wait)
+    except Exception:  # noqa: BLE001 - an at-fork hook must not fail the fork
+        pass
+
+
 def _before_fork() -> None:
     with _registry_lock:  # a snapshot: an owner made while the fork waits for a lock is not held (nor blocked)
         locks = [(owner, attr) for owner, entries in _owners.items() for attr, entry in entries.items() if entry[2]]
@@ -69,6 +92,7 @@ def _before_fork() -> None:
                 attr,
                 FORK_WAIT_S,
             )
+    _settle()
 
 
 def _after_fork_in_parent() -> None:

@@ -34,6 +34,7 @@ from .cache import EmbeddingCache
 from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, RuntimeKwargs, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
+from .forking import computed
 from .head import HeadConfig, PMIHead
 from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
@@ -221,6 +222,7 @@ class PMIScorer:
                 u, v = self.embed(contexts[s:end], responses[s:end], progress)
                 with self.encoder.computing():  # a fork waits for it (``scoring/forking.py``)
                     out[s:end] = self.head(u, v).numpy()
+                    computed()
                 bar.update(end - s)
         return out
 
