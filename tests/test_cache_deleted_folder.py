@@ -249,7 +249,7 @@ def test_the_file_alone_deleted_or_replaced_is_not_followed_and_the_cache_keeps_
         assert len(cache.get(more_keys)) == 5
     np.testing.assert_array_equal(np.stack([found[k] for k in keys]), vectors)
     assert cache.writable and cache._db is not None
-    said = [r.getMessage() for r in caplog.records if "on its own" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "while its folder stays" in r.getMessage()]
     assert len(said) == 1 and "replaced" in said[0] and "delete the whole folder" in said[0]
     cache.close()
 
@@ -287,3 +287,54 @@ def test_a_lookup_sqlite_fails_is_a_miss_said_once(tmp_path, caplog):
     cache.close()
     with pytest.raises(sqlite3.ProgrammingError):  # a closed cache is still the caller's error
         cache.get(keys)
+
+
+def test_a_lookup_between_rm_r_unlinking_the_file_and_removing_the_folder_still_follows_the_folder(tmp_path):
+    """``rm -r`` unlinks the file before it removes the folder: a lookup in between saw "the file alone" and stopped
+    watching for good, so the process kept the deleted files for the rest of the run."""
+    folder = tmp_path / "embeddings"
+    cache = EmbeddingCache(folder)
+    keys, vectors = _rows("a", 10)
+    cache.put(keys, vectors)
+    os.unlink(folder / "embeddings.sqlite")
+    assert len(cache.get(keys)) == 10  # the file alone gone: the connection is kept
+    shutil.rmtree(folder)
+    assert cache.get(keys) == {}  # the folder gone too: followed
+    assert folder.is_dir() and _deleted_files_held(folder) == []
+    cache.close()
+
+
+def _child_state(cache: EmbeddingCache) -> tuple:
+    import multiprocessing
+
+    answers = multiprocessing.get_context("fork").Queue()
+
+    def run() -> None:
+        try:
+            answers.put((cache._db is not None, cache.writable, len(cache.get(_rows("a", 4)[0]))))
+        except Exception as err:  # noqa: BLE001 - reported to the parent
+            answers.put(repr(err))
+
+    process = multiprocessing.get_context("fork").Process(target=run)
+    process.start()
+    process.join(30)
+    return answers.get(timeout=5)
+
+
+def test_a_child_forked_after_the_file_alone_went_runs_without_a_cache(tmp_path, caplog):
+    """The child opened a fresh file beside the parent's -wal and -shm ("disk I/O error", a traceback per worker)."""
+    folder = tmp_path / "embeddings"
+    cache = EmbeddingCache(folder)
+    cache.put(*_rows("a", 4))
+    os.unlink(folder / "embeddings.sqlite")
+    assert _child_state(cache) == (False, False, 0)
+    assert not (folder / "embeddings.sqlite").exists()  # no fresh file beside the old -wal and -shm
+    assert len(cache.get(_rows("a", 4)[0])) == 4
+    cache.close()
+
+
+def test_a_closed_cache_stays_closed_in_a_forked_child(tmp_path):
+    cache = EmbeddingCache(tmp_path / "embeddings")
+    cache.put(*_rows("a", 4))
+    cache.close()
+    assert "closed" in str(_child_state(cache)).lower()

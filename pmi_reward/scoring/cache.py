@@ -69,15 +69,17 @@ class EmbeddingCache:
     A cache folder deleted under a running process (to free the disk) or replaced as a whole is noticed at the next
     lookup or write, by the folder's and the file's device and inode: the old connection is closed, freeing the
     deleted files, and a fresh cache is opened at the same path (its folder made again), so texts are embedded and
-    saved there again. ``embeddings.sqlite`` deleted or replaced alone is not followed (said once): the old
-    database's ``-wal`` and ``-shm`` files are still beside it, where another process may map them, and a fresh
-    connection would read them against the new file (a "disk I/O error", or the new file corrupted). A cache opened
+    saved there again. ``embeddings.sqlite`` gone or replaced while its folder stays (said once) is not followed
+    until the folder goes too (``rm -r`` unlinks the file first): the old database's ``-wal`` and ``-shm`` files are
+    still beside it, where another process may map them, and a fresh connection would read them against the new file
+    (a "disk I/O error", or the new file corrupted); a process forked then runs without a cache. A cache opened
     without a file (one it could not open at all) does not look again. A lookup SQLite fails (a corrupt file, locked
     past the timeout) is a miss, said once per kind, not an error of the caller's."""
 
     def __init__(self, directory: str | Path) -> None:
         # absolute, as SQLite holds it: a relative folder read after an os.chdir would be another folder
         self.path = Path(os.path.abspath(directory)) / "embeddings.sqlite"
+        self._closed = False
         self._lock = threading.Lock()
         # a fork waits for a lookup or a write in flight; the child opens a connection of its own
         hold_across_fork(self, "_lock", threading.Lock, in_child=EmbeddingCache._reopen)
@@ -90,6 +92,7 @@ class EmbeddingCache:
         self._skipped: set[str] = set()  # the failures warned about that skipped one write each
         self._db: sqlite3.Connection | None = None  # None: no usable cache (every lookup misses, writes skipped)
         self._file: _Identity | None = None  # the folder's and file's (st_dev, st_ino) at open; None: not watched
+        self._alone = False  # the file went or was replaced while its folder stayed: only the folder is followed
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -143,8 +146,10 @@ class EmbeddingCache:
         )
 
     def _identity(self) -> _Identity:
-        """The (st_dev, st_ino) of ``path``'s folder and of ``path``, None for one that is not there now."""
-        return _stat_id(self.path.parent), _stat_id(self.path)
+        """The (st_dev, st_ino) of ``path``'s folder and of ``path``, None for one that is not there now (the file
+        first: a folder moved or removed between the two reads as a folder changed, not as a file gone alone)."""
+        file = _stat_id(self.path)
+        return _stat_id(self.path.parent), file
 
     def _watch(self) -> _Identity | None:
         """The identity of the file just opened, None (not watched) where a stat cannot say."""
@@ -167,14 +172,15 @@ class EmbeddingCache:
             return
         if now == self._file:
             return
-        if now[0] == self._file[0]:  # the same folder: the file alone went, beside the old -wal and -shm
-            self._file = None
-            logger.warning(
-                "embedding cache %s: the file was %s on its own; this process keeps its connection (to clear the "
-                "cache under a running process, delete the whole folder)",
-                self.path,
-                "deleted" if now[1] is None else "replaced",
-            )
+        if now[0] == self._file[0]:  # the same folder: the file went (or an rm -r is at work), beside the -wal, -shm
+            if not self._alone:
+                self._alone = True
+                logger.warning(
+                    "embedding cache %s: the file is %s while its folder stays; this process keeps its connection "
+                    "until the folder goes (to clear the cache under a running process, delete the whole folder)",
+                    self.path,
+                    "gone" if now[1] is None else "replaced",
+                )
             return
         logger.info("embedding cache %s: its folder was deleted or replaced; opening a fresh cache there", self.path)
         if self._db is not None:
@@ -193,8 +199,21 @@ class EmbeddingCache:
         closed, as closing it in the child could release what the parent holds."""
         if self._db is not None:
             keep_for_ever(self._db)
+        if self._closed:  # a closed cache stays closed
+            return
         if not self.path.parent.is_dir():  # deleted since: a child that never scores must not make it again
             self.writable, self._db, self._file = False, None, None
+            return
+        try:
+            now = self._identity()
+        except OSError:
+            now = None
+        if self._alone or (
+            self._file is not None and now is not None and now != self._file and now[0] == self._file[0]
+        ):
+            # the file alone went or was replaced under the parent, which maps its -wal and -shm: not beside them
+            self.writable, self._db, self._file = False, None, None
+            logger.info("embedding cache %s: its file changed under the parent; this child runs without one", self.path)
             return
         self.__init__(self.path.parent)  # type: ignore[misc]
 
@@ -275,6 +294,6 @@ class EmbeddingCache:
             return self._db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
 
     def close(self) -> None:
-        self._file = None  # a closed cache stays closed, its file deleted or not
+        self._file, self._closed = None, True  # a closed cache stays closed, its file deleted or not, in a child too
         if self._db is not None:
             self._db.close()

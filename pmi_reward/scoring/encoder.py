@@ -658,8 +658,10 @@ class TextEncoder:
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
             with self._compute_lock:
-                out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
-                computed()
+                try:
+                    out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
+                finally:  # a failed batch used the intra-op threads too
+                    computed()
             finished = s + len(idx)
             if on_done is not None and (finished - flushed >= FLUSH_TEXTS or finished == len(order)):
                 done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them
