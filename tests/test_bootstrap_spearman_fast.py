@@ -11,32 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import resampled_rows
 
 from pmi_reward.evaluation import metrics
 from pmi_reward.evaluation.metrics import Estimate, bootstrap_ci, spearman
-
-
-def resampled_rows(n: int, n_boot: int, seed: int = 0, groups: np.ndarray | None = None) -> list[np.ndarray]:
-    """The rows of each resample as ``bootstrap_ci`` draws them (whole groups, numbered by first appearance)."""
-    units, rows = n, None
-    if groups is not None:
-        _, first, label = np.unique(groups, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[np.argsort(first)] = np.arange(len(first))
-        label = rank[label.ravel()]
-        units, rows = len(first), np.argsort(label, kind="stable")
-        counts = np.bincount(label, minlength=units)
-        start = np.cumsum(counts) - counts
-    rng = np.random.default_rng(seed)
-    drawn = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, units, size=units)
-        if rows is not None:
-            sizes = counts[idx]
-            ends = np.cumsum(sizes)
-            idx = rows[np.arange(ends[-1]) + np.repeat(start[idx] - (ends - sizes), sizes)]
-        drawn.append(idx)
-    return drawn
 
 
 def ranked_values(x: np.ndarray, y: np.ndarray, n_boot: int, seed: int = 0, groups=None) -> np.ndarray:

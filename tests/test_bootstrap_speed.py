@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import resampled_rows
 from sklearn.metrics import roc_auc_score
 
 from pmi_reward.evaluation import metrics
@@ -21,26 +22,8 @@ def ranked_values(
 ) -> np.ndarray:
     """Every resample's AUC as the code before the fix computed it: the same draws, ``roc_auc`` (mid-ranks of the
     resampled rows) of each resample."""
-    n, units, rows = len(pos), len(pos), None
-    if groups is not None:
-        _, first, label = np.unique(groups, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[np.argsort(first)] = np.arange(len(first))
-        label = rank[label.ravel()]
-        units, rows = len(first), np.argsort(label, kind="stable")
-        counts = np.bincount(label, minlength=units)
-        start = np.cumsum(counts) - counts
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_boot)
-    for b in range(n_boot):
-        idx = rng.integers(0, units, size=units)
-        if rows is not None:
-            sizes = counts[idx]
-            ends = np.cumsum(sizes)
-            idx = rows[np.arange(ends[-1]) + np.repeat(start[idx] - (ends - sizes), sizes)]
-        values[b] = roc_auc(pos[idx], neg[idx])
-    assert n == len(neg)
-    return values
+    assert len(pos) == len(neg)
+    return np.array([roc_auc(pos[idx], neg[idx]) for idx in resampled_rows(len(pos), n_boot, seed, groups)])
 
 
 def percentile_ci(values: np.ndarray) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from ..data.negatives import NegativeSpec
 from ..data.pairs import PairSet, load_pairs
 from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
-from ..scoring.models import cache_root
+from ..scoring.models import embedding_cache_dir
 from ..scoring.scorer import PMIScorer
 from .processes import single_process
 from .score import scorer_files
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pairs = read()
     evaluation_columns(pairs, negatives, args)  # a bad column or a mix the pairs cannot give: before the scorer loads
-    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=None if args.no_cache else cache_root() / "embeddings")
+    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=embedding_cache_dir(None, args.no_cache))
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
     if turns:  # contexts cut as the scorer's training pairs were (and PMIReward, score, rerank cut them)
         pairs = read(turns)

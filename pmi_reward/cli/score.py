@@ -24,7 +24,7 @@ from ..data.records import DataError, check_output, read_records, require_text, 
 from ..rewards.options import RewardOptions
 from ..rewards.path import RewardPath
 from ..scoring.encoder import LOCAL_ENCODER, EncoderRuntime
-from ..scoring.models import cache_root
+from ..scoring.models import CACHE_DIR_HELP, NO_CACHE_HELP, embedding_cache_dir
 from ..scoring.scorer import CONFIG_NAME, DEFAULT_SCORER, METADATA_NAME, PMIScorer
 from .processes import single_process
 
@@ -35,14 +35,8 @@ class EmbeddingCacheArguments:
     ``no_cache``) by the same names, help and default, so that a folder given to one command is given the same way
     to the others, and texts embedded by one are read back by the next."""
 
-    cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings "
-            "where $PMI_REWARD_CACHE is unset)"
-        },
-    )
-    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
+    cache_dir: str | None = field(default=None, metadata={"help": CACHE_DIR_HELP})
+    no_cache: bool = field(default=False, metadata={"help": NO_CACHE_HELP})
 
     def __post_init__(self) -> None:
         if self.no_cache and self.cache_dir:  # one of them would be dropped without a word
@@ -50,9 +44,7 @@ class EmbeddingCacheArguments:
 
     def directory(self) -> Path | None:
         """The cache's folder (None: no cache)."""
-        if self.no_cache:
-            return None
-        return Path(self.cache_dir) if self.cache_dir else cache_root() / "embeddings"
+        return embedding_cache_dir(self.cache_dir, self.no_cache)
 
 
 @dataclass

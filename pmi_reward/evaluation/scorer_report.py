@@ -20,6 +20,7 @@ from ..data.negatives import NegativeSpec
 from ..data.pairs import PairSet
 from ..data.records import DataError
 from ..data.synthetic import true_pmi
+from ..scoring.models import NO_CACHE_HELP
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
 from ..training.fit import check_negative_draws, score_with_negatives
 from .metrics import Estimate, mse, pearson, roc_auc, spearman
@@ -63,7 +64,7 @@ class EvaluateArguments:
     )
     n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for each 95%% confidence interval"})
     seed: int = field(default=0, metadata={"help": "seed for the negatives' draw and the bootstrap"})
-    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
+    no_cache: bool = field(default=False, metadata={"help": NO_CACHE_HELP})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     output: str | None = field(default=None, metadata={"help": "also write the report to this .json file"})
     overwrite: bool = field(default=False, metadata={"help": "replace --output if it exists"})

@@ -120,6 +120,21 @@ def cache_root() -> Path:
     return Path(os.environ.get("PMI_REWARD_CACHE", Path.home() / ".cache" / "pmi_reward"))
 
 
+# the embedding cache options of every command that embeds (train, evaluate, score, rerank), read the same everywhere
+CACHE_DIR_HELP = (
+    "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings where "
+    "$PMI_REWARD_CACHE is unset)"
+)
+NO_CACHE_HELP = "do not read or write the embedding cache"
+
+
+def embedding_cache_dir(cache_dir: str | Path | None, no_cache: bool) -> Path | None:
+    """The embedding cache folder a command's ``--cache_dir`` and ``--no_cache`` name (None: no cache)."""
+    if no_cache:
+        return None
+    return Path(cache_dir) if cache_dir else cache_root() / "embeddings"
+
+
 def _package_dir(spec: ShippedModel) -> Path:
     found = importlib.util.find_spec(spec.module)
     if found is None or not found.submodule_search_locations:

@@ -20,7 +20,7 @@ from ..memory import peak_rss_mib
 from ..scoring.cache import EmbeddingCache
 from ..scoring.encoder import EncoderSpec, TextEncoder
 from ..scoring.head import HeadConfig
-from ..scoring.models import cache_root, shipped_name
+from ..scoring.models import CACHE_DIR_HELP, NO_CACHE_HELP, embedding_cache_dir, shipped_name
 from ..scoring.templates import PromptTemplate
 from .fit import check_negative_draws, evaluate_auc, fit_scorer
 from .loop import TrainConfig
@@ -96,14 +96,8 @@ class TrainData:
             "help": "seed for which dialogues land in each split, and which pairs --max_pairs_per_dialogue keeps"
         },
     )
-    cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "embedding cache folder (default: $PMI_REWARD_CACHE/embeddings; ~/.cache/pmi_reward/embeddings "
-            "where $PMI_REWARD_CACHE is unset)"
-        },
-    )
-    no_cache: bool = field(default=False, metadata={"help": "do not read or write the embedding cache"})
+    cache_dir: str | None = field(default=None, metadata={"help": CACHE_DIR_HELP})
+    no_cache: bool = field(default=False, metadata={"help": NO_CACHE_HELP})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self) -> None:
@@ -207,7 +201,7 @@ def _origin(data: TrainData, split: int) -> str:
 
 def _cache_dir(data: TrainData) -> str | Path | None:
     """The embedding cache's folder the run uses (None: no cache)."""
-    return None if data.no_cache else data.cache_dir or cache_root() / "embeddings"
+    return embedding_cache_dir(data.cache_dir, data.no_cache)
 
 
 def _inputs(data: TrainData, encoder_spec: EncoderSpec, config: TrainConfig) -> dict[str, str | Path | None]:
