@@ -56,8 +56,8 @@ __all__ = [
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
 FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every this many texts (or so)
-# texts tokenized at a time: a call's token ids (a fast tokenizer's encodings, ~12 KB a pair) for a million pairs
-# took ~12 GB when tokenized at once; a slice's are freed before the next is tokenized
+# texts tokenized at a time: a whole call's fast-tokenizer encodings were held at once (several KB a text, GBs for a
+# million pairs); a slice's are freed before the next is tokenized
 ENCODE_SLICE = 65_536
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
