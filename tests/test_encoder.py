@@ -16,6 +16,35 @@ def test_last_pooling_is_padding_side_aware():
     assert pool_hidden(h, right, "mean").squeeze(1).tolist() == [0.5, 5.5]
 
 
+def test_float16_mean_pooling_does_not_overflow_on_a_long_text():
+    """A decoder's hidden states in float16 (~800 a token, a first token at ~25,600) summed over 200 tokens passed
+    float16's 65,504: the pooled embedding was inf though the forward was finite. bfloat16 keeps its own sums."""
+    h = torch.full((1, 200, 2), 800.0)
+    h[:, 0] = 25_600.0
+    mask = torch.ones(1, 200, dtype=torch.int64)
+    expected = (25_600.0 + 199 * 800.0) / 200
+    pooled = pool_hidden(h.half(), mask, "mean")
+    assert torch.isfinite(pooled).all()
+    assert pooled[0].tolist() == pytest.approx([expected, expected], rel=1e-3)
+    assert pool_hidden(h.bfloat16(), mask, "mean").dtype == torch.bfloat16
+
+
+def test_onnx_without_a_named_device_runs_on_the_cpu_of_a_gpu_machine(tiny_encoder, monkeypatch):
+    """``--backend onnx`` on a machine with CUDA was refused unless ``--device cpu`` was given (score and rerank had
+    no such option): with no device named, ONNX Runtime's device, the CPU, is the one taken."""
+    from dataclasses import replace
+
+    from pmi_reward.scoring.encoder import TextEncoder, default_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device(None, "onnx") == torch.device("cpu")
+    assert default_device(None) == torch.device("cuda")
+    assert default_device("meta", "onnx") == torch.device("meta")  # a device named is kept (and then refused)
+    spec = replace(tiny_encoder.spec, backend="onnx")
+    encoder = TextEncoder(spec, model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer)
+    assert encoder.device == torch.device("cpu")
+
+
 @pytest.mark.parametrize("kind,pooling", [("bert", "mean"), ("llama", "last")])
 def test_embeddings_do_not_depend_on_batch_company(tiny_encoder_factory, kind, pooling):
     enc = tiny_encoder_factory(kind, pooling, batch_size=4)

@@ -109,7 +109,9 @@ def test_policy_from_judges_bf16_by_the_device_the_policy_runs_on(native, device
     monkeypatch.setattr(trainers, "load_policy", lambda *args: ("model", "tokenizer"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainers.policy_from(ModelConfig(model_name_or_path="policy", dtype="bfloat16"), bf16=True, device=device)
+        trainers.policy_from(
+            ModelConfig(model_name_or_path="policy", dtype="bfloat16", use_peft=True), bf16=True, device=device
+        )
     emulated = [str(w.message) for w in caught if "no fast bfloat16" in str(w.message)]
     if warns is None:
         assert emulated == []

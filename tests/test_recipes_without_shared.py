@@ -88,3 +88,100 @@ def test_require_inputs_names_the_first_missing_path(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         check("prog", "it should be X", ["a.csv"], tmp_path / "d" / "a.csv")  # a file where a folder should be
     assert capsys.readouterr().err.startswith(f"prog: {tmp_path / 'd' / 'a.csv'}: not a folder;")
+
+
+def test_empirical_report_only_without_saved_scores_says_so_in_one_line(tmp_path):
+    """--report_only before any run (or with another --output_dir) ended in np.load's FileNotFoundError traceback."""
+    data, out = tmp_path / "pmiscore", tmp_path / "out"
+    (data / "datasets" / "empirical" / "en").mkdir(parents=True)
+    (data / "datasets" / "empirical" / "en" / "human.csv").write_text("")
+    args = ("--config", "recipes/empirical/en.yaml", "--data_dir", str(data), "--output_dir", str(out))
+    line = _one_line(_run("recipes/empirical/run.py", *args, "--report_only"))
+    assert line.startswith(f"recipes/empirical/run.py: {out / 'scores.npz'}: no such file; --report_only"), line
+    assert not out.exists()
+    line = _one_line(_run("recipes/empirical/run.py", *args, "--report_only", "--merge", str(tmp_path / "other")))
+    assert "--report_only" in line  # its own folder is named first
+    out.mkdir()
+    (out / "scores.npz").write_bytes(b"")
+    line = _one_line(_run("recipes/empirical/run.py", *args, "--report_only", "--merge", str(tmp_path / "other")))
+    other = tmp_path / "other" / "scores.npz"
+    assert line.startswith(f"recipes/empirical/run.py: {other}: no such file; --merge"), line
+
+
+def test_synthetic_report_only_without_saved_scores_says_so_in_one_line(tmp_path):
+    data, out = tmp_path / "pmiscore", tmp_path / "out"
+    for kind in ("diagonal", "block", "independent"):
+        for split in ("val", "test"):
+            (data / "datasets" / "synthetic" / kind).mkdir(parents=True, exist_ok=True)
+            (data / "datasets" / "synthetic" / kind / f"{split}.csv").write_text("")
+    args = ("--config", "recipes/synthetic/config.yaml", "--data_dir", str(data), "--output_dir", str(out))
+    line = _one_line(_run("recipes/synthetic/run.py", *args, "--report_only"))
+    first = out / "diagonal" / "scores.npz"
+    assert line.startswith(f"recipes/synthetic/run.py: {first}: no such file; --report_only"), line
+    assert not out.exists()
+
+
+# script, its arguments ({missing}: the path left out, {present}: an empty samples file, {out}: an output path) and the
+# option the line names; fluency_dtype, rescore and scrambled take a required option besides
+SAMPLES_SCRIPTS = [
+    ("base_draw.py", ["{present}", "{missing}"], "FIXED and FRESH"),
+    ("cut_spread.py", ["{missing}", "{out}"], "SAMPLES"),
+    ("fluency.py", ["{missing}"], "SAMPLES"),
+    ("fluency_dtype.py", ["{missing}", "--policies", "base"], "SAMPLES"),
+    ("judge_agreement.py", ["{missing}"], "SAMPLES"),
+    ("judge_scale.py", ["{missing}", "{out}"], "SAMPLES"),
+    ("line_breaks.py", ["{missing}", "{out}"], "SAMPLES"),
+    ("merge_samples.py", ["{present}", "{missing}", "--output_dir", "{out}"], "FIRST and SECOND"),
+    ("repetition.py", ["{present}", "{missing}"], "each SAMPLES"),
+    ("rescore.py", ["{missing}", "--judges", "j={out}"], "SAMPLES"),
+    ("scrambled.py", ["{missing}", "--scorers", "s={out}"], "SAMPLES"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "option"), SAMPLES_SCRIPTS, ids=[s for s, *_ in SAMPLES_SCRIPTS])
+def test_samples_script_without_its_samples_says_so_in_one_line(tmp_path, script, args, option):
+    """Each of these ended in read_records' DataError or read_text's FileNotFoundError traceback (status 1); those
+    that load a model or scorer first parsed the file, so it ended before any loading, but as a traceback."""
+    missing, present, out = tmp_path / "none" / "samples.jsonl", tmp_path / "a.jsonl", tmp_path / "out"
+    present.write_text("")
+    argv = [a.format(missing=missing, present=present, out=out) for a in args]
+    line = _one_line(_run(f"recipes/smollm2-135m/{script}", *argv))
+    assert line.startswith(f"{script}: {missing}: no such file; {option} should "), line
+    assert "samples.jsonl (pmi-reward evaluate-policy writes it" in line
+    assert not out.exists()  # an output (judge_scale's file, merge_samples' folder) is not made
+
+
+def test_seeds_without_its_evaluation_folder_says_so_in_one_line(tmp_path):
+    """A missing folder ended in SystemExit's "no samples" (status 1); a folder without results.json in
+    read_text's FileNotFoundError traceback after reading the samples."""
+    line = _one_line(_run("recipes/smollm2-135m/seeds.py", str(tmp_path / "eval")))
+    assert line.startswith(f"seeds.py: {tmp_path / 'eval'}: no such folder; DIRECTORY should be an evaluate-policy")
+
+
+@pytest.mark.parametrize(
+    ("script", "option"),
+    [("cut_spread.py", None), ("line_breaks.py", None), ("rescore.py", "--judges"), ("scrambled.py", "--scorers")],
+)
+def test_scorer_script_without_its_scorer_folder_says_so_in_one_line(tmp_path, monkeypatch, capsys, script, option):
+    """A missing scorer folder ended in ScorerLoadError's traceback after reading the samples (a valid file here, so
+    that only the scorer is missing); a folder without the head in it, too. The scripts are called in this process
+    (they import torch: a subprocess each costs seconds)."""
+    import json
+
+    from pmi_reward.scoring.scorer import CONFIG_NAME, WEIGHTS_NAME
+
+    recipe = load_recipe(f"recipes/smollm2-135m/{script}")
+    samples, scorer = tmp_path / "samples.jsonl", tmp_path / "scorers" / "judge"
+    reply = {"reply": "Fine, thanks.", "tokens": 4, "cut": False, "pmi": {"j": 0.5}}
+    samples.write_text(json.dumps({"context": "Hi", "base": [reply], "human reference": [reply]}) + "\n")
+    for missing, kind in ((scorer, "no such folder"), (scorer / WEIGHTS_NAME, "no such file")):
+        monkeypatch.setattr("sys.argv", [script, str(samples), *([option, f"j={scorer}"] if option else [str(scorer)])])
+        with pytest.raises(SystemExit) as exit_:
+            recipe.main()
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"{script}: {missing}: {kind}; ") and err.count("\n") == 1, err
+        assert f"{option} NAME=DIR should name" in err if option else "; SCORER should be" in err
+        assert "a saved scorer's folder" in err
+        scorer.mkdir(parents=True, exist_ok=True)
+        (scorer / CONFIG_NAME).write_text("{}")

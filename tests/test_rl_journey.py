@@ -195,7 +195,7 @@ def test_rerank_samples_with_the_policy_commands_system_prompt(smol_tokenizer, m
     assert rerank.RerankArguments().system_prompt == DEFAULT_SYSTEM_PROMPT
     gemma = copy.deepcopy(smol_tokenizer)
     gemma.chat_template = GEMMA
-    monkeypatch.setattr(loading, "load_policy", lambda name: (None, gemma))
+    monkeypatch.setattr(loading, "load_policy", lambda name, device=None: (None, gemma))
     seen = []
     monkeypatch.setattr(rerank, "sample_replies", lambda m, t, prompts, n, s, d: seen.extend(prompts) or [["ok"]])
     rows = [{"context": "Hi there.", "candidates": []}]

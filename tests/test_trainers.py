@@ -145,7 +145,9 @@ def test_policy_from_warns_when_bf16_is_only_emulated(native, tiny_policy, smol_
     for dtype, autocast, flag in cases:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model, _ = policy_from(ModelConfig(model_name_or_path=str(tmp_path), dtype=dtype), bf16=autocast)
+            model, _ = policy_from(
+                ModelConfig(model_name_or_path=str(tmp_path), dtype=dtype, use_peft=True), bf16=autocast
+            )
         emulated = [str(w.message) for w in caught if "no fast bfloat16" in str(w.message)]
         assert model.dtype == getattr(torch, dtype)
         if native or flag is None:

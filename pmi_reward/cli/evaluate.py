@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import parse_args
@@ -20,13 +21,23 @@ from ..data.records import atomic_write, check_output, json_safe
 from ..evaluation.scorer_report import EvaluateArguments, evaluate_scorer, evaluation_columns
 from ..scoring.models import embedding_cache_dir
 from ..scoring.scorer import PMIScorer
+from .device import check_device, device_help
 from .processes import single_process
 from .score import scorer_files
 
 
+@dataclass
+class EvaluateCommandArguments(EvaluateArguments):
+    """``EvaluateArguments`` and where the scorer runs: a command's option, not the report's (``evaluate_scorer``
+    takes a scorer already loaded)."""
+
+    device: str | None = field(default=None, metadata={"help": device_help(onnx=None)})
+
+
 def main(argv: list[str] | None = None) -> int:
     single_process("evaluate")  # before anything loads: it has no multi-process path
-    args, negatives = parse_args((EvaluateArguments, NegativeSpec), argv, prog="pmi-reward evaluate")
+    args, negatives = parse_args((EvaluateCommandArguments, NegativeSpec), argv, prog="pmi-reward evaluate")
+    check_device(args.device)  # a device this machine lacks: one line now, not a traceback once the scorer loaded
     if args.pmi_columns and len(args.pmi_columns) != 3:
         raise SystemExit("--pmi_columns takes three columns: p_xy p_x p_y")
     if args.output:
@@ -45,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pairs = read()
     evaluation_columns(pairs, negatives, args)  # a bad column or a mix the pairs cannot give: before the scorer loads
-    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=embedding_cache_dir(None, args.no_cache))
+    scorer = PMIScorer.from_pretrained(
+        args.scorer, device=args.device, cache_dir=embedding_cache_dir(None, args.no_cache)
+    )
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
     if turns:  # contexts cut as the scorer's training pairs were (and PMIReward, score, rerank cut them)
         pairs = read(turns)

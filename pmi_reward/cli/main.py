@@ -40,8 +40,9 @@ COMMANDS = {
     "demo": ("pmi_reward.cli.demo", "the main job: scorers, a short GRPO run and its held-out engagement gain"),
 }
 
-# What a user's mistake raises: bad data, files and folders (DataError and ScorerLoadError are ValueErrors), bad
-# option values, a --config that is not YAML; anything else is a bug and keeps its traceback.
+# What a user's mistake raises: bad data, files and folders (DataError and ScorerLoadError are ValueErrors; a
+# damaged weights file, embedding cache or ONNX export an OSError: DamagedWeightsError, CacheFileError), bad option
+# values, a --config that is not YAML; anything else is a bug and keeps its traceback.
 USER_ERRORS = (ValueError, OSError, ModuleNotFoundError, yaml.YAMLError)
 USAGE = 2
 INTERRUPTED, TERMINATED, BROKEN_PIPE = 130, 143, 141  # 128 + SIGINT, SIGTERM, SIGPIPE: what a shell reports

@@ -24,6 +24,7 @@ from ..policy.sampling import SamplingSettings, sample_replies
 from ..rewards.rerank import rerank_many
 from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer
+from .device import check_device, device_help
 from .processes import single_process
 from .score import EmbeddingCacheArguments, scorer_files
 
@@ -53,6 +54,9 @@ class RerankArguments:
         metadata={"help": "--input's column of candidate replies (a list); a row without them is sampled with --model"},
     )
     model: str | None = field(default=None, metadata={"help": "chat model for best-of-n when a row has no candidates"})
+    device: str | None = field(
+        default=None, metadata={"help": device_help("the scorer and --model run", onnx="the scorer on the CPU")}
+    )
     n: int = field(default=8, metadata={"help": "replies sampled per context for best-of-n"})
     system_prompt: str | None = field(
         default=DEFAULT_SYSTEM_PROMPT,
@@ -107,7 +111,7 @@ def _sample_missing(args: RerankArguments, settings: SamplingSettings, rows: lis
     from ..policy.loading import load_policy
     from ..policy.prompts import fit_prompts
 
-    model, tokenizer = load_policy(args.model)
+    model, tokenizer = load_policy(args.model, device=args.device)  # --device keeps both models off a GPU
     prompts = [
         c if isinstance(c, list) else turns_to_messages(c, args.system_prompt)
         for c in (r[args.context_column] for r in missing)
@@ -144,12 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     args, settings, cache, runtime = parse_args(
         (RerankArguments, SamplingSettings, EmbeddingCacheArguments, EncoderRuntime), argv, prog="pmi-reward rerank"
     )
+    check_device(args.device)  # a device this machine lacks: one line now, not a traceback once a model loaded
     if args.output:  # ranked rows hold lists: JSON only
         inputs = [args.input, *_model_files(args.model), *scorer_files(args.scorer)]
         check_output(args.output, args.overwrite, inputs=inputs, suffixes=(".jsonl", ".ndjson", ".json"))
     rows = _rows(args)
     _sample_missing(args, settings, rows)
-    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=cache.directory(), **runtime.as_kwargs())
+    scorer = PMIScorer.from_pretrained(
+        args.scorer, device=args.device, cache_dir=cache.directory(), **runtime.as_kwargs()
+    )
     # strict: a scorer that fails raises here (as in `pmi-reward score`), not an exit 0 with every score null
     contexts, candidates = [r[args.context_column] for r in rows], [r[args.candidates_column] for r in rows]
     ranked = rerank_many(scorer, contexts, candidates, strict=True, progress=args.progress)

@@ -26,6 +26,7 @@ from ..rewards.path import RewardPath
 from ..scoring.encoder import LOCAL_ENCODER, EncoderRuntime
 from ..scoring.models import CACHE_DIR_HELP, NO_CACHE_HELP, embedding_cache_dir
 from ..scoring.scorer import CONFIG_NAME, DEFAULT_SCORER, METADATA_NAME, PMIScorer
+from .device import check_device, device_help
 from .processes import single_process
 
 
@@ -76,6 +77,7 @@ class ScoreArguments:
             "context_turns), as PMIReward and the server read them; 0 scores every line"
         },
     )
+    device: str | None = field(default=None, metadata={"help": device_help()})
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args, cache, runtime = parse_args(
         (ScoreArguments, EmbeddingCacheArguments, EncoderRuntime), argv, prog="pmi-reward score"
     )
+    check_device(args.device)  # a device this machine lacks: one line now, not a traceback once the scorer loaded
     check_output(args.output, args.overwrite, inputs=[args.input, *scorer_files(args.scorer)])
     records = read_records(args.input)
     contexts = require_text(records, args.input, args.context_column, allow_empty=True)
@@ -105,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.input}: it has a column {args.score_column!r} already, which the scores would overwrite; name "
             "another with --score_column"
         )
-    scorer = PMIScorer.from_pretrained(args.scorer, cache_dir=cache.directory(), **runtime.as_kwargs())
+    scorer = PMIScorer.from_pretrained(
+        args.scorer, device=args.device, cache_dir=cache.directory(), **runtime.as_kwargs()
+    )
     scorer.encoder.set_batch_size(args.encode_batch_size)
     turns = scorer.context_turns if args.context_turns is None else args.context_turns
     # PMIReward's reading with no shaping (rerank's), but every line for 0: its options know no "all turns" beside

@@ -13,6 +13,7 @@ from ..scoring.encoder import EncoderRuntime
 from ..scoring.scorer import DEFAULT_SCORER, PMIScorer, ScorerLoadError
 from ..serving.endpoints import check_options
 from ..serving.server import ServerConfig, serve
+from .device import check_device, device_help
 from .processes import single_process
 
 
@@ -25,7 +26,7 @@ class ServeArguments:
             "scorer, where `pmi-reward train --config scorer/recommended` (or `make scorer` in a checkout) saves it"
         },
     )
-    device: str | None = field(default=None, metadata={"help": "cpu | cuda | cuda:1 ... (default: cuda if available)"})
+    device: str | None = field(default=None, metadata={"help": device_help()})
     cache_dir: str | None = field(default=None, metadata={"help": "embedding cache directory (default: none)"})
     encode_batch_size: int | None = field(default=None, metadata={"help": "override the scorer's encoder batch"})
     log_level: str = field(
@@ -52,16 +53,6 @@ def check_batch_size(options: RewardOptions) -> None:
             f"--batch_size {options.batch_size} has no effect on the server: it batches concurrent requests by "
             "--max_batch_pairs (pairs per encoder call) and --max_batch_chars; set those instead"
         )
-
-
-def check_device(device: str | None) -> None:
-    """``--device`` names a device of this machine (a CUDA index it has), checked before the scorer loads: ``gpu``,
-    or ``cuda`` where there is none, was a traceback after loading."""
-    from ..scoring.encoder import missing_device
-
-    reason = missing_device(device) if device is not None else None
-    if reason:
-        raise ValueError(f"--device {device}: {reason}")
 
 
 def main(argv: list[str] | None = None) -> int:

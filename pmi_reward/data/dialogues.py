@@ -84,8 +84,11 @@ def speaker_turns(messages: Iterable[tuple[str | None, str]]) -> list[str]:
     and by the reward (``conversation.prompt_to_context``), so that both read one chat alike. Consecutive messages
     of one speaker are one turn, joined with a space (as separate turns they made "user replies to user" pairs); a
     message with no text is none. A message of speaker None (a plain string in a messages list, a system turn the
-    reward keeps) is a turn of its own, never joined."""
-    turns: list[str] = []
+    reward keeps) is a turn of its own, never joined.
+
+    A turn's messages are collected, then joined once: joined onto the growing turn one by one, a run of 25,000
+    messages took seconds (each copied the turn so far), before any turn limit cut the context."""
+    turns: list[list[str]] = []  # each turn's messages, its first as written and the rest stripped
     last = None  # the speaker of the last turn (None after a message of no known speaker)
     for who, text in messages:
         if not text.strip():
@@ -93,11 +96,11 @@ def speaker_turns(messages: Iterable[tuple[str | None, str]]) -> list[str]:
                 last = None
             continue
         if who is not None and who == last:
-            turns[-1] = f"{turns[-1].strip()} {text.strip()}"
+            turns[-1].append(text.strip())
         else:
-            turns.append(text)
+            turns.append([text])
         last = who
-    return turns
+    return [parts[0] if len(parts) == 1 else " ".join([parts[0].strip(), *parts[1:]]) for parts in turns]
 
 
 def _turns_of(record: dict, where: str) -> tuple[str, ...]:

@@ -14,10 +14,19 @@ import time
 import warnings
 from pathlib import Path
 
+from safetensors import SafetensorError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..scoring.encoder import default_device
-from ..scoring.models import check_not_scorer, load_causal_lm, load_tokenizer, native_bf16, shipped_copy, shipped_name
+from ..scoring.models import (
+    check_not_scorer,
+    damaged_weights_error,
+    load_causal_lm,
+    load_tokenizer,
+    native_bf16,
+    shipped_copy,
+    shipped_name,
+)
 
 __all__ = ["load_policy", "check_bf16", "DEFAULT_POLICY"]
 
@@ -67,6 +76,22 @@ def _check_one_kind(path: Path) -> None:
     )
 
 
+def _adapter_base(adapter: Path) -> str:
+    """The base model an adapter's ``adapter_config.json`` records (``base_model_name_or_path``), refused by name
+    where the file is no JSON object or lacks it (a raw KeyError or JSON error named neither the file nor the fix)."""
+    try:
+        config = json.loads(adapter.read_text(encoding="utf-8"))
+    except ValueError as err:  # not JSON (cut short), not UTF-8
+        raise ValueError(f"{adapter}: not a readable adapter config ({err}); save the adapter again") from None
+    source = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(
+            f"{adapter}: no base_model_name_or_path (the model the adapter was trained on, which it is merged "
+            'onto); add it, e.g. "base_model_name_or_path": "smollm2-135m-instruct"'
+        )
+    return source
+
+
 def load_policy(
     name_or_path: str | None = None,
     dtype: str | None = "float32",
@@ -82,7 +107,9 @@ def load_policy(
     working directory); a shipped or Hub name keeps the name transformers loads it by (TRL builds reference models
     from it). An adapter whose
     recorded base is another machine's converted copy of a shipped model loads on this machine's. A pmi-reward
-    scorer folder is refused as one (``check_not_scorer``), before the tokenizer check it would fail.
+    scorer folder is refused as one (``check_not_scorer``), before the tokenizer check it would fail. A damaged
+    weights file (the model's or the adapter's, cut short by a run killed while saving) raises
+    ``DamagedWeightsError``, an ``OSError`` naming it.
     """
     name_or_path = name_or_path or DEFAULT_POLICY
     dtype = "float32" if dtype in (None, "auto") else dtype
@@ -93,11 +120,14 @@ def load_policy(
         from peft import PeftModel
 
         _check_one_kind(path)
-        source = json.loads(adapter.read_text())["base_model_name_or_path"]
+        source = _adapter_base(adapter)
         if not Path(source).exists() and (copy := shipped_copy(source)) is not None:
             source = copy  # a cache path of a shipped model, from a machine with another cache
         base, tokenizer = load_policy(source, dtype, attn_implementation, device="cpu")  # its base may be an adapter
-        model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+        try:
+            model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+        except SafetensorError as err:  # adapter_model.safetensors cut short (a run killed while saving it)
+            raise damaged_weights_error(path, err) from err
         model.name_or_path = model.config._name_or_path = str(path.resolve())
     else:
         if shipped_name(name_or_path) is None:  # a scorer lacks a tokenizer: say what it is, not what it lacks

@@ -45,6 +45,7 @@ from .trainers import (
     ScriptArguments,
     budget_spent,
     build_rewards,
+    check_policy_dtype,
     check_reward_weights,
     command_streams,
     cpu_seconds,
@@ -300,18 +301,23 @@ def train_ppo(
     reward: Callable | None = None,
     reward_options: RewardOptions | None = None,
 ) -> dict:
-    """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary."""
+    """Run PPO; save the policy (LoRA adapter or full weights), its value head, a log and a summary. A caller's
+    ``model`` fully fine-tuned (no ``--use_peft``) must hold its trainable weights in float32
+    (``check_policy_dtype``); the reward's scorer runs on the trainer's device (the CPU under ``use_cpu``)."""
     if reward is None:
         check_reward_weights(script_args, cfg.reward_weights)
+    check_policy_dtype(model_args, model)  # a half-precision full fine-tune: before the prompts, policy or reward load
     accelerator = Accelerator(cpu=cfg.use_cpu)
     set_seed(cfg.seed, device_specific=True)  # processes sample different replies
     prompts = list(build_prompts(script_args)["prompt"])
+    device = str(accelerator.device)  # the policy's, and the reward scorer's
     if model is None:
-        model, tokenizer = policy_from(model_args, device=str(accelerator.device))
+        model, tokenizer = policy_from(model_args, device=device)
     prompts = fit_prompts(prompts, tokenizer)
     if reward is None:
         reward = CombinedReward(
-            build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir), cfg.reward_weights
+            build_rewards(script_args, reward_options, model, tokenizer, cfg.output_dir, device=device),
+            cfg.reward_weights,
         )
     policy, ref_model = _policies(model, model_args, script_args.lora_top_layers, accelerator)
     trainable = [p for p in policy.parameters() if p.requires_grad]

@@ -47,6 +47,7 @@ from .trainers import (
     LAST_N,
     ScriptArguments,
     build_rewards,
+    check_policy_dtype,
     check_reward_weights,
     command_streams,
     cpu_seconds,
@@ -330,13 +331,17 @@ def train_rft(  # the round loop reads top to bottom: sample, score, select, fin
     select, fit = (select_pairs, _dpo) if preference else (select_best, _sft)
     if rewards is None:
         check_reward_weights(script_args, cfg.reward_weights)
+    check_policy_dtype(model_args, model)  # a half-precision full fine-tune: before the prompts, policy or reward load
     set_seed(train_args.seed)
     prompts = list(build_prompts(script_args)["prompt"])
+    device = str(train_args.device)  # the policy's, and the reward scorer's
     if model is None:
-        model, tokenizer = policy_from(model_args, train_args.bf16, str(train_args.device))
+        model, tokenizer = policy_from(model_args, train_args.bf16, device)
     start_from = starting_model(model)  # before a round's LoRA wraps it
     prompts = fit_prompts(prompts, tokenizer)
-    built = rewards or build_rewards(script_args, reward_options, model, tokenizer, train_args.output_dir)
+    built = rewards or build_rewards(
+        script_args, reward_options, model, tokenizer, train_args.output_dir, device=device
+    )
     reward = CombinedReward(built, cfg.reward_weights)
     fluency = next((f for f in built if isinstance(f, FluencyPenalty)), None)
     peft_config = lora_config(model_args, model, script_args.lora_top_layers)

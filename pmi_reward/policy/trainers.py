@@ -53,6 +53,7 @@ from .sampling import CHAT_TEMPLATE_KWARGS, stop_ids
 __all__ = [
     "ScriptArguments",
     "policy_from",
+    "check_policy_dtype",
     "lora_config",
     "build_rewards",
     "check_trl_empty_score",
@@ -158,7 +159,9 @@ def policy_from(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The policy LM and its tokenizer that TRL's model arguments name (``bf16``: the trainer autocasts to bf16), on
     ``device``: the one the trainer will use (its config's ``device``, the CPU under ``use_cpu``; each process's own
-    GPU when several run), else the GPU where there is one."""
+    GPU when several run), else the GPU where there is one. A full fine-tune (no ``--use_peft``) in float16 or
+    bfloat16 is refused before anything loads (``check_policy_dtype``)."""
+    check_policy_dtype(model_args)
     check_bf16(model_args.dtype, bool(bf16), device)
     ignored = {
         "--model_revision": model_args.model_revision != "main",
@@ -172,6 +175,39 @@ def policy_from(
             "unquantized); give a local folder of the weights you want instead"
         )
     return load_policy(model_args.model_name_or_path, model_args.dtype, model_args.attn_implementation, device)
+
+
+# the weight dtypes AdamW cannot fine-tune in: it keeps its moments in the weights' dtype and steps them there
+HALF_PRECISION = ("float16", "bfloat16")
+
+
+def check_policy_dtype(model_args: ModelConfig | None, model: torch.nn.Module | None = None) -> None:
+    """A ValueError when a full fine-tune (no ``--use_peft`` in ``model_args``) would train half-precision weights:
+    the ``--dtype`` asked for (``model`` None: checked before the policy loads), or the dtype of ``model``'s
+    trainable parameters (a caller's own model). AdamW keeps its moments in the weights' dtype and steps them there:
+    in float16 its second moment and ``eps`` round to 0 and every weight is NaN after one step; in bfloat16 most
+    updates are below half a unit in the last place of the weight they move, so they round away
+    (``tests/test_policy_precision.py``). A LoRA adapter is allowed: peft keeps it in float32 over half-precision
+    base weights.
+    As ``check_encoder_dtype`` refuses for a scorer's encoder."""
+    if model_args is not None and model_args.use_peft:
+        return
+    if model is None:
+        asked = getattr(model_args, "dtype", None)
+        held = [asked] if asked in HALF_PRECISION else []
+        what = f"--dtype {asked}"
+    else:
+        trained = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad}
+        held = sorted(trained & set(HALF_PRECISION))
+        what = f"the policy's trainable weights in {', '.join(held)}"
+    if held:
+        raise ValueError(
+            f"{what} without --use_peft: full fine-tuning steps the policy's weights in their own dtype, where "
+            "AdamW's updates are lost (float16: its moments round to 0 and every weight is NaN after the first step; "
+            "bfloat16: most updates round away): load the policy with --dtype float32 (mixed precision over float32 "
+            "weights: --bf16 true for grpo/rloo/rft/dpo, `accelerate launch --mixed_precision bf16` for ppo), or "
+            "train a LoRA adapter with --use_peft (peft keeps it in float32)"
+        )
 
 
 def lora_config(model_args: ModelConfig, model: PreTrainedModel, top_layers: int | None = None):
@@ -252,15 +288,17 @@ def build_rewards(
     tokenizer: PreTrainedTokenizerBase | None = None,
     output_dir: str | None = None,
     prompts: Dataset | None = None,
+    device: str | torch.device | None = None,
 ) -> list[Callable]:
     """``PMIReward`` first (length-neutral with ``--length_neutral``), then the extra reward functions in the order
     given, then the truncation and fluency penalties when asked for (they need the policy's ``model`` and
     ``tokenizer``, still the starting model: the fluency penalty reads replies with a frozen copy of it, in
     ``--fluency_dtype``). The length-neutral baseline is fitted on ``prompts`` (the trainer's dataset, fitted to the
     chat template) where given, else on the prompts ``args`` name; under DDP the main process alone fits and writes
-    it, the others then read its file."""
+    it, the others then read its file. The reward's scorer runs on ``device``: the one the policy trains on (a
+    ``--use_cpu`` run on a machine with a GPU keeps it off the GPU); None: the GPU where there is one, else the CPU."""
     options = options or RewardOptions()
-    pmi = PMIReward.from_pretrained(args.scorer, options=options)
+    pmi = PMIReward.from_pretrained(args.scorer, device=device, options=options)
     if args.length_neutral and options.length_baseline is None:
         path = Path(output_dir or ".") / "length_baseline.json"
         with main_process_first() as main:
@@ -811,6 +849,7 @@ def train_with_trl(
     else:  # a caller's own list (e.g. two PMIRewards, both named pmi_reward by default), before anything loads
         check_reward_names(rewards)
     check_top_p(training_args)  # a caller's own config, not read by the commands' classes
+    check_policy_dtype(model_args, model)  # a half-precision full fine-tune: before run_args.json is written
     resume = resume_argument(training_args)
     settings = run_settings(script_args, reward_options, training_args, model_args)
     check_run_folder(resume, settings, training_args.output_dir)
@@ -820,12 +859,13 @@ def train_with_trl(
     finished = finished_at(resume, training_args) if resume else None
     dataset = build_prompts(script_args)
     check_generation_batch(training_args, len(dataset))
+    device = str(training_args.device)  # the policy's, and the reward scorer's
     if model is None:
-        model, tokenizer = policy_from(model_args, training_args.bf16, str(training_args.device))
+        model, tokenizer = policy_from(model_args, training_args.bf16, device)
     start = starting_model(model)  # before the trainer wraps it
     dataset = fit_prompt_column(dataset, tokenizer)
     rewards = rewards or build_rewards(
-        script_args, reward_options, model, tokenizer, training_args.output_dir, prompts=dataset
+        script_args, reward_options, model, tokenizer, training_args.output_dir, prompts=dataset, device=device
     )
     weights = training_args.reward_weights
     missing = penalties(script_args)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .forking import hold_across_fork, keep_for_ever
 
-__all__ = ["EmbeddingCache", "cache_key"]
+__all__ = ["EmbeddingCache", "CacheFileError", "cache_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,13 @@ def _read_only(err: sqlite3.Error) -> bool:
     return "readonly" in str(err) or "unable to open" in str(err)
 
 
+class CacheFileError(sqlite3.DatabaseError, OSError):
+    """``embeddings.sqlite`` is no database SQLite can read (its first page overwritten by a disk error, a copy
+    taken mid-write, another file at its path): to delete. A ``sqlite3.DatabaseError``, as it was, and an
+    ``OSError``, as any other unreadable file, so that a command reports it in one line (exit code 2), not with a
+    traceback."""
+
+
 def cache_key(*parts: str) -> bytes:
     """A 20-byte key for an embedding: the encoder fingerprint, the input kind and the texts."""
     h = hashlib.sha1()
@@ -73,8 +80,12 @@ class EmbeddingCache:
     until the folder goes too (``rm -r`` unlinks the file first): the old database's ``-wal`` and ``-shm`` files are
     still beside it, where another process may map them, and a fresh connection would read them against the new file
     (a "disk I/O error", or the new file corrupted); a process forked then runs without a cache. A cache opened
-    without a file (one it could not open at all) does not look again. A lookup SQLite fails (a corrupt file, locked
-    past the timeout) is a miss, said once per kind, not an error of the caller's."""
+    without a file (one it could not open at all) does not look again. A lookup SQLite fails (a file corrupted past
+    its first page, locked past the timeout) is a miss, said once per kind, not an error of the caller's. A file
+    SQLite cannot open as a database at all (its header overwritten, not a database) is refused when the cache
+    opens: ``CacheFileError`` (a ``sqlite3.DatabaseError`` and an ``OSError``) names it, to delete; where a
+    deleted or replaced folder is opened afresh mid-run, such a file means running on without a cache, with one
+    warning."""
 
     def __init__(self, directory: str | Path) -> None:
         # absolute, as SQLite holds it: a relative folder read after an os.chdir would be another folder
@@ -114,7 +125,7 @@ class EmbeddingCache:
                 return
             if isinstance(err, sqlite3.OperationalError):  # locked past the timeout: not a broken file
                 raise
-            raise sqlite3.DatabaseError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
+            raise CacheFileError(f"{self.path}: not a readable embedding cache ({err}); delete it") from None
 
     def _open_read_only(self, cause: sqlite3.Error) -> None:
         """Open the cache for lookups only (``mode=ro``), or, where SQLite cannot read it so either (a WAL database

@@ -59,6 +59,9 @@ FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every
 # texts tokenized at a time: a whole call's fast-tokenizer encodings were held at once (several KB a text, GBs for a
 # million pairs); a slice's are freed before the next is tokenized
 ENCODE_SLICE = 65_536
+# a text longer than this many characters per token of ``max_length`` is tokenized through a window of its start or
+# end (``_window``): a 100k-character reply was tokenized whole (21,600 tokens) to keep 256, 26 s for 256 replies
+WINDOW_CHARS_PER_TOKEN = 16
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
@@ -116,6 +119,20 @@ class EncoderSpec:
     )
 
     def __post_init__(self) -> None:
+        """Each field's type and range, named: a scorer's config.json edited by hand or damaged (``"layer": "-1"``,
+        ``"model": null``) reached the model code as a raw TypeError or AttributeError."""
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"model must be a model name or path, got {self.model!r}")
+        if self.pooling not in (None, "mean", "last"):  # None: the model's own (``default_pooling``)
+            raise ValueError(f"pooling must be 'mean', 'last' or null, got {self.pooling!r}")
+        if not isinstance(self.normalize, bool):
+            raise ValueError(f"normalize must be true or false, got {self.normalize!r}")
+        for name in ("max_length", "layer", "encode_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if self.revision is not None and not isinstance(self.revision, str):
+            raise ValueError(f"revision must be a string or null, got {self.revision!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.quantize not in QUANTIZE:
@@ -250,14 +267,19 @@ def missing_device(device: str) -> str | None:
     return None
 
 
-def default_device(device: str | torch.device | None = None) -> torch.device:
-    """``device``, or the GPU where there is one, else the CPU."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+def default_device(device: str | torch.device | None = None, backend: str = "torch") -> torch.device:
+    """``device``, or the GPU where there is one, else the CPU; the CPU for the onnx ``backend`` (ONNX Runtime runs
+    there: ``--backend onnx`` on a machine with a GPU was refused unless the device was named)."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if backend == "torch" and torch.cuda.is_available() else "cpu")
 
 
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """Mean over real tokens, or the last real token (correct for left or right padding)."""
     if pooling == "mean":
+        if hidden.dtype == torch.float16:  # a sum over a long text's tokens passes float16's 65,504 (a decoder's
+            hidden = hidden.float()  # first-token states hold ~25,600); bfloat16 has float32's range and is kept
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
     if pooling == "last":
@@ -317,6 +339,26 @@ def position_limit(model: Any) -> int | None:
     return None
 
 
+def _window(text: str, size: int, keep_end: bool) -> str:
+    """The start (or end) of ``text``, of ``size // 2`` to ``size`` characters, cut at a space that follows a letter or
+    digit; ``text`` itself where it is no longer or has no such space there. Tokenizers that split words at spaces
+    before their subword step (WordPiece, byte-level BPE, SentencePiece: MiniLM's, SmolLM2's) give the window the
+    full text's tokens up to that space (from it, for the end), with the same offsets (shifted by the window's
+    start): a cut inside the window is the full text's cut."""
+    if len(text) <= size:
+        return text
+    if keep_end:
+        start = len(text) - size
+        at = text.find(" ", start + 1, start + size // 2)
+        while at != -1 and not text[at - 1].isalnum():
+            at = text.find(" ", at + 1, start + size // 2)
+        return text if at == -1 else text[at:]
+    at = text.rfind(" ", size // 2, size + 1)
+    while at != -1 and not text[at - 1].isalnum():
+        at = text.rfind(" ", size // 2, at)
+    return text if at == -1 else text[:at]
+
+
 def _tokenizing(method: Callable) -> Callable:
     """Tokenizer work taken in turn: a fast tokenizer's truncation setting is shared state, and one thread's
     ``_tokenized`` (truncating) could cut another's ``_cut`` offsets short (a context kept its start, not its end)."""
@@ -340,7 +382,7 @@ class TextEncoder:
         model=None,
         tokenizer=None,
     ) -> None:
-        self.device = default_device(device)
+        self.device = default_device(device, spec.backend)
         self.requested_dtype = spec.dtype  # "auto" resolves per machine: a pickled PMIReward resolves it again
         self.spec = spec = spec.on(self.device)
         if spec.backend == "onnx" and self.device.type != "cpu":  # before the package check: none would help
@@ -469,7 +511,7 @@ class TextEncoder:
         """Token ids of filled pair prompts: the context cut from its start and the reply from its end so that both
         fit the budget (the reply keeps at least half of it)."""
         budget = self._budget(fill(template, context="", response=""))
-        lc, lr = np.array(self._lengths(contexts)), np.array(self._lengths(responses))
+        lc, lr = np.array(self._lengths(contexts, keep_end=True)), np.array(self._lengths(responses))
         fits = lc + lr <= budget
         r_keep = np.where(fits, lr, np.minimum(lr, np.maximum(budget - lc, budget // 2)))
         c_keep = np.where(fits, lc, np.maximum(budget - r_keep, 0))
@@ -511,7 +553,7 @@ class TextEncoder:
             return self._tokenized(self._written(texts, template, keep))
         if not texts:
             return []
-        ids = self.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]
+        ids = self._windowed(texts, keep == "end", add_special_tokens=True)[1]["input_ids"]
         budget = self._budget("")
         long = [i for i, row in enumerate(ids) if len(row) - self._special > budget]
         if long:
@@ -560,27 +602,50 @@ class TextEncoder:
         return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
     @_tokenizing
-    def _lengths(self, texts: list[str]) -> list[int]:
+    def _windowed(self, texts: list[str], keep_end: bool, **kwargs: Any) -> tuple[list[str], dict[str, list]]:
+        """The texts read (each long one's ``_window``) and their tokenizer ``kwargs`` encodings. A window is kept
+        only where it holds more than ``max_length`` tokens besides the special ones, more than any cut keeps (and
+        more than a pair's budget, so the pair's split between context and reply is the same); where it holds fewer
+        (a text of very long tokens), the whole text is tokenized, as every text was."""
+        used = [_window(t, WINDOW_CHARS_PER_TOKEN * self.spec.max_length, keep_end) for t in texts]
+        enc = {k: list(v) for k, v in self.tokenizer(used, verbose=False, **kwargs).items()}
+        special = self._special if kwargs.get("add_special_tokens", True) else 0
+        again = [
+            i
+            for i, (u, t) in enumerate(zip(used, texts, strict=True))
+            if u is not t and len(enc["input_ids"][i]) - special <= self.spec.max_length
+        ]
+        if again:
+            whole = self.tokenizer([texts[i] for i in again], verbose=False, **kwargs)
+            for j, i in enumerate(again):
+                used[i] = texts[i]
+                for k in enc:
+                    enc[k][i] = whole[k][j]
+        return used, enc
+
+    @_tokenizing
+    def _lengths(self, texts: list[str], keep_end: bool = False) -> list[int]:
+        """Token counts (no special tokens); a long text's is its window's, more than ``max_length`` like its own."""
         if not texts:
             return []
-        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+        return [len(ids) for ids in self._windowed(texts, keep_end, add_special_tokens=False)[1]["input_ids"]]
 
     @_tokenizing
     def _cut(self, texts: list[str], budgets: list[int], keep_end: bool) -> list[str]:
         """Cut each text to at most ``budget`` tokens at a token boundary, keeping its end or its start."""
         if not texts:
             return []
-        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        used, enc = self._windowed(texts, keep_end, add_special_tokens=False, return_offsets_mapping=True)
         out = []
-        for text, offsets, budget in zip(texts, enc["offset_mapping"], budgets, strict=True):
+        for text, read, offsets, budget in zip(texts, used, enc["offset_mapping"], budgets, strict=True):
             if len(offsets) <= budget:
                 out.append(text)
             elif budget <= 0:
                 out.append("")
             elif keep_end:
-                out.append(text[offsets[len(offsets) - budget][0] :])
+                out.append(read[offsets[len(offsets) - budget][0] :])
             else:
-                out.append(text[: offsets[budget - 1][1]])
+                out.append(read[: offsets[budget - 1][1]])
         return out
 
     def _cached(self, keys: list[bytes], make, progress: bool | str) -> np.ndarray:

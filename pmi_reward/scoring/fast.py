@@ -14,8 +14,9 @@ to the hidden states the scorer pools, then ONNX Runtime fuses the graph (attent
   float32 depends on the CPU's ``MatMulNBits`` kernels (``benchmarks/RESULTS.md``).
 
 The exported, fused and quantized graphs are cached under ``$PMI_REWARD_CACHE/onnx/<hash of the weights and
-settings>``, so a machine pays for them once. Needs ``pip install pmi-reward[fast]`` (onnxruntime, onnx). CPU
-only: on a GPU the torch backend in bfloat16 with large batches is the fast path.
+settings>``, so a machine pays for them once; a cached graph that ONNX Runtime cannot parse (cut short, emptied:
+a disk error, a cache copied mid-write) is built again, with a warning. Needs ``pip install pmi-reward[fast]``
+(onnxruntime, onnx). CPU only: on a GPU the torch backend in bfloat16 with large batches is the fast path.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -36,6 +38,8 @@ from torch import nn
 from .models import cache_root
 
 __all__ = ["OnnxBackbone", "onnx_files"]
+
+logger = logging.getLogger(__name__)
 
 _OPSET = 17
 # op types whose weights int8 replaces: every matrix product (ORT's fused Attention included)
@@ -191,16 +195,31 @@ def _quantize_blocks(source: Path, target: Path, block: int = BLOCK) -> None:
     onnx.save(model, str(target))
 
 
-def onnx_files(model: nn.Module, layer: int, quantize: str) -> Path:
+_FileId = tuple[int, int, int]  # a file's (st_dev, st_ino, st_mtime_ns): which file is at a path
+
+
+def _file_id(path: Path) -> _FileId | None:
+    """Which file is at ``path`` now, None where none is."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def onnx_files(model: nn.Module, layer: int, quantize: str, *, damaged: _FileId | None = None) -> Path:
     """The cached graph for ``model`` (exported, fused and, for ``int8``/``int8-block``, quantized on first use,
     under a lock, in a temporary ``.build-*`` folder). A build killed outright (SIGKILL, the OOM killer) leaves that
     folder, the exported model (hundreds of MB): under the lock no build of this directory is live, so any found is
-    removed (mkdtemp's name: the prefix and 8 of ``[a-z0-9_]``; nothing else of the directory matches)."""
+    removed (mkdtemp's name: the prefix and 8 of ``[a-z0-9_]``; nothing else of the directory matches).
+
+    ``damaged``: the ``_file_id`` of the cached graph found unreadable, built again (replaced in one rename) unless
+    another process did so already (another file is at its path by the time the lock is held)."""
     if quantize not in _FILES:
         raise ValueError(f"quantize must be one of {tuple(_FILES)}, got {quantize!r}")
     directory = cache_root() / "onnx" / _weights_hash(model, layer)
     name = _FILES[quantize]
-    if (directory / name).is_file():
+    if damaged is None and (directory / name).is_file():
         return directory / name
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
@@ -208,7 +227,7 @@ def onnx_files(model: nn.Module, layer: int, quantize: str) -> Path:
         for stale in directory.iterdir():
             if _BUILD.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
-        if (directory / name).is_file():
+        if (directory / name).is_file() and (damaged is None or _file_id(directory / name) != damaged):
             return directory / name
         tmp = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
         try:
@@ -224,6 +243,17 @@ def onnx_files(model: nn.Module, layer: int, quantize: str) -> Path:
     return directory / name
 
 
+def _unparsable(err: Exception, path: Path) -> bool:
+    """Whether ONNX Runtime's ``err`` opening the cached graph ``path`` says the file is damaged (cut short: its
+    protobuf does not parse; emptied; gone) rather than anything else (a graph it cannot run: raised as it is)."""
+    if type(err).__name__ in ("InvalidProtobuf", "NoSuchFile"):
+        return True
+    try:
+        return os.stat(path).st_size == 0  # an empty file: "No graph was found in the protobuf"
+    except OSError:
+        return True
+
+
 class OnnxBackbone:
     """Hidden states of a token batch from an ONNX Runtime session (CPU), as float32 torch tensors."""
 
@@ -234,12 +264,30 @@ class OnnxBackbone:
             raise ImportError(
                 "backend='onnx' needs ONNX Runtime: pip install 'pmi-reward[fast]' (onnxruntime, onnx)"
             ) from None
-        self.path = onnx_files(model, layer, quantize)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        self.path = onnx_files(model, layer, quantize)
+        found = _file_id(self.path)  # before the read: another process's rebuild is not taken for the damage
+        try:
+            self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+            return
+        except Exception as err:  # ONNX Runtime's errors (InvalidProtobuf, ...) derive from Exception alone
+            if not _unparsable(err, self.path):
+                raise
+            cause = " ".join(str(err).split())
+        logger.warning("%s: damaged ONNX export (%s); building it again", self.path, cause)
+        try:
+            self.path = onnx_files(model, layer, quantize, damaged=found)
+            self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # a cache it cannot write, or a graph that does not read even built afresh
+            if not isinstance(err, OSError) and not _unparsable(err, self.path):
+                raise
+            raise OSError(
+                f"{self.path}: damaged ONNX export ({cause}), not rebuilt ({' '.join(str(err).split())}); delete "
+                f"{self.path.parent} to rebuild it"
+            ) from err
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         feeds = {

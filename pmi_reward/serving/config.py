@@ -30,7 +30,8 @@ class ServerConfig:
     max_batch_chars: int = field(
         default=64 * 1024,
         metadata={
-            "help": "characters of text in one encoder call: bounds how long a batch runs, so how long a small "
+            "help": "characters of text in one encoder call (those it tokenizes: a long text's window, a text "
+            "several pairs share once): bounds how long a batch runs, so how long a small "
             "request waits behind a large one (with MiniLM on one CPU thread: <= 20.2 s, docs/serving.md); raise it "
             "on a GPU"
         },
@@ -73,7 +74,15 @@ class ServerConfig:
     idle_timeout: float = field(
         default=30.0,
         metadata={
-            "help": "seconds a connection may take to send its next complete request (idle or slow); then closed"
+            "help": "seconds a keep-alive connection may wait before its next request's line and headers are in, and "
+            "seconds a request's body may take after its headers (idle or slow); then closed"
+        },
+    )
+    header_timeout: float = field(
+        default=10.0,
+        metadata={
+            "help": "seconds a new connection may take to send its first request line and headers (at most "
+            "idle_timeout); then closed: sockets that send nothing, with or without the key, free their slot soon"
         },
     )
 
@@ -92,7 +101,7 @@ class ServerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        for name in ("request_timeout", "drain_timeout", "idle_timeout", "queue_timeout"):
+        for name in ("request_timeout", "drain_timeout", "idle_timeout", "header_timeout", "queue_timeout"):
             # a condition's wait takes at most threading.TIMEOUT_MAX: inf raised in the accept loop, unanswered
             if not 0 < getattr(self, name) <= threading.TIMEOUT_MAX:
                 raise ValueError(f"{name} must be > 0 and at most {threading.TIMEOUT_MAX:g} s")

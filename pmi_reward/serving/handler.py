@@ -23,6 +23,7 @@ import queue
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -94,7 +95,7 @@ class App(Protocol):
 
     def _disconnect(self, conn: Any) -> None: ...
 
-    def _waiting(self, conn: Any, waiting: bool) -> None: ...
+    def _waiting(self, conn: Any, waiting: bool, timeout: float | None = None) -> None: ...
 
     def _busy(self, conn: Any, busy: bool, status: int | None = None) -> None: ...
 
@@ -111,6 +112,7 @@ def _response(status: int, payload: dict, extra: dict[str, str] | None = None, c
 
 
 UNREAD_FACTOR = 4  # a body refused unread is read and dropped after the answer up to this many times the body limit
+UNREAD_CHUNK = 1 << 16  # ... in reads of at most this many bytes: a refused body is never held whole
 
 
 class Refuser:
@@ -179,6 +181,17 @@ class HTTPServer(ThreadingHTTPServer):
         self.app._disconnect(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection's handler raised. A socket error (the client left, reset, or timed out) is the client's
+        doing and is logged in one DEBUG line; socketserver's default printed a raw traceback to stderr for each,
+        which anyone who can reach the port could repeat. Anything else is a bug: logged with its traceback."""
+        err = sys.exc_info()[1]
+        client = client_address[0] if isinstance(client_address, tuple) and client_address else client_address
+        if isinstance(err, OSError):
+            logger.debug("pmi-reward serve: connection from %s ended: %s: %s", client, type(err).__name__, err)
+        else:
+            logger.exception("pmi-reward serve: unexpected error on a connection from %s", client)
+
 
 class Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 with keep-alive; every answer is JSON, errors as ``{"error": message, "status": code}``."""
@@ -187,6 +200,8 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "pmi-reward"
     app: App
     _probed = False  # the client's end of input was seen while its request waited: _client_alive wrote a 100
+    _requests = 0  # requests begun on this connection: the first one's line and headers get header_timeout
+    _unread_within: float | None = None  # seconds to drop a refused body in (None: idle_timeout); _skip_body
 
     def version_string(self) -> str:
         return self.server_version  # no Python version in the Server header
@@ -194,9 +209,18 @@ class Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self._start, self._logged, self._arrived = time.perf_counter(), False, time.monotonic()
         self._items: int | None = None
-        self._unread, self._probed = 0, False
-        self.app._waiting(self.connection, True)  # until its request is read: the idle timeout applies
+        self._unread, self._unread_within, self._probed = 0, None, False
+        self._requests += 1
+        # until its request line and headers are in: a new connection has header_timeout, a keep-alive one
+        # idle_timeout (parse_request then gives the body idle_timeout from the headers)
+        self.app._waiting(self.connection, True, self._header_timeout() if self._requests == 1 else None)
         super().handle_one_request()
+
+    def _header_timeout(self) -> float:
+        """Seconds a new connection has for its first request line and headers: ``header_timeout``, at most
+        ``idle_timeout``."""
+        config = self.app.config
+        return min(config.header_timeout, config.idle_timeout)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         logger.debug("%s %s", self.address_string(), format % args)
@@ -224,6 +248,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":  # a two-word request line: it would get no status line
             self.send_error(400, "HTTP/0.9 requests are not supported")
             return False
+        self.app._waiting(self.connection, True)  # the headers are in: the body has idle_timeout from here
         return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -283,8 +308,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise ApiError(503, "the server is shutting down; retry on another")
             path = self.path.split("?", 1)[0]
-            if not self._authorized():
-                self._skip_body()
+            if not self._authorized():  # answered before any body byte is read, dropped within header_timeout
+                self._skip_body(self._header_timeout())
                 raise ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'")
             if path not in self.app.routes:
                 self._skip_body()
@@ -367,32 +392,34 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"invalid Content-Length {values[0]!r}")
         return int(values[0])
 
-    def _skip_body(self) -> None:
-        """Read and drop the body of a request refused before its body; one over the body limit is dropped after the
-        answer, and the connection closed (``_drop_unread``)."""
+    def _skip_body(self, within: float | None = None) -> None:
+        """A request refused before its body (401, 404, 405, 415, a GET with a body): its body is not read before the
+        answer, nor ever held whole. It is read and dropped after the answer, in chunks, and the connection closed
+        (``_drop_unread``), all within ``within`` seconds (default ``idle_timeout``): reading it first held a whole
+        ``max_body_bytes`` per connection, from clients without the key too, before their 401."""
         try:
             length = self._length() or 0
         except ApiError:
             return
-        if length > self.app.config.max_body_bytes:
+        if length:
             self.close_connection = True
-            self._unread = length
-        elif length:
-            self.rfile.read(length)
+            self._unread, self._unread_within = length, within
 
     def _drop_unread(self) -> None:
-        """After the answer to a body refused unread (over ``max_body_bytes``): half-close, then read and drop the
-        body, up to ``UNREAD_FACTOR`` times the limit, all of it within the idle timeout. A client that sends its
-        whole body before it reads (http.client, aiohttp) then gets the 413 and can split its request
-        (``RemotePMIReward`` does); closed with the body unread, it saw a broken pipe or a reset instead."""
+        """After the answer to a body refused unread (over ``max_body_bytes``, or refused before its body): half-close,
+        then read and drop the body in chunks of ``UNREAD_CHUNK`` bytes, up to ``UNREAD_FACTOR`` times the limit, all
+        of it within the idle timeout (a 401's within the header timeout: a client without the key must not hold a
+        slot for longer). A client that sends its whole body before it reads (http.client, aiohttp) then gets the
+        answer, a 413 it can split its request on (``RemotePMIReward`` does); closed with the body unread, it saw a
+        broken pipe or a reset instead."""
         if not self._unread:
             return
         left, self._unread = min(self._unread, UNREAD_FACTOR * self.app.config.max_body_bytes), 0
-        self.app._waiting(self.connection, True)  # the whole drop within idle_timeout (the reaper closes it then)
+        self.app._waiting(self.connection, True, self._unread_within)  # the reaper closes it after that
         self.wfile.flush()
         self.connection.shutdown(socket.SHUT_WR)
         while left > 0:
-            chunk = self.rfile.read1(min(left, 1 << 20))
+            chunk = self.rfile.read1(min(left, UNREAD_CHUNK))
             if not chunk:
                 return
             left -= len(chunk)
@@ -411,7 +438,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._unread = length  # read and dropped once the answer is out (_drop_unread)
             raise ApiError(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
-        data = self.rfile.read(length)
+        try:
+            data = self.rfile.read(length)
+        except OSError:  # stalled past idle_timeout (TimeoutError) or reset mid-body: the client's doing, not a 500
+            self.close_connection = True  # the stream is mid-body, and a timed-out socket file cannot be read again
+            timeout = self.app.config.idle_timeout
+            message = f"the body ({length} bytes) was not received in time (idle_timeout {timeout:g} s)"
+            raise ApiError(408, message) from None
         self._arrived = time.monotonic()  # the request's time limit starts: parsing and scoring count against it
         if len(data) < length:
             self.close_connection = True

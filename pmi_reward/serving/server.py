@@ -7,9 +7,10 @@ Concurrent requests are merged into bounded encoder batches, filled fairly (``Mi
 values, items and characters per request are bounded (413), malformed input gets a 4xx with a message naming the
 field (never a 5xx), each request has a time limit from its arrival (503), connections are capped (one over the cap
 waits for a free one, up to ``queue_timeout``, then 503; meanwhile every answer closes its keep-alive connection, and
-an idle one keeps its slot until its next request or ``idle_timeout``) and closed when idle, and ``close()`` drains
-in-flight requests, answering new ones 503, before it stops. Built on the standard library's threaded HTTP server
-(``handler``), which checks what its parser lets through; ``docs/serving.md`` (Security).
+an idle one keeps its slot until its next request or ``idle_timeout``) and closed when idle (a new one as soon as
+its request line and headers take over ``header_timeout``), and ``close()`` drains in-flight requests, answering new
+ones 503, before it stops. Built on the standard library's threaded HTTP server (``handler``), which checks what its
+parser lets through; ``docs/serving.md`` (Security).
 """
 
 from __future__ import annotations
@@ -183,12 +184,12 @@ class RewardServer:
             self._deadlines.pop(conn, None)
             self._lock.notify_all()
 
-    def _waiting(self, conn: socket.socket, waiting: bool) -> None:
-        """A connection starts (True) or ends (False) waiting for its next request, which it must have sent
-        within ``idle_timeout``."""
+    def _waiting(self, conn: socket.socket, waiting: bool, timeout: float | None = None) -> None:
+        """A connection starts (True) or ends (False) waiting for (part of) its next request, which it must have sent
+        within ``timeout`` seconds (default ``idle_timeout``), else the reaper closes it."""
         with self._lock:
             if waiting:
-                self._deadlines[conn] = time.monotonic() + self.config.idle_timeout
+                self._deadlines[conn] = time.monotonic() + (self.config.idle_timeout if timeout is None else timeout)
             else:
                 self._deadlines.pop(conn, None)
 
@@ -210,7 +211,7 @@ class RewardServer:
                 for conn in late:
                     del self._deadlines[conn]
             for conn in late:
-                logger.debug("pmi-reward serve: closing a connection idle for %.0f s", self.config.idle_timeout)
+                logger.debug("pmi-reward serve: closing a connection that did not send its request in time")
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
 

@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     require_inputs("recipes/empirical/run.py", f"--data_dir should be {STUDY_DATA}", files, data.data_dir)
     root = Path(data.data_dir) / where
     out = Path(study.output_dir)
+    if data.report_only:
+        expected = "--report_only rebuilds the report from the scores a run without it wrote to --output_dir"
+        require_inputs("recipes/empirical/run.py", expected, [out / "scores.npz"])
+    merged = [Path(folder) / "scores.npz" for folder in data.merge]
+    require_inputs("recipes/empirical/run.py", "--merge names the --output_dir of an earlier run", merged)
     out.mkdir(parents=True, exist_ok=True)
     targets = [t for t in TARGETS if t in read_records(root / "human.csv")[0]]
     human = load_pairs(root / "human.csv", extra_columns=targets)

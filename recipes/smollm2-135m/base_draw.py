@@ -12,6 +12,7 @@ python recipes/smollm2-135m/base_draw.py outputs/eval/tune/dpo-j/samples.jsonl \
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,9 @@ from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import bootstrap_ci, row_means
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.samples import judge_scores
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 
 def base_scores(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -56,6 +60,11 @@ def main() -> None:
     parser.add_argument("fixed", type=Path, help="samples.jsonl of the evaluation whose base draw the trials share")
     parser.add_argument("fresh", type=Path, help="samples.jsonl of the base drawn again on the same contexts")
     args = parser.parse_args()
+    expected = (
+        "FIXED and FRESH should each be an evaluation's samples.jsonl "
+        "(pmi-reward evaluate-policy writes it in --output_dir)"
+    )
+    require_inputs(parser.prog, expected, [args.fixed, args.fresh])
     print(compare(args.fixed, args.fresh))
 
 

@@ -16,6 +16,7 @@ python recipes/smollm2-135m/fluency.py outputs/eval/tune/dpo-g/samples.jsonl \
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,9 @@ from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.loading import DEFAULT_POLICY
 from pmi_reward.rewards.fluency import reply_nll
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,6 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", default="base", help="the policy whose replies set the 95th percentile")
     parser.add_argument("--model", default=DEFAULT_POLICY, help="the base chat model (name or directory)")
     args = parser.parse_args(argv)
+    require_inputs(
+        parser.prog,
+        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
+        [args.samples],
+    )
     records = read_records(args.samples)
     for policy in {args.base, *args.policies}:
         if not all(policy in r for r in records):

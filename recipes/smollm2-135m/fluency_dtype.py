@@ -13,6 +13,7 @@ python recipes/smollm2-135m/fluency_dtype.py outputs/eval/tune/dpo-h/samples.jso
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.loading import DEFAULT_POLICY
 from pmi_reward.rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, reply_nll
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,6 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_nll", type=float, default=BASE_NLL_P95, help="the penalty's threshold")
     parser.add_argument("--dtypes", nargs="+", default=list(FLUENCY_DTYPES), choices=FLUENCY_DTYPES)
     args = parser.parse_args(argv)
+    require_inputs(
+        parser.prog,
+        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
+        [args.samples],
+    )
     records = read_records(args.samples)
     pairs = []
     for policy in args.policies:

@@ -11,6 +11,7 @@ python recipes/smollm2-135m/judge_agreement.py outputs/eval/tune/protocol17/samp
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,9 @@ from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.metrics import bootstrap_ci
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.samples import judge_scores
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 
 def base_grid(rows: list[dict], policy: str = "base") -> dict[str, np.ndarray]:
@@ -89,6 +93,11 @@ def main() -> None:
     parser.add_argument("samples", type=Path, help="an evaluation's samples.jsonl with several base replies a context")
     parser.add_argument("--policy", default="base", help="whose replies to choose among")
     args = parser.parse_args()
+    require_inputs(
+        parser.prog,
+        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
+        [args.samples],
+    )
     print(agreement(args.samples, args.policy))
 
 

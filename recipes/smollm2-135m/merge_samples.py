@@ -12,10 +12,14 @@ python recipes/smollm2-135m/merge_samples.py outputs/eval/final/rejudge-mpnet/sa
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pmi_reward.data.records import read_records
 from pmi_reward.policy.samples import merge_records, write_records
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +29,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", type=Path, required=True, help="where samples.jsonl and samples.md go")
     parser.add_argument("--contexts", type=int, default=30, help="contexts shown in samples.md")
     args = parser.parse_args(argv)
+    expected = (
+        "FIRST and SECOND should each be an evaluation's samples.jsonl "
+        "(pmi-reward evaluate-policy writes it in --output_dir)"
+    )
+    require_inputs(parser.prog, expected, [args.first, args.second])
     merged = merge_records(
         read_records(args.first), read_records(args.second), names=(str(args.first), str(args.second))
     )

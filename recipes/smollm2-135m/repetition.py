@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.rewards.diversity import repeated_ngram_share
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 
 def reply_stats(replies: list[str]) -> dict[str, float]:
@@ -36,6 +40,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("samples", nargs="+", type=Path, help="samples.jsonl files; a policy seen twice is kept once")
     args = parser.parse_args()
+    require_inputs(
+        parser.prog,
+        "each SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
+        args.samples,
+    )
     replies: dict[str, list[str]] = {}
     for path in args.samples:
         # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw

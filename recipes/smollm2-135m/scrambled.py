@@ -15,6 +15,7 @@ python recipes/smollm2-135m/scrambled.py outputs/eval/tune/dpo-e/samples.jsonl \
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,11 @@ from pmi_reward.data.mining import scramble
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.panel import parse_judge
-from pmi_reward.scoring.scorer import PMIScorer
+from pmi_reward.scoring.hub import looks_like_repo_id
+from pmi_reward.scoring.scorer import CONFIG_NAME, WEIGHTS_NAME, PMIScorer
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,6 +38,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", nargs="+", default=["base", "human reference"], help="whose replies")
     parser.add_argument("--seed", type=int, default=0, help="seed of the scrambles")
     args = parser.parse_args(argv)
+    require_inputs(
+        parser.prog,
+        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
+        [args.samples],
+    )
+    for _, directory in map(parse_judge, args.scorers):
+        if Path(directory).exists() or not looks_like_repo_id(directory):  # a Hub id: resolved as it loads
+            expected = (
+                "each --scorers NAME=DIR should name a saved scorer's folder "
+                "(pmi-reward train writes it in --output_dir) or a Hub repo id org/name"
+            )
+            require_inputs(parser.prog, expected, [CONFIG_NAME, WEIGHTS_NAME], directory)
     records = read_records(args.samples)
     for policy in args.policies:
         if not all(policy in r for r in records):

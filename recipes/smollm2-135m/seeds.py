@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,6 +24,9 @@ import numpy as np
 from pmi_reward.evaluation.metrics import mean_ci, row_means
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.samples import judge_scores
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
+from recipe_inputs import require_inputs  # noqa: E402
 
 _SEED = re.compile(r"^(?P<stem>.+)-s(?P<seed>\d+)$")
 _NOT_POLICIES = ("context", "reference", "human reference")
@@ -115,7 +119,10 @@ def summary(directory: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path, help="an evaluate-policy output directory")
-    print(summary(parser.parse_args().directory))
+    args = parser.parse_args()
+    expected = "DIRECTORY should be an evaluate-policy --output_dir (its samples.jsonl and results.json)"
+    require_inputs(parser.prog, expected, ["samples.jsonl", "results.json"], folder=args.directory)
+    print(summary(args.directory))
 
 
 if __name__ == "__main__":
