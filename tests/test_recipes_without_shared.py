@@ -185,3 +185,69 @@ def test_scorer_script_without_its_scorer_folder_says_so_in_one_line(tmp_path, m
         assert "a saved scorer's folder" in err
         scorer.mkdir(parents=True, exist_ok=True)
         (scorer / CONFIG_NAME).write_text("{}")
+
+
+def _scorer_argv(script: str, option: str | None, samples: Path, scorer: str) -> list[str]:
+    return [script, str(samples), *([option, f"j={scorer}"] if option else [scorer])]
+
+
+@pytest.mark.parametrize("scorer", ["outputs/scorer", "runs/judge"])
+@pytest.mark.parametrize(
+    ("script", "option"),
+    [("cut_spread.py", None), ("line_breaks.py", None), ("rescore.py", "--judges"), ("scrambled.py", "--scorers")],
+)
+def test_scorer_script_with_a_missing_relative_scorer_folder_says_so_in_one_line(
+    tmp_path, monkeypatch, capsys, script, option, scorer
+):
+    """A missing relative ``org/name``-shaped folder (README's ``outputs/scorer``, a mistyped ``runs/judge``) passed
+    as a Hub id that loads as it is resolved, so the check let it through and the script ended in ScorerLoadError's
+    traceback after reading the samples. Offline, with nothing in the Hugging Face cache, it is refused first."""
+    import json
+
+    from huggingface_hub import constants
+
+    recipe = load_recipe(f"recipes/smollm2-135m/{script}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    reply = {"reply": "Fine, thanks.", "tokens": 4, "cut": False, "pmi": {"j": 0.5}}
+    Path("samples.jsonl").write_text(json.dumps({"context": "Hi", "base": [reply], "human reference": [reply]}) + "\n")
+    monkeypatch.setattr("sys.argv", _scorer_argv(script, option, Path("samples.jsonl"), scorer))
+    with pytest.raises(SystemExit) as exit_:
+        recipe.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{script}: {scorer} (from {tmp_path}): ") and err.count("\n") == 1, err
+    assert "no such folder;" in err if scorer == "outputs/scorer" else "nor a Hub repo id in the Hugging Face" in err
+    assert f"{option} NAME=DIR should name" in err if option else "; SCORER should be" in err
+
+
+def test_require_scorer_lets_a_hub_id_through_when_it_can_load(tmp_path, monkeypatch, capsys):
+    """Offline, a Hub id the cache holds passes, one it lacks is refused; online both pass (the Hub answers as they
+    load), but ``outputs/scorer``, which PMIScorer.from_pretrained reads as a folder whatever the cache holds, not."""
+    from huggingface_hub import constants
+
+    check = load_recipe("recipes/recipe_inputs.py").require_scorer
+    cache = tmp_path / "hub"
+    for repo in ("org/judge", "outputs/scorer"):
+        snapshot = cache / ("models--" + repo.replace("/", "--")) / "snapshots" / ("c" * 40)
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("c" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    for offline in (True, False):
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+        check("prog", "org/judge")
+        if offline:
+            with pytest.raises(SystemExit):
+                check("prog", "org/other", "--judges")
+            err = capsys.readouterr().err
+            assert err.startswith(f"prog: org/other (from {tmp_path}): neither a folder here nor a Hub repo id"), err
+            assert "; each --judges NAME=DIR should name a saved scorer's folder" in err
+        else:
+            check("prog", "org/other")
+        with pytest.raises(SystemExit):
+            check("prog", "outputs/scorer")
+        assert capsys.readouterr().err.startswith(f"prog: outputs/scorer (from {tmp_path}): no such folder; SCORER")

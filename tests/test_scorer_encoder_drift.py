@@ -274,3 +274,34 @@ def test_prompt_template_from_dict_requires_every_field():
     for name in full:
         with pytest.raises(ValueError, match=f"missing field\\(s\\) \\['{name}'\\]"):
             PromptTemplate.from_dict({k: v for k, v in full.items() if k != name})
+
+
+def test_a_files_digest_is_read_once_while_it_is_unchanged_and_again_when_it_changes(tmp_path, monkeypatch):
+    """Each load of a scorer on a local encoder folder hashed all its weights (a panel's judges share one): the digest
+    of a settled file is kept while its identity and state are unchanged; a file written within the last
+    _SETTLED_S seconds is read each time (a rewrite within the timestamp's granularity keeps its mtime)."""
+    import hashlib
+    import os
+    import time
+
+    from pmi_reward.scoring import scorer as scorer_module
+
+    reads = []
+    real = scorer_module._digest_of.__wrapped__
+    monkeypatch.setattr(scorer_module._digest_of, "__wrapped__", lambda *a: reads.append(a[0]) or real(*a))
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"a" * 1000)
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    before = scorer_module._digest_of.cache_info()
+    first = scorer_module._digest(path)
+    assert scorer_module._digest(path) == first == hashlib.sha256(b"a" * 1000).hexdigest()
+    after = scorer_module._digest_of.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)  # read once, then kept
+    path.write_bytes(b"b" * 1000)  # the same size, written now: another mtime, so another key
+    assert scorer_module._digest(path) == hashlib.sha256(b"b" * 1000).hexdigest()
+    recent = path.stat().st_mtime_ns
+    path.write_bytes(b"c" * 1000)
+    os.utime(path, ns=(recent, recent))  # a rewrite within the granularity: the same size and mtime
+    assert scorer_module._digest(path) == hashlib.sha256(b"c" * 1000).hexdigest()
+    assert len(reads) == 2  # the recent file's two reads; the settled one is read by the cache itself

@@ -226,3 +226,29 @@ def test_header_timeout_is_capped_by_idle_timeout_and_checked(tiny_scorer):
     for value in (0.0, float("inf"), float("nan"), threading.TIMEOUT_MAX * 2):
         with pytest.raises(ValueError, match="header_timeout must be > 0 and at most"):
             ServerConfig(header_timeout=value)
+
+
+def test_a_body_that_stalls_after_its_headers_is_counted_408_not_400(tiny_scorer):
+    """Part of the body sent some time after the headers, then silence: the reaper shuts the socket at idle_timeout,
+    the read comes back short, and the request was counted ``400 body ended after 11 of 100 bytes`` (second look)."""
+    with serving(tiny_scorer, idle_timeout=1.0) as s:
+        for delay in (0.3, 0.6):
+            with connect(s) as client:
+                client.sendall(post_head(100))
+                time.sleep(delay)
+                client.sendall(b'{"pairs": [')
+                answer = read_until_closed(client)
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert wait_for(lambda: s.responses[408] == 2, 5.0), dict(s.responses)
+        assert not s.responses[400]
+
+
+def test_a_client_without_the_key_is_closed_after_its_401_even_without_a_body(tiny_scorer):
+    """A keyless GET without a body kept its keep-alive connection: sending one every idle_timeout held a slot for
+    ever, what header_timeout bounds for a client without the key (second look)."""
+    with serving(tiny_scorer, api_key=KEY, idle_timeout=30.0, header_timeout=1.0) as s:
+        with connect(s) as client:
+            client.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = read_until_closed(client)  # returns once the server closes: it would wait 30 s for keep-alive
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+        assert b"Connection: close" in answer

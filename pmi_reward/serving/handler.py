@@ -200,6 +200,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "pmi-reward"
     app: App
     _probed = False  # the client's end of input was seen while its request waited: _client_alive wrote a 100
+    _headers_at = 0.0  # when the current request's headers were in (monotonic): its body has idle_timeout from then
     _requests = 0  # requests begun on this connection: the first one's line and headers get header_timeout
     _unread_within: float | None = None  # seconds to drop a refused body in (None: idle_timeout); _skip_body
 
@@ -248,6 +249,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":  # a two-word request line: it would get no status line
             self.send_error(400, "HTTP/0.9 requests are not supported")
             return False
+        self._headers_at = time.monotonic()  # before the reaper's deadline is set: it cannot fire earlier from here
         self.app._waiting(self.connection, True)  # the headers are in: the body has idle_timeout from here
         return True
 
@@ -310,6 +312,7 @@ class Handler(BaseHTTPRequestHandler):
             path = self.path.split("?", 1)[0]
             if not self._authorized():  # answered before any body byte is read, dropped within header_timeout
                 self._skip_body(self._header_timeout())
+                self.close_connection = True  # a keyless client gets no keep-alive slot to come back on
                 raise ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'")
             if path not in self.app.routes:
                 self._skip_body()
@@ -438,16 +441,18 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._unread = length  # read and dropped once the answer is out (_drop_unread)
             raise ApiError(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
+        timeout = self.app.config.idle_timeout
+        late = f"the body ({length} bytes) was not received in time (idle_timeout {timeout:g} s)"
         try:
             data = self.rfile.read(length)
         except OSError:  # stalled past idle_timeout (TimeoutError) or reset mid-body: the client's doing, not a 500
             self.close_connection = True  # the stream is mid-body, and a timed-out socket file cannot be read again
-            timeout = self.app.config.idle_timeout
-            message = f"the body ({length} bytes) was not received in time (idle_timeout {timeout:g} s)"
-            raise ApiError(408, message) from None
+            raise ApiError(408, late) from None
         self._arrived = time.monotonic()  # the request's time limit starts: parsing and scoring count against it
         if len(data) < length:
             self.close_connection = True
+            if self._arrived - self._headers_at >= timeout:  # the reaper shut the socket of a body that stalled
+                raise ApiError(408, late)
             raise ApiError(400, f"body ended after {len(data)} of {length} bytes")
         try:
             text = data.decode(json.detect_encoding(data), "surrogatepass")  # as json.loads decodes bytes

@@ -23,7 +23,7 @@ from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.samples import judge_scores
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def base_scores(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -60,11 +60,7 @@ def main() -> None:
     parser.add_argument("fixed", type=Path, help="samples.jsonl of the evaluation whose base draw the trials share")
     parser.add_argument("fresh", type=Path, help="samples.jsonl of the base drawn again on the same contexts")
     args = parser.parse_args()
-    expected = (
-        "FIXED and FRESH should each be an evaluation's samples.jsonl "
-        "(pmi-reward evaluate-policy writes it in --output_dir)"
-    )
-    require_inputs(parser.prog, expected, [args.fixed, args.fresh])
+    require_samples(parser.prog, [args.fixed, args.fresh], "FIXED and FRESH")
     print(compare(args.fixed, args.fresh))
 
 

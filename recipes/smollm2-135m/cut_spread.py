@@ -17,11 +17,9 @@ import numpy as np
 
 from pmi_reward import PMIReward
 from pmi_reward.policy.samples import read_samples
-from pmi_reward.scoring.hub import looks_like_repo_id
-from pmi_reward.scoring.scorer import CONFIG_NAME, WEIGHTS_NAME
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples, require_scorer  # noqa: E402
 
 
 def main() -> None:
@@ -31,17 +29,8 @@ def main() -> None:
     parser.add_argument("--policy", default="base")
     parser.add_argument("--penalties", type=float, nargs="+", default=[0, -1, -2, -3, -5, -10])
     args = parser.parse_args()
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
-    if Path(args.scorer).exists() or not looks_like_repo_id(args.scorer):  # a Hub id: resolved as it loads
-        expected = (
-            "SCORER should be a saved scorer's folder "
-            "(pmi-reward train writes it in --output_dir) or a Hub repo id org/name"
-        )
-        require_inputs(parser.prog, expected, [CONFIG_NAME, WEIGHTS_NAME], args.scorer)
+    require_samples(parser.prog, [args.samples])
+    require_scorer(parser.prog, args.scorer)
     contexts, _, replies = read_samples(args.samples)
     rows = replies[args.policy]
     reward = PMIReward.from_pretrained(args.scorer, empty_score=-5.0)

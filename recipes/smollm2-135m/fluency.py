@@ -28,7 +28,7 @@ from pmi_reward.policy.loading import DEFAULT_POLICY
 from pmi_reward.rewards.fluency import reply_nll
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,11 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", default="base", help="the policy whose replies set the 95th percentile")
     parser.add_argument("--model", default=DEFAULT_POLICY, help="the base chat model (name or directory)")
     args = parser.parse_args(argv)
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
+    require_samples(parser.prog, [args.samples])
     records = read_records(args.samples)
     for policy in {args.base, *args.policies}:
         if not all(policy in r for r in records):

@@ -27,7 +27,7 @@ from pmi_reward.policy.loading import DEFAULT_POLICY
 from pmi_reward.rewards.fluency import BASE_NLL_P95, FLUENCY_DTYPES, reply_nll
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,11 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_nll", type=float, default=BASE_NLL_P95, help="the penalty's threshold")
     parser.add_argument("--dtypes", nargs="+", default=list(FLUENCY_DTYPES), choices=FLUENCY_DTYPES)
     args = parser.parse_args(argv)
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
+    require_samples(parser.prog, [args.samples])
     records = read_records(args.samples)
     pairs = []
     for policy in args.policies:

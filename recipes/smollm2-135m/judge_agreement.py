@@ -23,7 +23,7 @@ from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.samples import judge_scores
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def base_grid(rows: list[dict], policy: str = "base") -> dict[str, np.ndarray]:
@@ -93,11 +93,7 @@ def main() -> None:
     parser.add_argument("samples", type=Path, help="an evaluation's samples.jsonl with several base replies a context")
     parser.add_argument("--policy", default="base", help="whose replies to choose among")
     args = parser.parse_args()
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
+    require_samples(parser.prog, [args.samples])
     print(agreement(args.samples, args.policy))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from pmi_reward.data.records import read_records
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 MISMATCHED = "mismatched"
 
@@ -61,8 +61,7 @@ def main() -> None:
     parser.add_argument("output", type=Path, help="the samples file to judge again (--from_samples)")
     parser.add_argument("--seed", type=int, default=0, help="the derangement's seed")
     args = parser.parse_args()
-    expected = "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)"
-    require_inputs(parser.prog, expected, [args.samples])  # not OUTPUT: this writes it
+    require_samples(parser.prog, [args.samples])  # not OUTPUT: this writes it
     records = mismatched_records(read_records(args.samples), args.seed)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

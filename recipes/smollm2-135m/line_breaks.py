@@ -21,11 +21,10 @@ from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.rewards.reward import PMIReward
 from pmi_reward.scoring import scorer as scorer_module
-from pmi_reward.scoring.hub import looks_like_repo_id
-from pmi_reward.scoring.scorer import CONFIG_NAME, WEIGHTS_NAME, PMIScorer
+from pmi_reward.scoring.scorer import PMIScorer
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples, require_scorer  # noqa: E402
 
 SKIP = ("context", "reference", "human reference")
 
@@ -39,17 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("samples", type=Path, help="an evaluation's samples.jsonl")
     parser.add_argument("scorer", help="the judge's scorer folder")
     args = parser.parse_args(argv)
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
-    if Path(args.scorer).exists() or not looks_like_repo_id(args.scorer):  # a Hub id: resolved as it loads
-        expected = (
-            "SCORER should be a saved scorer's folder "
-            "(pmi-reward train writes it in --output_dir) or a Hub repo id org/name"
-        )
-        require_inputs(parser.prog, expected, [CONFIG_NAME, WEIGHTS_NAME], args.scorer)
+    require_samples(parser.prog, [args.samples])
+    require_scorer(parser.prog, args.scorer)
     records = read_records(args.samples)
     reward = PMIReward(PMIScorer.from_pretrained(args.scorer), empty_score=None)
     policies = [k for k in records[0] if k not in SKIP]

@@ -19,7 +19,7 @@ from pmi_reward.data.records import read_records
 from pmi_reward.policy.samples import merge_records, write_records
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,11 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", type=Path, required=True, help="where samples.jsonl and samples.md go")
     parser.add_argument("--contexts", type=int, default=30, help="contexts shown in samples.md")
     args = parser.parse_args(argv)
-    expected = (
-        "FIRST and SECOND should each be an evaluation's samples.jsonl "
-        "(pmi-reward evaluate-policy writes it in --output_dir)"
-    )
-    require_inputs(parser.prog, expected, [args.first, args.second])
+    require_samples(parser.prog, [args.first, args.second], "FIRST and SECOND")
     merged = merge_records(
         read_records(args.first), read_records(args.second), names=(str(args.first), str(args.second))
     )

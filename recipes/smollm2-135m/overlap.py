@@ -22,7 +22,7 @@ import numpy as np
 from pmi_reward.evaluation.report import markdown_table
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 NOT_POLICIES = ("context", "reference", "base", "human reference")
 
@@ -53,10 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("samples", nargs="+", type=Path, help="samples.jsonl files with a base and its policies")
     args = parser.parse_args()
-    expected = (
-        "each SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)"
-    )
-    require_inputs(parser.prog, expected, args.samples)
+    require_samples(parser.prog, args.samples, "each SAMPLES")
     table = []
     for path in args.samples:
         # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw

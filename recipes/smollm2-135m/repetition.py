@@ -21,7 +21,7 @@ from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.rewards.diversity import repeated_ngram_share
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples  # noqa: E402
 
 
 def reply_stats(replies: list[str]) -> dict[str, float]:
@@ -40,11 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("samples", nargs="+", type=Path, help="samples.jsonl files; a policy seen twice is kept once")
     args = parser.parse_args()
-    require_inputs(
-        parser.prog,
-        "each SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        args.samples,
-    )
+    require_samples(parser.prog, args.samples, "each SAMPLES")
     replies: dict[str, list[str]] = {}
     for path in args.samples:
         # lines end at \n only: str.splitlines() also splits at U+2028, U+2029 and \x85, which replies hold raw

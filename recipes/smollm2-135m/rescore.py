@@ -22,11 +22,10 @@ import numpy as np
 from pmi_reward.data.records import read_records
 from pmi_reward.evaluation.report import markdown_table
 from pmi_reward.policy.panel import parse_judge
-from pmi_reward.scoring.hub import looks_like_repo_id
-from pmi_reward.scoring.scorer import CONFIG_NAME, WEIGHTS_NAME, PMIScorer
+from pmi_reward.scoring.scorer import PMIScorer
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # recipes/: the scripts' shared input check (run by path)
-from recipe_inputs import require_inputs  # noqa: E402
+from recipe_inputs import require_samples, require_scorer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,18 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contexts", type=int, default=40, help="the first contexts whose base replies are scored")
     parser.add_argument("--policy", default="base", help="whose replies are scored again")
     args = parser.parse_args(argv)
-    require_inputs(
-        parser.prog,
-        "SAMPLES should be an evaluation's samples.jsonl (pmi-reward evaluate-policy writes it in --output_dir)",
-        [args.samples],
-    )
+    require_samples(parser.prog, [args.samples])
     for _, directory in map(parse_judge, args.judges):
-        if Path(directory).exists() or not looks_like_repo_id(directory):  # a Hub id: resolved as it loads
-            expected = (
-                "each --judges NAME=DIR should name a saved scorer's folder "
-                "(pmi-reward train writes it in --output_dir) or a Hub repo id org/name"
-            )
-            require_inputs(parser.prog, expected, [CONFIG_NAME, WEIGHTS_NAME], directory)
+        require_scorer(parser.prog, directory, "--judges")
     records = read_records(args.samples)[: args.contexts]
     replies = [(r["context"], x) for r in records for x in r[args.policy]]
     rows = []
