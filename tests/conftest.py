@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 import threading
@@ -155,6 +156,24 @@ def tiny_policy(smol_tokenizer):
         return model
 
     return make
+
+
+@pytest.fixture
+def policy_dir(tmp_path, tiny_policy, smol_tokenizer):
+    """A tiny chat policy saved as a folder, as ``--model_name_or_path`` takes one."""
+    folder = tmp_path / "policy"
+    tiny_policy(0).save_pretrained(folder)
+    smol_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    """Eight one-turn chat prompts in a JSONL file, as ``--prompt_file`` takes them."""
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": f"I love topic {i}."}]} for i in range(8)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
 
 
 def _scaled_scorer(tiny_encoder_factory, scale: float):

@@ -28,23 +28,6 @@ PINNED = "26 Jul 2024"
 UNACTIONABLE = ("gradient_checkpointing", "pin_memory")
 
 
-@pytest.fixture
-def policy_dir(tmp_path, tiny_policy, smol_tokenizer):
-    """A tiny chat policy saved as a folder, as `--model_name_or_path` takes one."""
-    folder = tmp_path / "policy"
-    tiny_policy(0).save_pretrained(folder)
-    smol_tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
-def prompt_file(tmp_path):
-    path = tmp_path / "prompts.jsonl"
-    rows = [{"prompt": [{"role": "user", "content": f"I love topic {i}."}]} for i in range(8)]
-    path.write_text("\n".join(json.dumps(r) for r in rows))
-    return path
-
-
 def _common(policy_dir, prompt_file, tiny_scorer_dir, out) -> list[str]:
     return [
         "--model_name_or_path",

@@ -6,8 +6,6 @@ policy trains on, so that ``use_cpu`` on a machine with a GPU keeps it off the G
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import tiny_fit_args, tiny_rl_settings
@@ -25,23 +23,6 @@ BUILD_REWARDS = trainers.build_rewards  # the real one, which the spies below ca
 
 class Stop(Exception):
     """Raised by a spy once it has seen what the test asks about, so that no training runs."""
-
-
-@pytest.fixture
-def policy_dir(tmp_path, tiny_policy, smol_tokenizer):
-    """A tiny chat policy saved as a folder, as ``--model_name_or_path`` takes one."""
-    folder = tmp_path / "policy"
-    tiny_policy(0).save_pretrained(folder)
-    smol_tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
-def prompt_file(tmp_path):
-    path = tmp_path / "prompts.jsonl"
-    rows = [{"prompt": [{"role": "user", "content": f"I love topic {i}."}]} for i in range(8)]
-    path.write_text("\n".join(json.dumps(r) for r in rows))
-    return path
 
 
 def _no_reward_before_the_check(monkeypatch) -> None:
