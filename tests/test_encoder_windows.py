@@ -26,26 +26,24 @@ def _texts() -> list[str]:
     texts = [_text(rng, rng.choice([50, 400, 2_000, 5_000])) for _ in range(24)]
     texts += ["x" * 20_000, "y " * 10_000, "word " * 5_000 + "z" * 10_000, "z" * 10_000 + " word" * 5_000]
     texts += ["a" * 3_000 + " " + "b" * 3_000 + " " + "c" * 3_000, "", "short one"]
+    texts += [("y" * 120 + " ") * 160]  # a window of too few tokens (MiniLM: one [UNK] a word): tokenized whole
     return texts
 
 
 @pytest.fixture(params=["minilm", "smollm2"])
-def encoders(request, tokenizer, smol_tokenizer, tiny_model_factory, monkeypatch):
-    """The same encoder with windows (at 16 characters a token of a max_length of 16: 256 characters) and without."""
-    from dataclasses import replace
-
+def encoders(request, tokenizer, smol_tokenizer):
+    """An encoder of max_length 16 (a window of 16 characters a token: 256 characters), twice: read as it is, and
+    with windows turned off (``_whole``)."""
     from conftest import _tiny
 
     from pmi_reward.scoring.encoder import EncoderSpec
 
     tok = tokenizer if request.param == "minilm" else smol_tokenizer
     model = _tiny("bert", len(tok)) if request.param == "minilm" else _tiny("llama", len(tok))
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    spec = EncoderSpec(model="tiny", pooling="mean", max_length=16, encode_batch_size=8)
-    windowed = TextEncoder(spec, model=model, tokenizer=tok)
-    whole = TextEncoder(replace(spec), model=model, tokenizer=tok)
-    return windowed, whole
+    encoder = TextEncoder(
+        EncoderSpec(model="tiny", pooling="mean", max_length=16, encode_batch_size=8), model=model, tokenizer=tok
+    )
+    return encoder, encoder
 
 
 def _whole(monkeypatch, fn):

@@ -179,6 +179,7 @@ def test_a_fork_straight_after_a_computation_waits_for_the_intra_op_threads_to_s
     time, straight after a forward); a fork long after one does not wait."""
     slept: list[float] = []
     monkeypatch.setattr(forking.time, "sleep", slept.append)
+    monkeypatch.setattr(forking, "SETTLE_S", 60.0)  # "straight after" however slow this machine is (nothing sleeps)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -86,8 +86,9 @@ def speaker_turns(messages: Iterable[tuple[str | None, str]]) -> list[str]:
     message with no text is none. A message of speaker None (a plain string in a messages list, a system turn the
     reward keeps) is a turn of its own, never joined.
 
-    A turn's messages are collected, then joined once: joined onto the growing turn one by one, a run of 25,000
-    messages took seconds (each copied the turn so far), before any turn limit cut the context."""
+    A turn's messages are collected, then joined once: joined onto the growing turn one by one, a long run took
+    time quadratic in its length (each copied the turn so far; ``tests/test_dialogues_join.py``), before any turn
+    limit cut the context."""
     turns: list[list[str]] = []  # each turn's messages, its first as written and the rest stripped
     last = None  # the speaker of the last turn (None after a message of no known speaker)
     for who, text in messages:

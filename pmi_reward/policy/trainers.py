@@ -277,7 +277,7 @@ def fit_prompt_length_baseline(
 
 
 # the fluency penalty's log-likelihoods kept in memory: RL replies are new every step, so a few thousand cover a
-# step's repeats (an unbounded cache grew ~250 B a reply for the whole run, never read again)
+# step's repeats (an unbounded cache grew by every reply of the whole run, never read again)
 FLUENCY_CACHE_ENTRIES = 4096
 
 

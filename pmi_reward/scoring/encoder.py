@@ -11,13 +11,14 @@ scorer, and ``dtype`` and ``encode_batch_size`` may be overridden there too (bf1
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import json
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,8 +61,10 @@ FLUSH_TEXTS = 1024  # an encode call's finished embeddings go to the cache every
 # million pairs); a slice's are freed before the next is tokenized
 ENCODE_SLICE = 65_536
 # a text longer than this many characters per token of ``max_length`` is tokenized through a window of its start or
-# end (``_window``): a 100k-character reply was tokenized whole (21,600 tokens) to keep 256, 26 s for 256 replies
+# end (``_window``): a long reply was tokenized whole, all its tokens, to keep ``max_length`` of them
 WINDOW_CHARS_PER_TOKEN = 16
+# the fields of a saved spec (``EncoderSpec.from_dict``) that every version of the scorer format has written
+SAVED_REQUIRED = ("model", "pooling", "normalize", "max_length", "dtype", "layer", "encode_batch_size")
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # how a machine runs the encoder: may differ from the scorer's saved spec (``PMIScorer.from_pretrained(**...)``)
@@ -168,8 +171,12 @@ class EncoderSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> EncoderSpec:
-        """From ``to_dict`` (a version-1 scorer calls the batch size ``batch_size``); unknown keys are ignored."""
+        """From ``to_dict`` (a version-1 scorer calls the batch size ``batch_size``); unknown keys are ignored. The
+        fields every version has written are required: one missing took today's default, silently."""
         data = {("encode_batch_size" if k == "batch_size" else k): v for k, v in data.items()}
+        missing = [k for k in SAVED_REQUIRED if k not in data]
+        if missing:
+            raise ValueError(f"missing field(s) {missing}")
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def embeds_like(self, other: EncoderSpec) -> bool:
@@ -278,8 +285,8 @@ def default_device(device: str | torch.device | None = None, backend: str = "tor
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """Mean over real tokens, or the last real token (correct for left or right padding)."""
     if pooling == "mean":
-        if hidden.dtype == torch.float16:  # a sum over a long text's tokens passes float16's 65,504 (a decoder's
-            hidden = hidden.float()  # first-token states hold ~25,600); bfloat16 has float32's range and is kept
+        if hidden.dtype == torch.float16:  # a sum over a long text's tokens can pass float16's 65,504 (a decoder's
+            hidden = hidden.float()  # first-token states are large); bfloat16 has float32's range and is kept
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
     if pooling == "last":
@@ -438,10 +445,15 @@ class TextEncoder:
         # an ONNX Runtime session's threads do not survive a fork either: the child builds its own on first use
         hold_across_fork(self, "_compute_lock", threading.RLock, in_child=lambda e: setattr(e, "_onnx", None))
 
-    def computing(self) -> threading.RLock:
-        """The lock held while torch computes for this encoder, for one batch (also the scorer's head on the
-        embeddings): a fork waits for it."""
-        return self._compute_lock
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """Held while torch computes for this encoder, for one batch (also the scorer's head on the embeddings): a
+        fork waits for it, and for ``SETTLE_S`` after it ends (``computed``, also when the batch fails)."""
+        with self._compute_lock:
+            try:
+                yield
+            finally:
+                computed()
 
     @property
     def model(self) -> Any:
@@ -722,11 +734,8 @@ class TextEncoder:
         for s in range(0, len(order), bs):
             idx = order[s : s + bs]
             batch = self._pad([ids[i] for i in idx])
-            with self._compute_lock:
-                try:
-                    out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
-                finally:  # a failed batch used the intra-op threads too
-                    computed()
+            with self.computing():  # a failed batch used the intra-op threads too: ``computed`` either way
+                out[idx] = self._forward({k: v.to(self.device) for k, v in batch.items()}).cpu().numpy()
             finished = s + len(idx)
             if on_done is not None and (finished - flushed >= FLUSH_TEXTS or finished == len(order)):
                 done = np.sort(order[flushed:finished])  # in the call's order, as one write at the end stored them

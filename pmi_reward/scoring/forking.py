@@ -10,7 +10,7 @@ what ``logging`` does for its handlers' locks. A child computes on one torch thr
 do): GNU OpenMP's threads do not survive a fork, and a child of a parent that had used several waited for ever.
 A fork within ``SETTLE_S`` of the end of a computation (``computed``) waits out the rest of it first: the intra-op
 threads go on inside MKL's memory manager for a moment after the forward returns, and a child forked then waited for
-ever at its first matrix product (half the forks straight after a forward, on 2 threads).
+ever at its first matrix product (``tests/test_forking.py``, on 2 threads).
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from .cache import EmbeddingCache
 from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, RuntimeKwargs, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
-from .forking import computed
 from .head import HeadConfig, PMIHead
 from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
@@ -78,9 +77,6 @@ MODEL_FILES = (
     "merges.txt",
     "adapter_config.json",
 )
-# config.json's encoder fields that every version of the format has written (the batch size under either name: a
-# version-1 one's is ``batch_size``); one missing took today's default, silently
-ENCODER_REQUIRED = ("model", "pooling", "normalize", "max_length", "dtype", "layer")
 # from_pretrained's options of where a Hub scorer comes from (the callers that pass them on: PMIReward, verl's adapter)
 HUB_OPTIONS = ("revision", "token", "hub_cache_dir", "local_files_only")
 
@@ -241,7 +237,6 @@ class PMIScorer:
                 u, v = self.embed(contexts[s:end], responses[s:end], progress)
                 with self.encoder.computing():  # a fork waits for it (``scoring/forking.py``)
                     out[s:end] = self.head(u, v).numpy()
-                    computed()
                 bar.update(end - s)
         return out
 
@@ -377,12 +372,6 @@ class PMIScorer:
         for key in ("encoder", "template", "head"):
             if not isinstance(config.get(key), dict):
                 raise ScorerLoadError(f"{path}: missing or invalid field {key!r}")
-        encoder = config["encoder"]
-        missing = [f"encoder.{k}" for k in ENCODER_REQUIRED if k not in encoder]
-        if "encode_batch_size" not in encoder and "batch_size" not in encoder:
-            missing.append("encoder.encode_batch_size")
-        if missing:
-            raise ScorerLoadError(f"{path}: missing field(s) {', '.join(missing)}; re-download or save again")
         for key, read in (("encoder", EncoderSpec.from_dict), ("template", PromptTemplate.from_dict)):
             try:  # each field's type and value, named (a reader of the spec alone, such as the judge panel's, too)
                 read(config[key])

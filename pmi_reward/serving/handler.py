@@ -445,7 +445,7 @@ class Handler(BaseHTTPRequestHandler):
         late = f"the body ({length} bytes) was not received in time (idle_timeout {timeout:g} s)"
         try:
             data = self.rfile.read(length)
-        except OSError:  # stalled past idle_timeout (TimeoutError) or reset mid-body: the client's doing, not a 500
+        except OSError:  # reset mid-body (or a socket timeout, where one is set): the client's doing, not a 500
             self.close_connection = True  # the stream is mid-body, and a timed-out socket file cannot be read again
             raise ApiError(408, late) from None
         self._arrived = time.monotonic()  # the request's time limit starts: parsing and scoring count against it

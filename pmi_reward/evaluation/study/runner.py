@@ -23,7 +23,7 @@ from ...data.records import atomic_write
 from ...scoring.cache import EmbeddingCache
 from ...scoring.encoder import EncoderSpec, TextEncoder
 from ...scoring.head import HeadConfig
-from ...scoring.models import cache_root
+from ...scoring.models import CACHE_DIR_HELP, embedding_cache_dir
 from ...scoring.templates import PromptTemplate
 from ...training.loop import TrainConfig
 from ..baselines.kde import KDEConfig
@@ -97,7 +97,7 @@ class StudyArguments:
     meep_max_new_tokens: int = 6
     meep_batch_size: int = 8
     n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95%% intervals"})
-    cache_dir: str | None = field(default=None, metadata={"help": "embedding cache (default ~/.cache/pmi_reward)"})
+    cache_dir: str | None = field(default=None, metadata={"help": CACHE_DIR_HELP})
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -161,7 +161,7 @@ def run_study(
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "train_log.jsonl"
-    cache = EmbeddingCache(args.cache_dir or cache_root() / "embeddings")
+    cache = EmbeddingCache(embedding_cache_dir(args.cache_dir, no_cache=False))
     runs: list[MethodScores] = []
     for enc_spec in args.encoder_specs(setup.encoder):
         encoder = TextEncoder(enc_spec, cache=cache)
