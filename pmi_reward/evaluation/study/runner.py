@@ -161,7 +161,9 @@ def run_study(
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "train_log.jsonl"
-    cache = EmbeddingCache(embedding_cache_dir(args.cache_dir, no_cache=False))
+    folder = embedding_cache_dir(args.cache_dir, no_cache=False)
+    assert folder is not None  # a study always caches
+    cache = EmbeddingCache(folder)
     runs: list[MethodScores] = []
     for enc_spec in args.encoder_specs(setup.encoder):
         encoder = TextEncoder(enc_spec, cache=cache)
