@@ -67,8 +67,8 @@ def require_scorer(prog: str, name: str, option: str = "SCORER") -> None:
     A name the loader reads as a folder (it exists, cannot be a Hub id, or is ``DEFAULT_SCORER``, ``outputs/scorer``,
     read as a folder even when missing) must hold ``config.json`` and ``head.safetensors``. Any other name is a Hub
     repo id to the loader, which offline (``HF_HUB_OFFLINE=1``) finds in the Hugging Face cache or fails on: a missing
-    ``org/name`` the cache lacks is refused offline (a mistyped ``runs/scorer`` ended in ScorerLoadError's traceback).
-    Online it is let through, the Hub answering as it loads; so is a bare name (``judge``), as before."""
+    ``org/name`` or bare name (``judge``) the cache lacks is refused offline (a mistyped ``runs/scorer`` ended in
+    ScorerLoadError's traceback). Online it is let through, the Hub answering as it loads."""
     from huggingface_hub import constants
 
     from pmi_reward.scoring.hub import looks_like_repo_id
@@ -79,7 +79,7 @@ def require_scorer(prog: str, name: str, option: str = "SCORER") -> None:
     expected = f"{what} {SCORER_FOLDER}"
     if Path(name).exists() or not looks_like_repo_id(name) or name == DEFAULT_SCORER:
         require_inputs(prog, expected, [CONFIG_NAME, WEIGHTS_NAME], name)
-    elif "/" in name and constants.HF_HUB_OFFLINE and not in_hub_cache(name):
+    elif constants.HF_HUB_OFFLINE and not in_hub_cache(name):
         problem = (
             f"{_shown(Path(name))}: neither a folder here nor a Hub repo id in the Hugging Face cache "
             f"({constants.HF_HUB_CACHE}; HF_HUB_OFFLINE=1 downloads nothing)"

@@ -298,6 +298,15 @@ def tiny_reward(tiny_scorer):
 
 
 @pytest.fixture
+def gpu_machine(monkeypatch):
+    """This machine as one with a GPU, as far as a device choice can tell (torch here has no CUDA: anything moved to
+    cuda fails): CUDA available, one device, the current one 0 (``default_device`` names a bare ``"cuda"`` by it)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+@pytest.fixture
 def cpu_only(monkeypatch):
     """This machine as one without a GPU computing bfloat16 (for ours and for transformers' own check)."""
     import transformers.training_args

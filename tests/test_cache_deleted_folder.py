@@ -174,20 +174,31 @@ def test_threads_writing_and_reading_while_the_folder_is_deleted(tmp_path, caplo
         except BaseException as err:  # reported by the main thread
             errors.append(err)
 
+    def followed() -> int:
+        return sum("its folder was deleted" in r.getMessage() for r in caplog.records)
+
+    def written_after(deletes: int) -> None:
+        """Wait until the threads followed ``deletes`` deletes and wrote rows into the fresh folder: paced by the
+        threads, not by a sleep, a delete never finds the folder gone already (a busy machine, a slow thread)."""
+        deadline = time.monotonic() + 60
+        while not (followed() == deletes and folder.is_dir() and _stored(folder) > 0):
+            assert time.monotonic() < deadline, f"the threads did not write after delete {deletes} within 60 s"
+            time.sleep(0.01)
+
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     with caplog.at_level(logging.INFO, logger="pmi_reward.scoring.cache"):
         for t in threads:
             t.start()
         for k in range(3):
-            time.sleep(0.05)
+            written_after(k)
             os.rename(folder, tmp_path / f"trash{k}")
             shutil.rmtree(tmp_path / f"trash{k}")
-        time.sleep(0.05)
+        written_after(3)
         stop.set()
         for t in threads:
             t.join(timeout=60)
     assert errors == []
-    assert sum("its folder was deleted" in r.getMessage() for r in caplog.records) == 3
+    assert followed() == 3
     assert cache.writable and folder.is_dir() and _deleted_files_held(folder) == []
     assert _stored(folder) == len(cache) > 0
     cache.close()

@@ -72,14 +72,6 @@ def test_a_device_this_machine_lacks_is_refused_before_anything_loads(
     assert not any(p.name in ("scored.jsonl", "ranked.jsonl", "eval.json") for p in tmp_path.iterdir())
 
 
-@pytest.fixture
-def gpu_machine(monkeypatch):
-    """A machine that has a GPU, as far as the device choice can tell: without ``--device`` the scorer goes to
-    ``cuda`` (``default_device``), so the CPU is taken only where ``--device cpu`` reaches the loaders."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-
-
 @pytest.mark.parametrize("command", COMMANDS)
 def test_device_cpu_runs_the_command_on_the_cpu_of_a_gpu_machine(
     command, gpu_machine, tmp_path, tiny_scorer_dir, smol_tokenizer, capsys, monkeypatch

@@ -29,20 +29,33 @@ def test_float16_mean_pooling_does_not_overflow_on_a_long_text():
     assert pool_hidden(h.bfloat16(), mask, "mean").dtype == torch.bfloat16
 
 
-def test_onnx_without_a_named_device_runs_on_the_cpu_of_a_gpu_machine(tiny_encoder, monkeypatch):
+def test_onnx_without_a_named_device_runs_on_the_cpu_of_a_gpu_machine(tiny_encoder, gpu_machine):
     """``--backend onnx`` on a machine with CUDA was refused unless ``--device cpu`` was given (score and rerank had
     no such option): with no device named, ONNX Runtime's device, the CPU, is the one taken."""
     from dataclasses import replace
 
     from pmi_reward.scoring.encoder import TextEncoder, default_device
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert default_device(None, "onnx") == torch.device("cpu")
-    assert default_device(None) == torch.device("cuda")
+    assert default_device(None) == torch.device("cuda", 0)
     assert default_device("meta", "onnx") == torch.device("meta")  # a device named is kept (and then refused)
     spec = replace(tiny_encoder.spec, backend="onnx")
     encoder = TextEncoder(spec, model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer)
     assert encoder.device == torch.device("cpu")
+
+
+def test_a_cuda_device_without_an_index_is_named_by_this_threads_current_one(gpu_machine, monkeypatch):
+    """CUDA's current device is per thread: a scorer loaded on ``"cuda"`` after ``set_device(1)`` and fed from the
+    server's batcher thread (current device 0) got its inputs on ``cuda:0`` and its weights on ``cuda:1``. The index is
+    fixed where the device is chosen, so every thread moves tensors to the weights' device."""
+    from pmi_reward.scoring.encoder import default_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert default_device(None) == torch.device("cuda", 1)
+    assert default_device("cuda") == torch.device("cuda", 1)
+    assert default_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert default_device("cuda:0") == torch.device("cuda", 0)  # an index named is kept
+    assert default_device("cpu") == torch.device("cpu")
 
 
 @pytest.mark.parametrize("kind,pooling", [("bert", "mean"), ("llama", "last")])

@@ -280,12 +280,11 @@ def test_the_fast_path_benchmarks_float32_rows_run_float32_whatever_the_scorer_w
     ]
 
 
-def test_the_int8_batch_benchmark_runs_on_the_cpu_of_a_gpu_machine(tiny_scorer_dir, monkeypatch, capsys):
+def test_the_int8_batch_benchmark_runs_on_the_cpu_of_a_gpu_machine(tiny_scorer_dir, gpu_machine, capsys):
     """benchmarks/int8_batch.py loaded each path on the default device: on a machine with CUDA the GPU, where the
     onnx backend is refused, so it died at its second path (CUDA reported here; nothing may reach a GPU)."""
     from benchmarks import int8_batch
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     int8_batch.main(["--scorer", str(tiny_scorer_dir)])
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [r.split(" | ")[:2] for r in rows] == [

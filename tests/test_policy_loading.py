@@ -93,18 +93,16 @@ def test_a_policy_folder_without_a_tokenizer_is_refused_by_name_and_an_adapter_t
         ("neither", "xla:0", None),  # not judged: a TPU computes bf16
     ],
 )
-def test_policy_from_judges_bf16_by_the_device_the_policy_runs_on(native, device, warns, monkeypatch):
+def test_policy_from_judges_bf16_by_the_device_the_policy_runs_on(native, device, warns, gpu_machine, monkeypatch):
     """``check_bf16`` looked at the GPU whenever there was one: a ``--use_cpu true`` run in bf16 on a GPU machine
     whose CPU only emulates bf16 (~25x slower) got no warning, and one on an AMX CPU beside an old GPU got a wrong one.
     A machine with a GPU is stood in for; which device computes bf16 natively is ``native``."""
     import warnings
 
-    import torch
     from trl import ModelConfig
 
     from pmi_reward.policy import loading, trainers
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loading, "native_bf16", lambda d: d.type == native)
     monkeypatch.setattr(trainers, "load_policy", lambda *args: ("model", "tokenizer"))
     with warnings.catch_warnings(record=True) as caught:

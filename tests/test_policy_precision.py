@@ -133,12 +133,6 @@ def test_ppo_fully_fine_tunes_a_float32_policy(tmp_path, tiny_policy, smol_token
     assert summary["steps"] == 1 and all(torch.isfinite(p).all() for p in model.parameters())
 
 
-@pytest.fixture
-def gpu_machine(monkeypatch):
-    """This machine as one with a GPU (torch here has no CUDA: anything moved to cuda fails)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-
-
 def _spy_on_rewards(monkeypatch, module, seen: list) -> None:
     """``module``'s ``build_rewards`` runs, records the device of the reward's scorer, and stops the command."""
 

@@ -191,7 +191,7 @@ def _scorer_argv(script: str, option: str | None, samples: Path, scorer: str) ->
     return [script, str(samples), *([option, f"j={scorer}"] if option else [scorer])]
 
 
-@pytest.mark.parametrize("scorer", ["outputs/scorer", "runs/judge"])
+@pytest.mark.parametrize("scorer", ["outputs/scorer", "runs/judge", "judge"])
 @pytest.mark.parametrize(
     ("script", "option"),
     [("cut_spread.py", None), ("line_breaks.py", None), ("rescore.py", "--judges"), ("scrambled.py", "--scorers")],
@@ -199,9 +199,10 @@ def _scorer_argv(script: str, option: str | None, samples: Path, scorer: str) ->
 def test_scorer_script_with_a_missing_relative_scorer_folder_says_so_in_one_line(
     tmp_path, monkeypatch, capsys, script, option, scorer
 ):
-    """A missing relative ``org/name``-shaped folder (README's ``outputs/scorer``, a mistyped ``runs/judge``) passed
-    as a Hub id that loads as it is resolved, so the check let it through and the script ended in ScorerLoadError's
-    traceback after reading the samples. Offline, with nothing in the Hugging Face cache, it is refused first."""
+    """A missing relative ``org/name``-shaped folder (README's ``outputs/scorer``, a mistyped ``runs/judge``) or bare
+    name (``judge``) passed as a Hub id that loads as it is resolved, so the check let it through and the script ended
+    in ScorerLoadError's traceback after reading the samples. Offline, with nothing in the Hugging Face cache, it is
+    refused first."""
     import json
 
     from huggingface_hub import constants

@@ -11,7 +11,7 @@ pairs per turn. A small request is therefore taken whole into the next batch, ev
 of pairs is being scored chunk by chunk: it waits for one bounded batch, not for the large request.
 
 The characters counted are those the scorer tokenizes (``_Reading``): a long text's window where the encoder reads
-only that (``encoder._window``), and a text the call holds for several pairs once, as the scorer encodes it once (a
+only that (``encoder.chars_read``), and a text the call holds for several pairs once, as the scorer encodes it once (a
 ``/rerank`` context is every candidate's). Counted whole, each time, a 100k-character ``/rerank`` context over
 ``max_batch_chars`` made every candidate a batch of its own, each tokenizing the context again.
 """
@@ -19,7 +19,6 @@ only that (``encoder._window``), and a text the call holds for several pairs onc
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
@@ -30,16 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..scoring.encoder import WINDOW_CHARS_PER_TOKEN, _window
+from ..scoring.encoder import WINDOW_CHARS_PER_TOKEN, chars_read
 from ..scoring.features import newest_lines
-from ..scoring.scorer import SCORE_BLOCK, PMIScorer, _as_trained
+from ..scoring.scorer import SCORE_BLOCK, PMIScorer, as_trained
 from .path import checked_scores, score_robustly
 
 __all__ = ["MicroBatcher", "BatcherClosed", "ScoreTimeout", "ClientGone"]
 
 ALIVE_CHECK_S = 0.25  # how often a waiting request asks whether its client is still there
-# the end of a word that holds a letter or digit: each such word is at least one token of its own (``_read_chars``)
-_WORD_END = re.compile(r"[^\W_](?=\s)")
 
 logger = logging.getLogger(__name__)
 
@@ -80,32 +77,17 @@ class _Reading:
         newest lines (read too, with ``line_turns``), as a short context's own length is the more (its lines are part
         of it) and ``max_batch_chars`` was measured with contexts so counted. Counted apart, a long context read
         through its window could hide an older line of 50k characters read whole."""
-        (trained,), _ = _as_trained([text], [])
-        read = _read_chars(trained, self.tokens, keep_end=True)
-        return max(read, sum(_read_chars(line, self.tokens, keep_end=False) for line in self._lines(trained)))
+        (trained,), _ = as_trained([text], [])
+        read = chars_read(trained, self.tokens, keep_end=True)
+        return max(read, sum(chars_read(line, self.tokens, keep_end=False) for line in self._lines(trained)))
 
     def response(self, text: str) -> int:
         """Characters tokenized for a reply (kept from its start)."""
-        _, (trained,) = _as_trained([], [text])
-        return _read_chars(trained, self.tokens, keep_end=False)
+        _, (trained,) = as_trained([], [text])
+        return chars_read(trained, self.tokens, keep_end=False)
 
     def _lines(self, context: str) -> list[str]:
         return newest_lines(context, self.line_turns) if self.line_turns > 0 else []
-
-
-def _read_chars(text: str, max_length: int, keep_end: bool) -> int:
-    """Characters of ``text`` the encoder tokenizes: the window of its start or end (``encoder._window``) where that
-    surely holds more than ``max_length`` tokens, as the encoder then reads only the window; else all of them. Surely:
-    more than ``max_length`` of its words hold a letter or digit, each at least one token, as the tokenizers whose
-    words the window keeps (split at spaces before their subword step) make them. Where the window holds fewer (a
-    text of long tokens), the encoder tokenizes the whole text, and it is counted whole."""
-    window = _window(text, WINDOW_CHARS_PER_TOKEN * max_length, keep_end)
-    if len(window) == len(text):
-        return len(text)
-    for words, _ in enumerate(_WORD_END.finditer(window), 1):
-        if words > max_length:
-            return len(window)
-    return len(text)
 
 
 def _pair_chars(reading: _Reading | None, contexts: list[str], responses: list[str]) -> tuple[list[int], list[int]]:

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +54,7 @@ __all__ = [
     "RUNTIME_FIELDS",
     "RuntimeKwargs",
     "check_onnx_runtime",
+    "chars_read",
 ]
 
 _MARGIN = 4  # tokens kept free: re-tokenizing a cut text can add one or two at the seam
@@ -63,6 +65,8 @@ ENCODE_SLICE = 65_536
 # a text longer than this many characters per token of ``max_length`` is tokenized through a window of its start or
 # end (``_window``): a long reply was tokenized whole, all its tokens, to keep ``max_length`` of them
 WINDOW_CHARS_PER_TOKEN = 16
+# the end of a word that holds a letter or digit: each such word is at least one token of its own (``chars_read``)
+_WORD_END = re.compile(r"[^\W_](?=\s)")
 # the fields of a saved spec (``EncoderSpec.from_dict``) that every version of the scorer format has written
 SAVED_REQUIRED = ("model", "pooling", "normalize", "max_length", "dtype", "layer", "encode_batch_size")
 BACKENDS, QUANTIZE = ("torch", "onnx"), ("none", "int8", "int8-block")
@@ -276,10 +280,14 @@ def missing_device(device: str) -> str | None:
 
 def default_device(device: str | torch.device | None = None, backend: str = "torch") -> torch.device:
     """``device``, or the GPU where there is one, else the CPU; the CPU for the onnx ``backend`` (ONNX Runtime runs
-    there: ``--backend onnx`` on a machine with a GPU was refused unless the device was named)."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if backend == "torch" and torch.cuda.is_available() else "cpu")
+    there: ``--backend onnx`` on a machine with a GPU was refused unless the device was named). A CUDA device without
+    an index is this thread's current one, named: CUDA's current device is per thread, and a model on ``"cuda:1"``
+    (loaded after ``torch.cuda.set_device(1)``) fed inputs moved to ``"cuda"`` by another thread (the server's batcher)
+    got them on ``cuda:0``."""
+    chosen = torch.device(device if device else "cuda" if backend == "torch" and torch.cuda.is_available() else "cpu")
+    if chosen.type == "cuda" and chosen.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return chosen
 
 
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -364,6 +372,22 @@ def _window(text: str, size: int, keep_end: bool) -> str:
     while at != -1 and not text[at - 1].isalnum():
         at = text.rfind(" ", size // 2, at)
     return text if at == -1 else text[:at]
+
+
+def chars_read(text: str, max_length: int, keep_end: bool) -> int:
+    """Characters of ``text`` an encoder of ``max_length`` tokens tokenizes, without tokenizing it (the server's batcher
+    bounds its batches by them): its ``_window`` where that surely holds more than ``max_length`` tokens, as the
+    encoder then reads only the window (``TextEncoder._windowed``); else all of them. Surely: more than ``max_length``
+    of its words hold a letter or digit, each at least one token, as the tokenizers whose words the window keeps
+    (split at spaces before their subword step) make them. Where the window holds fewer (a text of long tokens), the
+    encoder may tokenize the whole text, and it is counted whole."""
+    window = _window(text, WINDOW_CHARS_PER_TOKEN * max_length, keep_end)
+    if len(window) == len(text):
+        return len(text)
+    for words, _ in enumerate(_WORD_END.finditer(window), 1):
+        if words > max_length:
+            return len(window)
+    return len(text)
 
 
 def _tokenizing(method: Callable) -> Callable:

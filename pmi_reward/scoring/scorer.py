@@ -40,7 +40,16 @@ from .head import HeadConfig, PMIHead
 from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
 
-__all__ = ["PMIScorer", "ScorerLoadError", "LOCAL_ENCODER", "DEFAULT_SCORER", "HUB_OPTIONS", "HubKwargs", "visible"]
+__all__ = [
+    "PMIScorer",
+    "ScorerLoadError",
+    "LOCAL_ENCODER",
+    "DEFAULT_SCORER",
+    "HUB_OPTIONS",
+    "HubKwargs",
+    "visible",
+    "as_trained",
+]
 
 FORMAT = SCORER_FORMAT  # models.py holds it: it tells a scorer folder from a model folder (is_scorer_dir)
 VERSION = 2
@@ -125,7 +134,7 @@ def visible(text: str) -> bool:
     return any(ch not in _BLANK and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES for ch in text)
 
 
-def _as_trained(contexts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
+def as_trained(contexts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
     """Contexts and replies written as the training pairs write them (``PairSet``, ``join_turns``): a context's
     non-blank lines are its turns, each stripped; a reply's line breaks are spaces. A tokenizer that reads a line
     break as a token of its own (SmolLM2's and other decoders') would otherwise embed another text than the one the
@@ -189,8 +198,8 @@ class PMIScorer:
         self, contexts: Sequence[str], responses: Sequence[str], progress: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Head inputs for the pairs: (u, v) in pair mode, (prompt embeddings, None) in prompt mode; the texts are
-        written as training wrote them first (``_as_trained``), whichever path scores them."""
-        contexts, responses = _as_trained(contexts, responses)
+        written as training wrote them first (``as_trained``), whichever path scores them."""
+        contexts, responses = as_trained(contexts, responses)
         if self.input_mode == "prompt":
             return torch.from_numpy(embed_prompts(self.encoder, self.template, contexts, responses, progress)), None
         u = torch.from_numpy(embed_contexts(self.encoder, self.template, contexts, progress and "contexts"))

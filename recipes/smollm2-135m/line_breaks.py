@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     owner = [p for r in records for p in policies for _ in r[p]]
     split = sum("\n" in t.strip() for t in replies)
     new = _scores(reward, contexts, replies)
-    with mock.patch.object(scorer_module, "_as_trained", lambda c, r: (list(c), list(r))):
+    with mock.patch.object(scorer_module, "as_trained", lambda c, r: (list(c), list(r))):
         old = _scores(reward, contexts, replies)
     owner = np.asarray(owner)
     rows = []
