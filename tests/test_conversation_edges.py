@@ -130,3 +130,15 @@ def test_reasoning_traces_in_text_contexts_still_go_whole():
     path = RewardPath(RewardOptions(max_context_turns=3))
     assert path.texts([messages], ["Right."]).contexts[0] == "\n".join(TECH_TURNS)
     assert path.texts(["\n".join(TECH_TURNS)], ["Right."]).contexts[0].split("\n")[1:] == TECH_TURNS[1:]
+
+
+def test_a_transcript_typed_with_full_width_colons_reads_as_one():
+    """``User：...`` (a CJK input method's colon) was plain text: the reply kept its role label, the context its
+    labels, on the server, OpenRLHF and verl paths."""
+    from pmi_reward.data.conversation import parse_chat, split_query
+
+    ascii_form = "User: 周末去哪儿了？\nAssistant: 去爬山了！"
+    full_width = "User：周末去哪儿了？\nAssistant：去爬山了！"
+    assert parse_chat(full_width) == parse_chat(ascii_form)
+    assert split_query(full_width) == split_query(ascii_form)
+    assert split_query(full_width)[1] == "去爬山了！"

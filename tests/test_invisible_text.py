@@ -158,3 +158,14 @@ def test_a_baseline_saved_before_the_unit_loads_and_counts_as_it_was_fitted(tmp_
     (tmp_path / "bad.json").write_text(json.dumps({"unit": "tokens", "lengths": [1.0], "pmi": [0.0], "counts": [1]}))
     with pytest.raises(ValueError, match=r"bad\.json: not a length baseline .*unit 'tokens' is unknown"):
         LengthBaseline.load(tmp_path / "bad.json")
+
+
+def test_emoji_newer_than_pythons_unicode_database_are_visible():
+    """Python 3.11's Unicode database (14.0) has the emoji of Unicode 15 and later (🫨, 🫎, 🪼) unassigned, which
+    counted as invisible: a reply of them got empty_score from the reward and a "blank" refusal from
+    ``PMIScorer.score`` on 3.11, and a score on 3.12. What is unassigned is read from a newer database; code points
+    unassigned in it stay invisible."""
+    from pmi_reward.scoring.scorer import visible
+
+    assert visible("🫨") and visible("🫎🪼") and visible("ok 🫨")
+    assert not visible("\u0378") and not visible("\U000effff")  # unassigned in every Unicode version so far

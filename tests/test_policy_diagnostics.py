@@ -403,6 +403,7 @@ def test_scrambled_recipe_tells_a_scorer_that_reads_word_order_from_one_that_rea
             return [float(r in fluent) if self.reads_order else float(len(set(r.split()))) for r in replies]
 
     monkeypatch.setattr(recipe.PMIScorer, "from_pretrained", lambda d: Scorer(d == "lm"))
+    monkeypatch.setattr(recipe, "require_scorer", lambda *args: None)  # "lm" and "bow" are stand-ins, no folders
     monkeypatch.setattr("sys.argv", ["scrambled.py", str(tmp_path / "samples.jsonl"), "--scorers", "a=lm", "b=bow"])
     recipe.main()
     out = capsys.readouterr().out

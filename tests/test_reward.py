@@ -215,26 +215,33 @@ def test_completions_trl_parsed_into_reasoning_and_answer_score_their_answer(spr
     """TRL 1.16 decodes conversational completions with the tokenizer's ``parse_response`` when it has a response
     template: the reasoning goes to ``reasoning_content``, ``content`` holds the answer alone. With think_opened every
     finished answer read as unfinished reasoning (empty_score), as did the diversity reward's. A parsed message is its
-    answer; one without an answer is unfinished; an unparsed one still needs its ``</think>``."""
+    answer; one without an answer is unfinished; in a call TRL did not parse, a reply still needs its ``</think>``
+    (TRL parses every completion of a call or none)."""
     from pmi_reward.rewards.diversity import DiversityReward
 
-    prompts = ["I love jazz."] * 4
-    completions = [
+    prompts = ["I love jazz."] * 2
+    parsed_call = [
         [{"role": "assistant", "reasoning_content": "They like jazz.", "content": "Coltrane!"}],
         [{"role": "assistant", "reasoning_content": "They like jazz, so"}],  # cut inside its reasoning
+    ]
+    raw_call = [
         "They like jazz.\n</think>\n\nColtrane!",  # the same, not parsed: the closing tag says where it ends
         [{"role": "assistant", "content": "They like jazz, so"}],  # not parsed, no </think>: unfinished
     ]
+    alone = PMIReward(spread_scorer)(prompts[:1], ["They like jazz, so"])[0]
     for opened in (True, False):
         logged: dict = {}
-        out = PMIReward(spread_scorer, think_opened=opened)(prompts, completions, log_metric=logged.setdefault)
-        assert out[0] == pytest.approx(out[2], abs=1e-6) and out[0] != -5.0 and out[1] == -5.0
-        alone = PMIReward(spread_scorer)(prompts[:1], ["They like jazz, so"])[0]
-        assert out[3] == (-5.0 if opened else pytest.approx(alone, abs=1e-6))
-        assert logged["pmi_reward/think_unfinished_frac"] == (0.5 if opened else 0.25)
+        parsed = PMIReward(spread_scorer, think_opened=opened)(prompts, parsed_call, log_metric=logged.setdefault)
+        assert parsed[0] != -5.0 and parsed[1] == -5.0
+        assert logged["pmi_reward/think_unfinished_frac"] == 0.5
+        logged.clear()
+        raw = PMIReward(spread_scorer, think_opened=opened)(prompts, raw_call, log_metric=logged.setdefault)
+        assert raw[0] == pytest.approx(parsed[0], abs=1e-6)
+        assert raw[1] == (-5.0 if opened else pytest.approx(alone, abs=1e-6))
+        assert logged["pmi_reward/think_unfinished_frac"] == (0.5 if opened else 0.0)
     parsed = [[{"role": "assistant", "reasoning_content": r, "content": "Me too I do"}] for r in ("x", "y")]
     cut = [{"role": "assistant", "reasoning_content": "z"}]
-    alike = DiversityReward(think_opened=True)(prompts[:3], [*parsed, cut])
+    alike = DiversityReward(think_opened=True)(["I love jazz."] * 3, [*parsed, cut])
     assert alike == [-0.5, -0.5, 0.0]  # the answers open alike; the unfinished one is an empty answer, not unreadable
 
 

@@ -240,6 +240,23 @@ def test_raw_prompt_reads_as_any_prompt(tiny_scorer):
     assert verl_adapter.context_of({"raw_prompt": np.array([], dtype=object), "prompt": ""}) is None
 
 
+def test_a_raw_prompt_whose_template_opens_think_reads_the_reply_as_reasoning(tiny_scorer):
+    """A templated ``raw_prompt`` whose generation prompt opens ``<think>`` (R1 distills, Qwen3.5): its ``<think>``
+    was an assistant turn of the context, and a reply cut inside its reasoning was scored as an answer. Read as the
+    reward path reads such a string, the opened block is the reply's: no turn, and a reply without ``</think>`` is
+    unfinished reasoning (``empty_score``)."""
+    opened = "<|im_start|>user\nI love jazz.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    context = verl_adapter.context_of({"raw_prompt": opened})
+    reward = PMIReward(tiny_scorer, empty_score=-5.0)
+    assert reward.texts([context], ["Hi."]).contexts == ["I love jazz."]
+    logged: dict = {}
+    scores = reward(
+        [context, context], ["They like jazz, so", "They like jazz.</think>Coltrane!"], log_metric=logged.setdefault
+    )
+    assert scores[0] == -5.0 and scores[1] != -5.0
+    assert logged["pmi_reward/think_unfinished_frac"] == 0.5
+
+
 def test_reward_loop_refuses_group_centring(reward_server):
     fn = get_custom_reward_fn(PATHS[1], "compute_score", {"url": reward_server.url, "center": "group"})
     with pytest.raises(GroupError, match="verl's reward loop"):

@@ -23,7 +23,8 @@ Reasoning models write ``<think>...</think>`` before their answer; ``strip_think
 after the last ``</think>``, as Qwen3's and DeepSeek-R1's chat templates keep it in the history), and an
 unterminated block leaves nothing. Templates that open the block in the generation prompt (Qwen3.5,
 DeepSeek-R1 distills: the prompt ends with ``<think>``) are recognised by ``split_query``, which hands the opening
-tag back to the reply; a ``<think>`` earlier in the prompt is a user's words.
+tag back to the reply, and by ``templated_prompt``, which reads a templated prompt string (a reward's prompt) as its
+messages; a ``<think>`` earlier in the prompt is a user's words.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = [
     "drop_assistant_think",
     "drop_think_blocks",
     "opens_think",
+    "templated_prompt",
 ]
 
 # Keywords every chat prompt this package renders is given (sampling, PPO's rollouts, the KL, the checks of
@@ -238,7 +240,8 @@ _MARKED = {
     "deepseek": _Marked(re.compile("<\uff5c(User|Assistant)\uff5c>"), None, {}, "system"),
     "phi3": _Marked(re.compile(r"<\|(system|user|assistant|observation)\|>\n?"), None, {}, None),
 }
-_ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*:\s?(.*)$", re.I)
+# a role prefix, its colon ASCII or full-width (a CJK input method's default: ``User：...``)
+_ROLE_LINE = re.compile(r"^(system|user|human|assistant|bot|ai)\s*[:\uff1a]\s?(.*)$", re.I)
 _ROLES = {"human": "user", "bot": "assistant", "ai": "assistant"}
 
 
@@ -311,6 +314,21 @@ def opens_think(prompt: str) -> bool:
     for?"): taking it for the open block cut the context there and emptied every reply."""
     opened = prompt.rfind(THINK_OPEN)
     return opened > prompt.rfind(THINK_CLOSE) and _ANY.cut.search(prompt, opened) is None
+
+
+def templated_prompt(prompt: str) -> tuple[Messages, bool] | None:
+    """A prompt string written with a known chat template (``apply_chat_template(..., tokenize=False,
+    add_generation_prompt=True)``, as R1-style "standard" GRPO datasets build their ``prompt`` column) as its
+    messages (``parse_chat``: the context the same conversation given as messages reads as), and whether its generation
+    prompt opened a think block (``opens_think``): that block belongs to the reply, so the text from its ``<think>``
+    on is left out, as ``split_query`` leaves it. None for any other string: plain text (one turn per line, a
+    ``User:``/``Assistant:`` transcript included, whose prefixes may be a text's own words) is read as it always was.
+    As in ``split_query``, text before the template's first marker (a plain text quoting a marker) is no turn."""
+    if not _templates(prompt, False):
+        return None
+    opened = opens_think(prompt)
+    messages = parse_chat(prompt[: prompt.rfind(THINK_OPEN)] if opened else prompt)
+    return (messages, opened) if messages is not None else None
 
 
 def _message(role: str, content: str, renames: dict[str, str], tokens: _Tokens = _ANY) -> dict[str, str]:

@@ -7,11 +7,18 @@ encoder's own embeddings: the replies the encoder confuses with an answer. Each 
 table on ``PairSet.mined`` that ``sample_negatives`` draws ``k_lexical`` / ``k_nearest`` columns from.
 ``mine_scrambled`` makes new texts instead, each gold reply's words in a random order, for ``k_scrambled``: it
 adds them to the response table, so it runs before that table is embedded; its table is by gold reply, not context.
+
+Scripts written without spaces between words (CJK, kana, Hangul, Thai: ``data.words.SPACELESS``) have no
+whitespace words to share or scramble: a Chinese clause was one TF-IDF term and one "word". There, the TF-IDF terms
+are letters and letter bigrams, and a scramble permutes letters; text without those scripts is read exactly as
+before.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import zlib
 from collections.abc import Callable
 
@@ -19,6 +26,7 @@ import numpy as np
 from scipy import sparse
 
 from .pairs import PairSet, csr
+from .words import SPACELESS
 
 __all__ = ["mine_lexical", "mine_nearest", "mine_scrambled", "scramble"]
 
@@ -27,6 +35,12 @@ _BLOCK_ELEMENTS = 1 << 22  # (contexts x candidate replies) ranked at once: at m
 _PROGRESS_MIN = 1 << 27  # (contexts x candidate replies) from which a mining shows a progress bar (a few seconds)
 
 logger = logging.getLogger(__name__)
+
+# one letter of a script written without spaces between words (as a capturing group: ``re.split`` keeps it), and a
+# run of them; the letters are ``data.words.SPACELESS``, so that a "word" here is the one a reply's length counts
+_HAS_SPACELESS = re.compile(f"[{SPACELESS}]")
+_SPACELESS_LETTER = re.compile(f"({_HAS_SPACELESS.pattern})")
+_SPACELESS_RUN = re.compile(f"(?:{_HAS_SPACELESS.pattern})+")
 
 
 def _candidates(pairs: PairSet) -> np.ndarray:
@@ -173,16 +187,40 @@ def _top(
     return ptr, pool[kept]
 
 
-def mine_lexical(pairs: PairSet, m: int = 32, progress: bool = True) -> None:
-    """Fill ``pairs.mined["lexical"]``: per context, the ``m`` replies of other dialogues with the highest TF-IDF
-    cosine to it (English stop words left out, so shared content words count). Every context is compared with every
-    reply: the time grows as pairs squared (a progress bar shows it when it is long), the memory does not."""
+def _lexical_terms(words: Callable[[str], list[str]], text: str) -> list[str]:
+    """The TF-IDF terms of ``text``: ``words(text)`` (scikit-learn's English word analyzer) for text without letters
+    of a script written without spaces, so that English gives the same terms, and the same negatives, as always.
+    Where it has such letters, each run of them gives its letters and its letter bigrams, and the rest of the text its
+    words. The word analyzer read a whole Chinese clause as one term, which no other text shares, so nearly every
+    context's look-alikes were replies at similarity 0, the same few for all. Letters alone miss that a shared
+    two-letter word ("公园") says more than two shared letters; bigrams alone miss the many one-letter words ("狗",
+    "睡") and let a short reply that shares one common bigram ("好的！") top most lists. Letters common to most texts
+    ("的", "我") weigh little: their inverse document frequency is low."""
+    if not _HAS_SPACELESS.search(text):
+        return words(text)
+    terms = words(_SPACELESS_RUN.sub(" ", text))
+    for run in _SPACELESS_RUN.findall(text):
+        terms.extend(run)
+        terms.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return terms
+
+
+def _lexical_vectorizer():  # -> sklearn TfidfVectorizer (sklearn is imported only when mining)
+    """``mine_lexical``'s TF-IDF vectorizer (unfitted): English stop words left out, sublinear term counts, the terms of
+    ``_lexical_terms``."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    words = TfidfVectorizer(stop_words="english").build_analyzer()
+    return TfidfVectorizer(analyzer=functools.partial(_lexical_terms, words), sublinear_tf=True)
+
+
+def mine_lexical(pairs: PairSet, m: int = 32, progress: bool = True) -> None:
+    """Fill ``pairs.mined["lexical"]``: per context, the ``m`` replies of other dialogues with the highest TF-IDF
+    cosine to it (English stop words left out, so shared content words count; in scripts written without spaces, the
+    terms are letters and letter bigrams: ``_lexical_terms``). Every context is compared with every reply: the time
+    grows as pairs squared (a progress bar shows it when it is long), the memory does not."""
     replies = _candidates(pairs)
-    vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True).fit(
-        [pairs.responses[r] for r in replies] + pairs.contexts
-    )
+    vectorizer = _lexical_vectorizer().fit([pairs.responses[r] for r in replies] + pairs.contexts)
     reply_matrix = vectorizer.transform([pairs.responses[r] for r in replies]).T.tocsr()
     context_matrix = vectorizer.transform(pairs.contexts)
     pairs.mined["lexical"] = _top(
@@ -226,17 +264,65 @@ def mine_nearest(
     pairs.mined["nearest"] = _top(pairs, lambda ctx: u[ctx] @ v.T, m, "nearest", rows=_CHUNK, progress=progress)
 
 
+def _letter_units(text: str) -> tuple[list[str], list[str]]:
+    """``text``'s units for a scramble where it has letters of a script written without spaces, and what separates
+    each unit from the one before it (" " where the text has whitespace there, "" where not). A unit is one such
+    letter, or a run of other letters and digits within a whitespace word (a Latin word: ``"用Python写"`` is 3 units),
+    with the punctuation and combining marks that follow it (a Thai vowel sign stays on its consonant, "。" on the
+    letter before it): the words ``rewards.length.reply_words`` counts."""
+    units: list[str] = []
+    gaps: list[str] = []
+    lead = ""  # punctuation before the first unit: it opens that unit
+    for word in text.split():
+        gap = " "
+        pieces = _SPACELESS_LETTER.split(word) if _HAS_SPACELESS.search(word) else [word]
+        for piece in pieces:
+            if not any(ch.isalnum() for ch in piece):
+                if units:
+                    units[-1] += piece
+                else:
+                    lead += piece
+                continue
+            units.append(lead + piece)
+            gaps.append(gap if len(units) > 1 else "")
+            lead, gap = "", ""
+    return units, gaps
+
+
+def _join_units(units: list[str], gaps: list[str]) -> str:
+    """``units`` with the gaps of the text they came from between them, and a space where two units of other scripts
+    (Latin words) would otherwise run into one."""
+    out = units[0]
+    for before, unit, gap in zip(units[:-1], units[1:], gaps[1:], strict=True):
+        if not gap and not _HAS_SPACELESS.search(before) and not _HAS_SPACELESS.search(unit):
+            gap = " "
+        out += gap + unit
+    return out
+
+
 def scramble(text: str, seed: int = 0) -> str | None:
     """``text``'s words in a random order other than their own; None for a text of fewer than three words (too
     short for its order to carry much) or one whose words are all alike. The draw is seeded by ``seed`` and the text
-    itself, so a reply gets the same scramble whichever pair set, file or policies it is read with."""
-    words = text.split()
-    if len(words) < 3 or len(set(words)) < 2:
+    itself, so a reply gets the same scramble whichever pair set, file or policies it is read with.
+
+    In text with letters of a script written without spaces (CJK, kana, Hangul, Thai) a word is one such letter
+    (``_letter_units``: the unit ``rewards.length.reply_words`` counts): its letters are permuted, and the text's
+    spaces stay where they were, so that a scramble is not told apart by its spacing. Split by whitespace, every
+    Chinese reply was one word and had no scramble. Single letters, not two-letter chunks: without a word segmenter a
+    chunk cuts words as often as a letter does, and a letter is the unit a scorer's tokenizer reads Chinese in.
+    Text without those scripts is scrambled by whitespace words, exactly as always."""
+    if _HAS_SPACELESS.search(text):
+        units, gaps = _letter_units(text)
+    else:
+        units = text.split()
+        gaps = [""] + [" "] * (len(units) - 1)
+    if len(units) < 3 or len(set(units)) < 2:
         return None
     rng = np.random.default_rng([seed, zlib.crc32(text.encode())])
+    own = _join_units(units, gaps)
     while True:
-        out = " ".join(words[i] for i in rng.permutation(len(words)))
-        if out != " ".join(words):
+        out = _join_units([units[i] for i in rng.permutation(len(units))], gaps)
+        if out != own:
             return out
 
 
@@ -244,14 +330,24 @@ def mine_scrambled(pairs: PairSet, seed: int = 0) -> None:
     """Fill ``pairs.mined["scrambled"]``: per gold reply (a table by response index, not by context: pairs that share
     a context text have other replies), ``scramble``'s scramble of it, appended to ``pairs.responses``. Call it
     before the response table is embedded (``PairFeatures`` sizes its table when built); replies too short to
-    scramble have none, and their draws fall back to random replies. A second call does nothing."""
+    scramble have none, and their draws fall back to random replies: a warning says how many. A second call does
+    nothing."""
     if "scrambled" in pairs.mined:
         return
     index = {text: i for i, text in enumerate(pairs.responses)}
     own: list[list[int]] = [[] for _ in pairs.responses]
-    for r in np.unique(pairs.resp).tolist():
+    gold = np.unique(pairs.resp).tolist()
+    for r in gold:
         text = scramble(pairs.responses[r], seed)
         if text is not None:
             own[r] = [index.setdefault(text, len(index))]
     pairs.responses = pairs.responses + list(index)[len(pairs.responses) :]  # a new list: never one shared
     pairs.mined["scrambled"] = csr(own)
+    left = sum(1 for r in gold if not own[r])
+    if left:
+        logger.warning(
+            "k_scrambled: %d of %d gold replies are too short to scramble (fewer than three words, or all alike); "
+            "their k_scrambled negatives are random replies",
+            left,
+            len(gold),
+        )

@@ -6,12 +6,12 @@ Thin, NaN-safe wrappers over scipy so every recipe reports the same quantities t
 (one class only, a constant or nearly constant vector; for a correlation, also a non-finite value) gives NaN rather
 than a warning or a crash, and bootstrap resampling skips such draws. For a policy, the unit of resampling is the
 context (each holds several sampled replies), so CIs reflect which conversations were drawn, not just sampling noise;
-text checks work on normalised words (lower case, punctuation and apostrophes dropped).
+text checks work on normalised words (``data.words``: lower case, punctuation and apostrophes dropped, each letter
+of a script written without spaces a word).
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import ConstantInputWarning, NearConstantInputWarning, pearsonr, rankdata, spearmanr
 
+from ..data.words import split_words
 from ..progress import progress_bar
 
 __all__ = [
@@ -337,9 +338,8 @@ def win_rate(a: np.ndarray, b: np.ndarray) -> float:
     return float(((diff > 0) + 0.5 * (diff == 0))[scored].mean())
 
 
-_PUNCT = re.compile(r"[^\w\s]+")
-
-# Stock replies that fit any context (normalised form); a reply is generic if it is one of these.
+# Stock replies that fit any context (normalised form: ``words`` joined with spaces); a reply is generic if it is one
+# of these. An English list: a reply in another language is generic only when empty (no word).
 GENERIC_REPLIES = frozenset(
     (
         "ok",
@@ -416,8 +416,9 @@ GENERIC_REPLIES = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words with punctuation and apostrophes removed."""
-    return _PUNCT.sub("", text.lower().replace("'", "").replace("\u2019", "")).split()
+    """Lower-case words with punctuation, symbols and apostrophes removed: ``data.words.split_words``, the shared
+    splitter (each letter of a script written without spaces is a word; combining marks stay in their word)."""
+    return split_words(text)
 
 
 def distinct_n(replies: Sequence[str], n: int) -> float:
@@ -427,8 +428,8 @@ def distinct_n(replies: Sequence[str], n: int) -> float:
 
 
 def copies_context(reply: str, context: str, threshold: float = 0.8) -> bool:
-    """Whether the reply is (mostly) a copy of the context: at least 3 words, and at least ``threshold`` of its
-    word trigrams occur in the context."""
+    """Whether the reply is (mostly) a copy of the context: at least 3 words (in Chinese, 3 characters), and at least
+    ``threshold`` of its word trigrams occur in the context."""
     w = words(reply)
     if len(w) < 3:
         return False
@@ -439,5 +440,6 @@ def copies_context(reply: str, context: str, threshold: float = 0.8) -> bool:
 
 
 def is_generic(reply: str) -> bool:
-    """Whether the reply is empty or a stock phrase that fits any context (``GENERIC_REPLIES``)."""
-    return " ".join(words(reply)) in GENERIC_REPLIES or not words(reply)
+    """Whether the reply is empty (no word) or a stock phrase that fits any context (``GENERIC_REPLIES``, English)."""
+    w = words(reply)
+    return not w or " ".join(w) in GENERIC_REPLIES

@@ -1,7 +1,9 @@
 """Reward-hacking diagnostics of a policy's replies: is a judge's gain bought by length or by sameness?
 
 Rows are contexts, columns the replies sampled for each (the same layout as ``evaluation.metrics``). Lengths
-are in words (``metrics.words``).
+are in words (``metrics.words``, the shared splitter ``data.words.split_words``): in Chinese, Japanese, Korean and
+Thai each letter is a word, as the reward's length baseline counts (``rewards.length.reply_words``), so a reply in
+those scripts has a length, n-grams and an opening (split on whitespace alone, each was one "word").
 
 - ``length_adjusted_gain``: the policy's gain over base after a linear length effect, from a regression of
   judge PMI on a policy indicator and reply length with one intercept per context (so, as the plain gain, it
@@ -10,7 +12,8 @@ are in words (``metrics.words``).
   average weighted by the pooled replies in each bin: a gain that lives only in the long bins is length.
 - ``text_diagnostics``: distinct-1/2 within the samples of one context (does the policy say the same thing
   every time?) and across contexts (one reply each: does it say the same thing to everyone?), the share of
-  replies that open with one of the 20 most frequent openings (first 3 words: templates), and the question rate.
+  replies that open with one of the 20 most frequent openings (first 3 words: templates), and the question rate
+  (a question mark of any script: ``data.words.QUESTION_MARKS``, "？" and "؟" included).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..data.words import asks_question
 from ..evaluation.metrics import Estimate, distinct_n, words
 
 __all__ = [
@@ -133,8 +137,8 @@ def _has_ngram(replies: Sequence[str], n: int) -> bool:
 
 
 def question_rate(replies: Sequence[str]) -> float:
-    """Share of replies that ask something (contain a question mark)."""
-    return float(np.mean(["?" in r for r in replies])) if len(replies) else 0.0
+    """Share of replies that ask something: that hold a question mark of any script (``asks_question``: "？", "؟")."""
+    return float(np.mean([asks_question(r) for r in replies])) if len(replies) else 0.0
 
 
 def text_diagnostics(replies: Sequence[Sequence[str]]) -> dict[str, float]:

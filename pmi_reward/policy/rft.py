@@ -39,6 +39,7 @@ from ..configs import parse_args
 from ..data.records import DataError
 from ..rewards.combined import CombinedReward
 from ..rewards.fluency import FluencyPenalty
+from ..rewards.length import reply_words
 from ..rewards.options import RewardOptions
 from .cut_replies import CUT, CutRepliesDPOTrainer, CutRepliesSFTTrainer, check_sft_settings, cut_ids
 from .prompts import build_prompts, fit_prompts
@@ -259,8 +260,10 @@ def _kept(row: dict, key: str | None = None) -> str:
 
 
 def _mean_words(texts: list[str]) -> float:
-    """Mean reply length in words: the log shows whether selection keeps shorter or longer replies than sampled."""
-    return round(float(np.mean([len(t.split()) for t in texts])), 2) if texts else 0.0
+    """Mean reply length in words: the log shows whether selection keeps shorter or longer replies than sampled.
+    Counted as the reward's length baseline counts (``reply_words``: whitespace words, each letter of a script written
+    without spaces a word), so that a Chinese reply is not one word."""
+    return round(float(np.mean([reply_words(t) for t in texts])), 2) if texts else 0.0
 
 
 def _sft(model, tokenizer, rows: list[dict], sft_args: Any, peft_config, reference=None) -> tuple[Any, dict]:

@@ -5,8 +5,9 @@ share of its word n-grams that repeat an earlier one) and answering every sample
 of the other completions of the same prompt in the call, a GRPO/RLOO group, that open with the same words).
 Reward = -(repetition_weight x repeated share + opening_weight x same-opening share), in [-(w1 + w2), 0]; an
 unreadable completion gets None (unscorable), an empty one 0 (PMI's ``empty_score`` deals with it). A reasoning
-model's reply is read as PMI reads it, its answer after ``</think>`` (``strip_think``; a completion TRL already parsed
-into ``reasoning_content`` and ``content`` is its content), not the reasoning every sample opens alike. The
+model's reply is read as PMI reads it, its answer after ``</think>`` (``path.think_answers``: a completion TRL already
+parsed into ``reasoning_content`` or ``thinking`` and ``content`` is its content, as every completion of such a call is;
+a templated prompt that opens ``<think>`` opens its reply's block), not the reasoning every sample opens alike. The
 opening term needs a group's completions in one call: under several processes (each scoring a slice of the batch, a
 group possibly split) it is refused; the repetition term needs no group.
 A plain callable with TRL's signature and a ``__name__``; picklable.
@@ -14,21 +15,21 @@ A plain callable with TRL's signature and a ``__name__``; picklable.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..data.conversation import completion_to_text, prompt_to_context, strip_think
-from .path import reasoning_parsed, world_size
+from ..data.conversation import completion_to_text, prompt_to_context
+from ..data.words import split_words
+from .path import prompts_open_think, reasoning_parsed, think_answers, world_size
 
 __all__ = ["DiversityReward", "diversity_reward", "repeated_ngram_share", "opening"]
 
-_WORD = re.compile(r"\w+")
-
 
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("'", "").replace("\u2019", ""))
+    """Lower-case words, a punctuation mark between two parts of one ("e-mail": two), each letter of a script written
+    without spaces its own word (``data.words.split_words``): a Chinese reply was one word, its repeats unseen."""
+    return split_words(text, punctuation_parts=True)
 
 
 def repeated_ngram_share(text: str, n: int = 3) -> float:
@@ -88,14 +89,13 @@ class DiversityReward:
                 f"{processes} processes each score a slice of the batch (a group can be split); use opening_weight=0"
             )
         completions = [c.tolist() if hasattr(c, "tolist") else c for c in completions]
+        if self.strip_think:  # as PMI reads them: think_opened applies to no completion of a parsed call
+            opened = [self.think_opened or o for o in prompts_open_think(prompts)]
+            texts, _ = think_answers(completions, opened)
+        else:
+            texts = [completion_to_text(c) for c in completions]
         # a parsed completion without content is reasoning that never closed: an empty answer, as a string's is
-        texts = [completion_to_text(c) for c in completions]
         texts = ["" if t is None and reasoning_parsed(c) else t for t, c in zip(texts, completions, strict=True)]
-        if self.strip_think:  # think_opened does not apply to a parsed completion: its content is the answer
-            texts = [
-                strip_think(t, self.think_opened and not reasoning_parsed(c)) if t is not None else None
-                for t, c in zip(texts, completions, strict=True)
-            ]
         keys = [_group_key(p) if p is not None else None for p in prompts]
         starts = [opening(t, self.opening_words) if t else "" for t in texts]
         groups = Counter((k, s) for k, s in zip(keys, starts, strict=True) if k is not None and s)

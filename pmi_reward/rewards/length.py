@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.records import atomic_write
+from ..data.words import SPACELESS as _SPACELESS  # the scripts written without spaces: one definition, shared
 
 __all__ = ["LengthBaseline", "reply_words", "fit_length_baseline", "SCRIPT_WORDS", "WHITESPACE_WORDS", "MIN_BINS"]
 
@@ -38,15 +39,6 @@ WHITESPACE_WORDS = "words"  # whitespace words alone: the unit of baseline files
 UNITS = (SCRIPT_WORDS, WHITESPACE_WORDS)
 MIN_BINS = 3  # fewer length bins than this make a baseline close to a constant: fit_length_baseline warns
 
-# Scripts written without spaces between words: Thai; Hangul (jamo, compatibility jamo, syllables); kana (hiragana,
-# katakana, their extensions and half-width forms); CJK ideographs (the main block, extension A, compatibility ones,
-# and the supplementary planes' extensions).
-_SPACELESS = (
-    "\u0e00-\u0e7f"
-    "\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff"
-    "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
-)
 _HAS_SPACELESS = re.compile(f"[{_SPACELESS}]")
 _PIECES = re.compile(f"[{_SPACELESS}]|[^{_SPACELESS}]+")  # one letter of those scripts, or a run of anything else
 

@@ -47,8 +47,9 @@ class RewardOptions:
         default=False,
         metadata={
             "help": "the chat template opens <think> in the generation prompt (Qwen3.5, DeepSeek-R1 distills), so "
-            "a reply without </think> is unfinished reasoning (empty); the server detects this from OpenRLHF's "
-            "prompts. A completion TRL parsed into reasoning_content and content is its content either way"
+            "a reply without </think> is unfinished reasoning (empty); detected per sample where the prompt is a "
+            "chat-templated string (and by the server from OpenRLHF's prompts). In a call whose completions TRL "
+            "parsed (any with reasoning_content, thinking or tool_calls) each is its content either way"
         },
     )
     include_system: bool = field(

@@ -6,8 +6,10 @@ Only the scoring step differs, so for the same scorer and options they all retur
 
 1. samples -> text (``RewardPath.texts``): prompts and completions (strings or chat messages) become a context
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
-   both cut to ``max_chars``; unreadable ones are None. A completion a chat parser already split (a message with
-   ``reasoning_content``: TRL's ``parse_response``) is its ``content``: the answer.
+   both cut to ``max_chars``; unreadable ones are None. A prompt string written with a known chat template is read
+   as its messages (``read_prompt``), a plain one as one turn per line. A completion a chat parser already split
+   (TRL's ``parse_response``: ``reasoning_content`` or ``thinking``, ``tool_calls``) is its ``content``: the answer
+   (``think_answers``).
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
 3. raw PMI -> rewards (``RewardPath.shape``): minus the expected PMI at the reply's length (with a
    ``length_baseline``), centred, scaled, clipped; ``empty_score`` for the rest (replies that
@@ -39,10 +41,13 @@ from ..data.conversation import (
     completion_to_text,
     drop_assistant_think,
     drop_think_blocks,
+    message_text,
     prompt_to_context,
     strip_think,
+    templated_prompt,
     think_unfinished,
 )
+from ..data.dialogues import speaker
 from ..scoring.scorer import PMIScorer, visible
 from .length import LengthBaseline
 from .options import RewardOptions
@@ -59,7 +64,13 @@ __all__ = [
     "cut_reply",
     "score_robustly",
     "reasoning_parsed",
+    "parsed_call",
+    "reasoning_cut",
+    "think_answers",
+    "read_prompt",
+    "prompts_open_think",
     "prompt_key",
+    "REASONING_KEYS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,16 +114,81 @@ def plain(value: Any, depth: int = 0) -> Any:
     return value
 
 
+# the fields a response parser puts a reply's reasoning in: TRL 1.16's response templates for Qwen3, Qwen3.5, GLM,
+# Nemotron 3, Gemma 4 and the R1 distills write "reasoning_content", gpt-oss's and LFM2.5's "thinking"
+REASONING_KEYS = ("reasoning_content", "thinking")
+
+
+def _messages(completion: Any) -> bool:
+    """Whether a completion is a list of messages (not a string)."""
+    return isinstance(completion, Sequence) and not isinstance(completion, (str, bytes, bytearray))
+
+
 def reasoning_parsed(completion: Any) -> bool:
-    """Whether a completion is chat messages already split into reasoning and answer: TRL (1.16) decodes a
-    conversational completion with the tokenizer's ``parse_response`` when it has a response template, giving
-    ``{"role": "assistant", "reasoning_content": ..., "content": <the answer>}`` (no ``content``: the reasoning
-    never closed). Its ``content`` is the answer whether or not the template opened the think block."""
-    return (
-        isinstance(completion, Sequence)
-        and not isinstance(completion, (str, bytes, bytearray))
-        and any(isinstance(m, dict) and "reasoning_content" in m for m in completion)
+    """Whether a completion is chat messages a response parser wrote: TRL (1.16) decodes a conversational completion
+    with the tokenizer's ``parse_response`` when it has a response template (always with ``tools=``), giving
+    ``{"role": "assistant", "reasoning_content" (gpt-oss, LFM2.5: "thinking"): ..., "content": <the answer>}``, with
+    ``tool_calls`` in a tool run. Its ``content`` is the answer whether or not the template opened the think block.
+    The parser leaves out empty fields: a parsed reply with no reasoning and no tool call looks like a plain decode,
+    so whether a call's completions were parsed is decided for the whole call (``parsed_call``)."""
+    return _messages(completion) and any(
+        isinstance(m, dict) and ("tool_calls" in m or any(k in m for k in REASONING_KEYS)) for m in completion
     )
+
+
+def parsed_call(completions: Sequence[Any]) -> bool:
+    """Whether a call's completions were parsed by a response parser: TRL parses every completion of a call or none,
+    so one that shows it (``reasoning_parsed``) tells for all, a reply whose empty reasoning the parser left out
+    included (read as a plain decode under ``think_opened``, its answer was emptied)."""
+    return any(reasoning_parsed(c) for c in completions)
+
+
+def reasoning_cut(completion: Any) -> bool:
+    """Whether a parsed completion ends inside its reasoning: its last message is the assistant's, with reasoning
+    and an empty ``content``. A tool run that ends on a tool's result (its answer cut, or out of tool-calling turns)
+    finished its reasoning: it is not counted."""
+    if not _messages(completion) or not completion:
+        return False
+    last = completion[-1]
+    if not isinstance(last, dict) or speaker(last.get("role", "assistant")) != "assistant":
+        return False
+    reasoned = any(isinstance(r := last.get(k), str) and r.strip() for k in REASONING_KEYS)
+    answer = message_text(last.get("content"))
+    return reasoned and not (answer and answer.strip())
+
+
+def think_answers(completions: Sequence[Any], opened: Sequence[bool]) -> tuple[list[str | None], list[bool]]:
+    """Each completion's answer (``completion_to_text`` after its last ``</think>``: ``strip_think``; None where it is
+    unreadable) and whether it is unfinished reasoning (empty: a block never closed, or ``reasoning_cut``).
+    ``opened``: per completion, whether its prompt opened the think block (``think_opened``, or a templated prompt
+    that ends in ``<think>``), so that text without ``</think>`` is reasoning; it applies to no completion of a
+    parsed call (``parsed_call``), whose ``content`` is the answer (a template that parses cut reasoning as
+    ``content``, as Nemotron 3's and the R1 distills' do, then has that reasoning scored)."""
+    parsed = parsed_call(completions)
+    answers: list[str | None] = []
+    unfinished: list[bool] = []
+    for completion, o in zip(completions, opened, strict=True):
+        o = o and not parsed
+        text = completion_to_text(completion)
+        answers.append(strip_think(text, o) if text is not None else None)
+        unfinished.append(bool(text and text.strip() and think_unfinished(text, o)) or reasoning_cut(completion))
+    return answers, unfinished
+
+
+def read_prompt(prompt: Any) -> tuple[Any, bool]:
+    """A prompt as the reward reads it, and whether its chat template opened a think block: a string written with a
+    known chat template as its messages (``conversation.templated_prompt``: the context and rewards of the same
+    conversation given as messages; read line by line, the context was the template's markup around the last turns),
+    anything else as it is (a plain string is one turn per line)."""
+    if isinstance(prompt, str) and (templated := templated_prompt(prompt)) is not None:
+        return templated
+    return prompt, False
+
+
+def prompts_open_think(prompts: Sequence[Any]) -> list[bool]:
+    """Per prompt, whether it is a templated string whose generation prompt opened a think block (``read_prompt``;
+    a prompt given as one object for many samples is read once)."""
+    return [opened for _, opened in _once(list(prompts), read_prompt)]
 
 
 def prompt_key(prompt: Any) -> str | None:
@@ -258,7 +334,12 @@ class RewardPath:
         opts = self.options
         prompts, completions = self.samples(prompts, completions)
 
-        def context(prompt: Any) -> str | None:
+        def context(prompt: Any) -> tuple[str | None, bool]:
+            """The prompt's context, and whether its chat template opened a think block (``read_prompt``)."""
+            prompt, opened = read_prompt(prompt)
+            return turns(prompt), opened
+
+        def turns(prompt: Any) -> str | None:
             if opts.strip_think:  # before the turns are cut: reasoning neither fills a turn nor hides one
                 prompt = drop_think_blocks(prompt) if isinstance(prompt, str) else drop_assistant_think(prompt)
             c = prompt_to_context(prompt, opts.include_system, opts.max_context_turns)
@@ -269,7 +350,8 @@ class RewardPath:
             # as blank), has no context to score against: unscored, flagged in no_context_frac
             return c if visible(c) else None
 
-        contexts = _once(prompts, context)  # a prompt given as one object for many samples is read once
+        read = _once(prompts, context)  # a prompt given as one object for many samples is read once
+        contexts = [c for c, _ in read]
         groups: list[str | None] | None = None
         if opts.center == "group":  # a prompt JSON cannot write is grouped by its context ("\0": no JSON is alike)
             if group_by is None:
@@ -279,20 +361,12 @@ class RewardPath:
                 if len(keys) != len(prompts):
                     raise ValueError(f"got {len(keys)} group names for {len(prompts)} samples")
             groups = [c if c is None else k or "\0" + c for k, c in zip(keys, contexts, strict=True)]
-        replies = [completion_to_text(c) for c in completions]
         unfinished = 0
-        if opts.strip_think:
-            # a parsed completion's content is its answer: the block the template opened was closed by the parser,
-            # and a parsed one with no answer is reasoning that never closed (or closed on nothing: it cannot tell)
-            parsed = [reasoning_parsed(c) for c in completions]
-            opened = [opts.think_opened and not p for p in parsed]
-            answers = [strip_think(r, o) if r is not None else None for r, o in zip(replies, opened, strict=True)]
-            unfinished = sum(
-                1
-                for r, o, p in zip(replies, opened, parsed, strict=True)
-                if (r and r.strip() and think_unfinished(r, o)) or (p and not (r and r.strip()))
-            )
-            replies = answers
+        if opts.strip_think:  # the block is opened by the options, or per sample by its templated prompt
+            replies, cut = think_answers(completions, [opts.think_opened or opened for _, opened in read])
+            unfinished = sum(cut)
+        else:
+            replies = [completion_to_text(c) for c in completions]
         replies = [cut_reply(r.strip(), opts.max_chars) if r is not None and readable(r) else None for r in replies]
         valid = [
             i for i, (c, r) in enumerate(zip(contexts, replies, strict=True)) if c is not None and r and visible(r)

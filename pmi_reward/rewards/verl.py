@@ -46,7 +46,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from pmi_reward.data.conversation import clean_reply, parse_chat
+from pmi_reward.data.conversation import clean_reply, parse_chat, templated_prompt
 from pmi_reward.data.pairs import join_turns
 from pmi_reward.rewards.batching import MicroBatcher
 from pmi_reward.rewards.options import RewardOptions
@@ -122,8 +122,8 @@ def context_of(extra_info: Any) -> Any:
         if value is not None:  # an empty field holds no conversation: the next key may
             return value
     raw = plain(extra_info.get(RAW_PROMPT_KEY))
-    if isinstance(raw, str) and raw.strip():
-        return parse_chat(raw) or raw
+    if isinstance(raw, str) and raw.strip():  # a chat-templated one is read by the reward path (``read_prompt``),
+        return raw if templated_prompt(raw) is not None else parse_chat(raw) or raw  # its opened <think> seen too
     return _conversation(raw)
 
 

@@ -35,10 +35,13 @@ MEEP_PROMPT = (
     "Answer with the score only, a number from 0 to 100."
 )
 
-_NUMBER = re.compile(r"(?<![\w./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?")
+# A number glued to a Latin word ("SmolLM2", "v3") is no score; one right after a Chinese or Japanese letter is
+# ("打85分", "参与度为85%"): those scripts put no space before a number, so ``\w`` here missed most zh answers.
+_GLUED = r"\dA-Za-z_"
+_NUMBER = re.compile(rf"(?<![{_GLUED}./])(-?\d+(?:\.\d+)?)\s*(%|(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?")
 _SCALE = re.compile(
-    r"(?<![\w.])[01]\s*(?:-|–|to)\s*(?:5|10|100)(?![\w.])"
-)  # "0-100", "1 to 10": the scale, not a score
+    rf"(?<![{_GLUED}.])[01]\s*(?:-|–|~|～|to|到|至)\s*(?:5|10|100)(?![{_GLUED}.])"
+)  # "0-100", "1 to 10", "0到100分": the scale, not a score
 _CUT_FRACTION = re.compile(r"\s*(?:/|out(?:\s+of)?)\s*$")  # a fraction cut at the end of the answer
 
 
