@@ -142,3 +142,152 @@ def test_a_transcript_typed_with_full_width_colons_reads_as_one():
     assert parse_chat(full_width) == parse_chat(ascii_form)
     assert split_query(full_width) == split_query(ascii_form)
     assert split_query(full_width)[1] == "去爬山了！"
+
+
+# -- which prompt strings are chat-templated (review 32 second look, finding 1) --------------------------------------
+
+QUOTING = {
+    "phi-3": "I'm writing a chat parser.\nPhi-3 marks a user turn with <|user|> and a reply with <|assistant|>, right?",
+    "chatml": "I'm reading Qwen's docs.\nWhy does every turn start with <|im_start|>user and end with <|im_end|>?",
+    "gemma": "My prompt has <start_of_turn>user in it and the model gets confused.\nAny idea why?",
+    "inst": "We talked about prompts yesterday.\nMistral writes [INST] question [/INST] answer.\nWhat does Llama 3 do?",
+}
+
+
+@pytest.mark.parametrize("name", list(QUOTING))
+def test_a_plain_prompt_quoting_a_template_marker_reads_one_turn_per_line(name):
+    """A string counted as templated when a template's marker stood anywhere in it: the words before the marker went
+    and those between markers became turns ("and a reply with\\n, right?"), in ``PMIReward``, ``RemotePMIReward`` and
+    ``pmi-reward score``, while ``pmi-reward evaluate`` read the same row line by line. Only a template whose markup
+    opens the string makes it a templated one."""
+    from pmi_reward.data.conversation import templated_prompt
+
+    text = QUOTING[name]
+    assert templated_prompt(text) is None
+    path = RewardPath(RewardOptions(max_context_turns=3))
+    assert path.texts([text], ["Good question."]).contexts == [prompt_to_context(text, max_turns=3)] == [text]
+    # the same words in a turn of a prompt that Llama 3's markup opens are that turn's words
+    user = text.replace("\n", " ")
+    templated = (
+        f"<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert path.texts([templated], ["Good question."]).contexts == [text.replace("\n", " ")]
+
+
+def test_a_transcript_is_never_read_as_a_templated_prompt():
+    """A ``User:``/``Assistant:`` transcript kept its prefixes (one turn per line) unless a template's marker stood in
+    it somewhere: then its prefixes went. Now it reads alike either way."""
+    from pmi_reward.data.conversation import templated_prompt
+
+    plain = "User: What does the tag mean?\nAssistant: Which tag?\nUser: the one Mistral uses"
+    marked = "User: What does [INST] mean?\nAssistant: Which tag?\nUser: the one Mistral uses"
+    assert templated_prompt(plain) is None and templated_prompt(marked) is None
+    path = RewardPath(RewardOptions(max_context_turns=3))
+    assert path.texts([plain, marked], ["x", "x"]).contexts == [plain, marked]
+
+
+SYSTEM, U1, A1, U2 = (
+    "You are chatting with a friend.",
+    "I just got back from a hiking trip.",
+    "Oh nice, where did you go?",
+    "Yosemite, the views were amazing.",
+)
+CHAT = [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": U1},
+    {"role": "assistant", "content": A1},
+    {"role": "user", "content": U2},
+]
+# TRL 1.16's shipped chat templates that conversation.py knows (trl/chat_templates/*.jinja; not Gemma 4, gpt-oss,
+# Cohere, Muse Glimmer or the vision ones), and whether their generation prompt opens <think>
+TRL_TEMPLATES = {
+    **dict.fromkeys(["deepseek_r1_distill", "deepseekv3", "qwen3_5_think", "qwen3_6", "qwen3_8"], True),
+    **dict.fromkeys(["nemotron_3_5_lightning", "nemotron_3_nano", "nemotron_3_super", "nemotron_3_ultra"], True),
+    **dict.fromkeys(["glm4moe", "lfm2", "lfm2_v2", "lfm2_2_5", "lfm2_2_5_v2", "lfm2_2_5_vl"], False),
+    **dict.fromkeys(["llama3", "llama3_1", "llama3_2", "phi3", "phi3_5", "qwen2_5", "qwen2_5_vl"], False),
+    **dict.fromkeys(["qwen3", "qwen3_5_nothink", "qwen3_instruct_2507", "qwen3_vl", "gemma3"], False),
+}
+DS_BOS, DS_USER, DS_ASSISTANT = (
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+    "<\uff5cUser\uff5c>",
+    "<\uff5cAssistant\uff5c>",
+)
+# templates written by hand as the models' own chat templates render CHAT (and whether they open <think>)
+HAND_WRITTEN = {
+    "llama4": (
+        f"<|begin_of_text|><|header_start|>system<|header_end|>\n\n{SYSTEM}<|eot|><|header_start|>user<|header_end|>"
+        f"\n\n{U1}<|eot|><|header_start|>assistant<|header_end|>\n\n{A1}<|eot|><|header_start|>user<|header_end|>\n\n"
+        f"{U2}<|eot|><|header_start|>assistant<|header_end|>\n\n",
+        False,
+    ),
+    "granite": (
+        f"<|start_of_role|>system<|end_of_role|>{SYSTEM}<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>{U1}"
+        f"<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>{A1}<|end_of_text|>\n<|start_of_role|>user"
+        f"<|end_of_role|>{U2}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
+        False,
+    ),
+    "glm4": (f"[gMASK]<sop><|system|>\n{SYSTEM}<|user|>\n{U1}<|assistant|>\n{A1}<|user|>\n{U2}<|assistant|>", False),
+    "phi4": (
+        f"<|im_start|>system<|im_sep|>{SYSTEM}<|im_end|><|im_start|>user<|im_sep|>{U1}<|im_end|><|im_start|>assistant"
+        f"<|im_sep|>{A1}<|im_end|><|im_start|>user<|im_sep|>{U2}<|im_end|><|im_start|>assistant<|im_sep|>",
+        False,
+    ),
+    "llama2": (f"<s>[INST] <<SYS>>\n{SYSTEM}\n<</SYS>>\n\n{U1} [/INST] {A1} </s><s>[INST] {U2} [/INST]", False),
+    "mistral_v3": (f"<s>[INST] {U1}[/INST] {A1}</s>[INST] {SYSTEM}\n\n{U2}[/INST]", False),
+    "mistral_v7": (
+        f"<s>[SYSTEM_PROMPT]{SYSTEM}[/SYSTEM_PROMPT][INST]{U1}[/INST]{A1}</s>[INST]{U2}[/INST]",
+        False,
+    ),
+    "r1 without bos": (f"{SYSTEM}{DS_USER}{U1}{DS_ASSISTANT}{A1}{DS_USER}{U2}{DS_ASSISTANT}<think>\n", True),
+    "r1 with bos": (f"{DS_BOS}{SYSTEM}{DS_USER}{U1}{DS_ASSISTANT}{A1}{DS_USER}{U2}{DS_ASSISTANT}<think>\n", True),
+    "qwen3.5 prefilled": (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{U1}<|im_end|>\n<|im_start|>assistant\n{A1}"
+        f"<|im_end|>\n<|im_start|>user\n{U2}<|im_end|>\n<|im_start|>assistant\n<think>\nThe user hiked",
+        True,
+    ),
+}
+# Gemma 3 and Mistral v3 write the system prompt into a user turn, joined by a blank line (documented: it stays there)
+SYSTEM_IN_USER = {"gemma3": 1, "mistral_v3": 3}
+
+
+def _rendered(tokenizer, name: str) -> str:
+    """CHAT rendered with TRL's shipped chat template ``name``, with a generation prompt."""
+    import pathlib
+
+    import trl
+
+    source = pathlib.Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
+    if not source.exists():
+        pytest.skip(f"this TRL ships no {name}.jinja")
+    return tokenizer.apply_chat_template(
+        CHAT, chat_template=source.read_text(), tokenize=False, add_generation_prompt=True, bos_token="<s>"
+    )
+
+
+@pytest.mark.parametrize("name", [*TRL_TEMPLATES, *HAND_WRITTEN])
+def test_every_known_template_reads_as_its_messages_and_as_split_query(name, tokenizer):
+    """Each known template's prompt string, rendered by TRL's own templates or written as the model's: read as its
+    messages (the context of CHAT as messages, whatever the template's system prompt or BOS), its generation prompt's
+    ``<think>`` opening the reply; and the server's ``split_query`` of the prompt and a reply reads the same context,
+    reply and unfinished reasoning."""
+    from pmi_reward.rewards.path import read_prompt
+
+    prompt, opened = HAND_WRITTEN[name] if name in HAND_WRITTEN else (_rendered(tokenizer, name), TRL_TEMPLATES[name])
+    messages, read_opened = read_prompt(prompt)
+    assert isinstance(messages, list) and read_opened == opened
+    chat = [dict(m) for m in CHAT]
+    if name in SYSTEM_IN_USER:
+        at = SYSTEM_IN_USER[name]
+        chat[at]["content"] = f"{SYSTEM}\n\n{chat[at]['content']}"
+    replies = ["the user hiked, so I ask where", "the user hiked</think>\n\nDid you see Half Dome?"]
+    path = RewardPath(RewardOptions(max_context_turns=3))
+    as_messages = path.texts([chat] * 2, replies)
+    as_string = path.texts([prompt] * 2, replies)
+    assert as_string.contexts == as_messages.contexts
+    assert as_string.replies == ["" if opened else replies[0], "Did you see Half Dome?"]
+    assert as_string.unfinished_think == opened
+    for max_chars in (None, 4000):
+        split = [split_query(prompt + reply, prompt, max_chars) for reply in replies]
+        served = path.texts([s[0] for s in split], [s[1] for s in split])
+        assert (served.contexts, served.replies) == (as_string.contexts, as_string.replies), max_chars
+        assert served.unfinished_think == as_string.unfinished_think

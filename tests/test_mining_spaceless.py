@@ -1,6 +1,6 @@
 """Mined and scrambled negatives, and MEEP's score parser, on text written without spaces between words (Chinese,
-Japanese, Thai, Korean), while text without those scripts (English, and Cyrillic, Arabic, Devanagari, accented
-Latin, emoji) gets bit for bit the negatives it always got."""
+Japanese, Thai), while text without those scripts (English, and Korean, Cyrillic, Arabic, Devanagari, accented Latin,
+emoji) gets bit for bit the negatives it always got."""
 
 import hashlib
 import logging
@@ -150,11 +150,31 @@ def test_spaceless_replies_are_scrambled_by_letter(text, clusters):
     assert scramble(text) == out and scramble(text, seed=1) != out  # seeded by the text, as English is
 
 
-def test_a_korean_scramble_keeps_its_spaces_where_they_were():
-    text = "안녕하세요 반갑습니다 오늘 날씨 좋네요"
-    out = scramble(text)
-    assert out is not None and out != text and sorted(out) == sorted(text)
-    assert [i for i, ch in enumerate(out) if ch == " "] == [i for i, ch in enumerate(text) if ch == " "]
+def test_a_korean_scramble_shuffles_whole_words():
+    """Korean puts spaces between its words: read by syllable (Hangul taken for a script without spaces), a scramble
+    moved syllables across words ("공요 함저 원친구 ..."), no Korean words at all. It is a salad of its words again, as
+    before, and Korean's TF-IDF terms are its words."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    for text in ["안녕하세요 반갑습니다 오늘 날씨 좋네요", "저는 어제 친구와 함께 공원에 갔어요"]:
+        outs = {scramble(text, seed) for seed in range(20)}
+        assert None not in outs and text not in outs and len(outs) > 5
+        assert all(sorted(out.split()) == sorted(text.split()) for out in outs)
+    words = TfidfVectorizer(stop_words="english").build_analyzer()
+    assert mining._lexical_terms(words, "저는 공원에 갔어요") == ["저는", "공원에", "갔어요"]
+    # beside Chinese letters (permuted one by one, the text's spaces kept in place), a Korean word is one unit
+    outs = {scramble("我爱 한국어 音乐", seed) for seed in range(20)}
+    assert all("한국어" in out and sorted(out) == sorted("我爱 한국어 音乐") for out in outs) and len(outs) > 5
+
+
+def test_two_latin_words_of_a_spaceless_reply_are_never_glued():
+    """A scramble of "我用Python和Java写代码" may put its two Latin words side by side: a space parts them (glued, the
+    scramble held "PythonJava", a word of neither text)."""
+    text = "我用Python和Java写代码"
+    outs = {scramble(text, seed) for seed in range(200)}
+    adjacent = [o for o in outs if "Python Java" in o or "Java Python" in o]
+    assert adjacent and not any("PythonJava" in o or "JavaPython" in o for o in outs)
+    assert all(sorted(o.replace(" ", "")) == sorted(text) for o in outs)
 
 
 @pytest.mark.parametrize("text", ["好的！", "哈哈哈", "嗯", "ok 好"])

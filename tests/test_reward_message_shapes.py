@@ -6,6 +6,7 @@ calls it), and the ``think_unfinished_frac`` metric over them."""
 import copy
 
 import pytest
+from conftest import http
 from trl.chat_template_utils import (
     deepseek_r1_distill_chat_template,
     deepseek_r1_distill_template,
@@ -18,6 +19,7 @@ from trl.chat_template_utils import (
 )
 
 from pmi_reward.rewards.diversity import DiversityReward
+from pmi_reward.rewards.path import parsed_call, read_prompt, reasoning_cut
 from pmi_reward.rewards.remote import RemotePMIReward
 from pmi_reward.rewards.reward import PMIReward
 
@@ -171,8 +173,10 @@ def test_reasoning_cut_in_a_thinking_field_counts_as_unfinished(
 
 def test_only_a_tool_run_cut_in_its_last_reasoning_counts_as_unfinished(parsing_tokenizer, spread_scorer):
     """A Qwen3 tool run that ends on the tool's result (its answer cut, or out of tool-calling turns) finished its
-    reasoning: it was counted as unfinished because its call message holds ``reasoning_content``. A run whose last
-    assistant message is reasoning with no content still counts; one with a final answer is scored on it."""
+    reasoning: it was counted as unfinished because its call message holds ``reasoning_content``. So did one that ends
+    on its own call (TRL 1.16's ``_tool_call_loop`` rolls back a tool result that would pass
+    ``max_completion_length``). A run whose last assistant message is reasoning with no content still counts; one with
+    a final answer is scored on it."""
     tok = parsing_tokenizer
     call = _parse(
         tok,
@@ -186,6 +190,74 @@ def test_only_a_tool_run_cut_in_its_last_reasoning_counts_as_unfinished(parsing_
     answered = _parse(tok, qwen3_template, "<think>\nSunny.\n</think>\n\nIt is sunny there!<|im_end|>", [])
     prompt = [{"role": "user", "content": "How is the weather in Yosemite?"}]
     reward = PMIReward(spread_scorer)
-    out, frac = _frac(reward, [prompt] * 3, [[call, result], [call, result, cut_again], [call, result, answered]])
-    assert out[:2] == [-5.0, -5.0] and frac == pytest.approx(1 / 3)
-    assert out[2] == pytest.approx(reward([prompt], ["It is sunny there!"])[0], abs=1e-5)
+    runs = [[call], [call, result], [call, result, cut_again], [call, result, answered]]
+    out, frac = _frac(reward, [prompt] * 4, runs)
+    assert out[:3] == [-5.0, -5.0, -5.0] and frac == pytest.approx(1 / 4)  # the cut reasoning alone
+    assert out[3] == pytest.approx(reward([prompt], ["It is sunny there!"])[0], abs=1e-5)
+    assert [reasoning_cut(run) for run in runs] == [False, False, True, False]
+
+
+def test_a_tool_run_without_reasoning_shows_the_parse_under_think_opened(spread_scorer):
+    """``tool_calls`` alone marks a parsed call: a run whose messages hold no reasoning field (a template that opens no
+    block, or a parser that left the empty one out) is read on its ``content``, and so is every completion of that
+    call; read as raw decodes under ``think_opened``, both answers (no ``</think>``) were emptied."""
+    tool_call = {"type": "function", "function": {"name": "w", "arguments": {}}}
+    completions = [
+        [
+            {"role": "assistant", "tool_calls": [tool_call], "content": ""},
+            {"role": "tool", "name": "w", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny there!"},
+        ],
+        [{"role": "assistant", "content": "Did you see Half Dome?"}],
+    ]
+    assert parsed_call(completions) and not parsed_call(completions[1:])
+    prompts = [[{"role": "user", "content": "How is the weather in Yosemite?"}]] * 2
+    reward = PMIReward(spread_scorer, think_opened=True)
+    assert reward.texts(prompts, completions).replies == ["It is sunny there!", "Did you see Half Dome?"]
+    out, frac = _frac(reward, prompts, completions)
+    plain = PMIReward(spread_scorer)(prompts, ["It is sunny there!", "Did you see Half Dome?"])
+    assert out == pytest.approx(plain, abs=1e-5) and -5.0 not in out and frac == 0.0
+
+
+# R1-Zero's prompt: plain text (no chat template) that opens the reply's think block
+R1_ZERO = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant first thinks about the "
+    "reasoning process in the mind and then provides the user with the answer.\n"
+    "User: I just got back from hiking in Yosemite. Assistant: <think>"
+)
+
+
+def test_a_plain_prompt_ending_in_think_opens_the_reply_in_process_and_on_the_server(spread_scorer, spread_server):
+    """The server's ``split_query`` opened the block of any prompt ending in ``<think>``; ``PMIReward`` only of a
+    templated one: a reply cut in its reasoning was scored as the answer in process, emptied and counted on the server.
+    One rule now (``prompt_opens_think``): in process, remote (``/score``) and ``/get_reward`` read the same context
+    (without the opened tag) and reply. A ``<think>`` with a user's words after it opens nothing, on the server too (it
+    emptied every reply)."""
+    from pmi_reward.data.conversation import split_query
+    from pmi_reward.rewards.options import RewardOptions
+    from pmi_reward.serving.server import RewardServer, ServerConfig
+
+    cut = " The user went hiking. I should ask which trail they took and whether"
+    finished = f"{cut}\n</think>\n\nDid you see Half Dome?"
+    prompts, completions = [R1_ZERO, R1_ZERO], [cut, finished]
+    assert read_prompt(R1_ZERO) == (R1_ZERO.removesuffix("<think>"), True)
+    reward = PMIReward(spread_scorer)
+    batch = reward.texts(prompts, completions)
+    assert batch.replies == ["", "Did you see Half Dome?"] and batch.unfinished_think == 1
+    # the opened tag is no context turn, with strip_think off too
+    assert PMIReward(spread_scorer, strip_think=False).texts(prompts, completions).contexts == batch.contexts
+    assert all("<think>" not in c and c.endswith("Assistant:") for c in batch.contexts)
+    out, frac = _frac(reward, prompts, completions)
+    assert out[0] == -5.0 and out[1] != -5.0 and frac == 0.5
+    remote = RemotePMIReward(spread_server.url, on_failure="raise")
+    assert remote.score_sync(prompts, completions) == pytest.approx(out, abs=1e-4)
+    server = RewardServer(spread_scorer, ServerConfig(port=0), RewardOptions()).start()
+    try:
+        body = {"query": [p + c for p, c in zip(prompts, completions, strict=True)], "prompts": prompts}
+        status, answer = http(server.url, "POST", "/get_reward", body)
+    finally:
+        server.close()
+    assert status == 200 and answer["rewards"] == pytest.approx(out, abs=1e-4)
+    literal = "How do I use the <think> tag in my prompts?"
+    assert read_prompt(literal) == (literal, False)
+    assert split_query(f"{literal} You put the reasoning inside it.", literal)[1] == "You put the reasoning inside it."

@@ -152,10 +152,9 @@ def test_a_chinese_japanese_or_thai_reply_has_a_word_per_letter_as_the_length_ba
 
 def test_the_splitter_counts_as_reply_words_where_every_token_holds_a_letter_or_digit():
     """``len(words(text)) == reply_words(text)`` on random mixed-script text whose whitespace-separated tokens each
-    hold a letter or digit (and no underscore): the diagnostics and the reward's length baseline agree."""
-    alphabet = list(
-        "abcXYZ019 éñ我的狗公园昨日かなカナｶﾞか\u3099한국어ไทยกขี่้มुझेकामपसंद,.!?。，！？、・๏…-'😀❤\ufe0f\u0301  "
-    )
+    hold a letter or digit (and no underscore, and no Hangul: ``test_korean_words_are_whitespace_words``): the
+    diagnostics and the reward's length baseline agree."""
+    alphabet = list("abcXYZ019 éñ我的狗公园昨日かなカナｶﾞか\u3099ไทยกขี่้มुझेकामपसंद,.!?。，！？、・๏…-'😀❤\ufe0f\u0301  ")
     rng = random.Random(0)
     checked = 0
     for _ in range(3000):
@@ -226,3 +225,65 @@ def test_the_diversity_reward_sees_repeats_and_same_openings_in_chinese():
     prompt = [{"role": "user", "content": "你周末做了什么？"}]
     rewards = diversity_reward(prompts=[prompt] * 4, completions=[[{"role": "assistant", "content": c}] for c in group])
     assert rewards[:3] == [pytest.approx(rewards[0])] * 3 and rewards[0] < 0 and rewards[3] == 0
+
+
+# -- Korean: written with spaces (review 32 second look, finding 2) --------------------------------------------------
+
+KOREAN = "저는 어제 친구와 함께 공원에 갔어요"  # "Yesterday I went to the park with a friend"
+
+
+def test_korean_words_are_whitespace_words_while_the_length_baseline_still_counts_syllables():
+    """Korean puts spaces between its words, but Hangul was read as a script without them: every syllable was a word
+    of the diagnostics and the diversity reward. The length baseline keeps counting syllables (``reply_words``: fitted
+    baselines must not move), so there the splitter and it differ, as documented."""
+    from pmi_reward.data.words import has_spaceless, split_words
+    from pmi_reward.rewards.diversity import _words
+
+    expected = ["저는", "어제", "친구와", "함께", "공원에", "갔어요"]
+    assert words(KOREAN) == _words(KOREAN) == split_words(KOREAN, punctuation_parts=True) == expected
+    assert words("네, 좋아요! 한국어로 Python을 배워요.") == ["네", "좋아요", "한국어로", "python을", "배워요"]
+    assert words(KOREAN) == former_words(KOREAN) and not has_spaceless(KOREAN)
+    assert reply_words(KOREAN) == 15 and reply_words("안녕하세요 세계") == 7  # syllables, as fitted
+    assert len(words("안녕하세요 세계")) == 2
+    assert words("我爱 한국어") == ["我", "爱", "한국어"]  # beside Chinese letters, a Korean word stays whole
+
+
+def test_korean_replies_that_share_only_their_first_word_are_no_template():
+    """Read by syllable, the 3-word opening was about one Korean word: replies that both start with "저는 오늘" ("I
+    ... today") were penalised as opening alike, and distinct-2 counted syllable pairs."""
+    from pmi_reward.rewards.diversity import DiversityReward, opening
+
+    group = ["저는 오늘 집에 있었어요.", "저는 오늘 영화를 봤어요.", "저는 어제 공원에 갔어요.", "네, 좋아요!"]
+    assert [opening(r, 3) for r in group] == ["저는 오늘 집에", "저는 오늘 영화를", "저는 어제 공원에", "네 좋아요"]
+    assert DiversityReward(repetition_weight=0.0)(["안녕"] * 4, group) == [0.0] * 4
+    assert distinct_n(group, 2) == 0.9
+    assert opening_share(group, top=1) == 0.25
+
+
+# English replies with hyphens, apostrophes, digits, contractions and emoji: the diversity reward's words must be the
+# ``\w+`` words it always read (``punctuation_parts=True``: "e-mail" is two words there)
+ENGLISH_REPLIES = [
+    "e-mail me, it's 5-6 pm",
+    "I'm a well-known cat-lover :) and you?",
+    "Don't worry - it's 3:30 now, see you at 4.",
+    "The U.S.-based co-op sells 2-for-1 deals!!!",
+    "state-of-the-art? nah... it's so-so 😀👍",
+    "Rock'n'roll & R&B, 90's hits, 100% fun",
+    "x-ray, t-shirt, e.g. Wi-Fi",
+    "It is what it is. It is what it is. It is what it is.",
+]
+
+
+def test_the_diversity_reward_reads_english_words_as_it_always_did(monkeypatch):
+    """The diversity reward's words, openings and repeated n-grams on English replies equal those of the former
+    ``\\w+`` rule (punctuation parts a word): the shared splitter changed none of its English figures."""
+    from pmi_reward.rewards import diversity
+
+    assert [diversity._words(r) for r in ENGLISH_REPLIES] == [former_diversity_words(r) for r in ENGLISH_REPLIES]
+    assert diversity._words("e-mail me, it's 5-6 pm") == ["e", "mail", "me", "its", "5", "6", "pm"]
+    new = [(diversity.opening(r, 3), diversity.repeated_ngram_share(r)) for r in ENGLISH_REPLIES]
+    prompts = [[{"role": "user", "content": "Hi"}]] * len(ENGLISH_REPLIES)
+    rewards = diversity.DiversityReward()(prompts, ENGLISH_REPLIES)
+    monkeypatch.setattr(diversity, "_words", former_diversity_words)
+    assert new == [(diversity.opening(r, 3), diversity.repeated_ngram_share(r)) for r in ENGLISH_REPLIES]
+    assert rewards == diversity.DiversityReward()(prompts, ENGLISH_REPLIES)

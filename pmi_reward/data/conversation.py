@@ -22,9 +22,12 @@ user's message may hold too): it stays there.
 Reasoning models write ``<think>...</think>`` before their answer; ``strip_think`` keeps the answer (the text
 after the last ``</think>``, as Qwen3's and DeepSeek-R1's chat templates keep it in the history), and an
 unterminated block leaves nothing. Templates that open the block in the generation prompt (Qwen3.5,
-DeepSeek-R1 distills: the prompt ends with ``<think>``) are recognised by ``split_query``, which hands the opening
-tag back to the reply, and by ``templated_prompt``, which reads a templated prompt string (a reward's prompt) as its
-messages; a ``<think>`` earlier in the prompt is a user's words.
+DeepSeek-R1 distills: the prompt ends with ``<think>``), and a plain prompt that ends with one (R1-Zero's "... User: q
+Assistant: <think>"), are recognised by ``split_query``, which hands the opening tag back to the reply, and by
+``templated_prompt`` and ``rewards.path.read_prompt``, which read a reward's prompt string, alike
+(``prompt_opens_think``); a ``<think>`` earlier in the prompt is a user's words. ``templated_prompt`` reads a string as
+its template's messages only when that template's markup opens it: a plain text that quotes a marker further on
+(a question about ChatML's ``<|im_start|>``) is one turn per line.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ __all__ = [
     "drop_assistant_think",
     "drop_think_blocks",
     "opens_think",
+    "prompt_opens_think",
     "templated_prompt",
 ]
 
@@ -316,19 +320,33 @@ def opens_think(prompt: str) -> bool:
     return opened > prompt.rfind(THINK_CLOSE) and _ANY.cut.search(prompt, opened) is None
 
 
+def prompt_opens_think(prompt: str) -> bool:
+    """Whether a prompt string opened its reply's think block, the one rule of every reward path (``templated_prompt``,
+    ``rewards.path.read_prompt``, ``split_query``): its last ``<think>`` is open (``opens_think``) and either ends the
+    prompt (an R1-Zero style plain prompt, "... User: q Assistant: <think>", as much as a chat template's generation
+    prompt) or is in a string a chat template opens (``_opening_template``: reasoning may be prefilled after it). In a
+    plain string, a ``<think>`` with words after it is a user's ("How do I use the <think> tag?")."""
+    if not opens_think(prompt):
+        return False
+    return prompt.rstrip().endswith(THINK_OPEN) or _opening_template(prompt) is not None
+
+
 def templated_prompt(prompt: str) -> tuple[Messages, bool] | None:
     """A prompt string written with a known chat template (``apply_chat_template(..., tokenize=False,
     add_generation_prompt=True)``, as R1-style "standard" GRPO datasets build their ``prompt`` column) as its
     messages (``parse_chat``: the context the same conversation given as messages reads as), and whether its generation
-    prompt opened a think block (``opens_think``): that block belongs to the reply, so the text from its ``<think>``
-    on is left out, as ``split_query`` leaves it. None for any other string: plain text (one turn per line, a
-    ``User:``/``Assistant:`` transcript included, whose prefixes may be a text's own words) is read as it always was.
-    As in ``split_query``, text before the template's first marker (a plain text quoting a marker) is no turn."""
-    if not _templates(prompt, False):
+    prompt opened a think block (``prompt_opens_think``): that block belongs to the reply, so the text from its
+    ``<think>`` on is left out, as ``split_query`` leaves it. The template's markup must open the string (after BOS or
+    padding: ``_opening_template``) and read as that template's turns. None for any other string: plain text (one turn
+    per line, a ``User:``/``Assistant:`` transcript included, whose prefixes may be a text's own words, and a text
+    that quotes a template's marker after words of its own, which read as a template lost those words) is read as it
+    always was."""
+    name = _opening_template(prompt)
+    if name is None:
         return None
-    opened = opens_think(prompt)
-    messages = parse_chat(prompt[: prompt.rfind(THINK_OPEN)] if opened else prompt)
-    return (messages, opened) if messages is not None else None
+    opened = prompt_opens_think(prompt)
+    parsed = _parse_chat(prompt[: prompt.rfind(THINK_OPEN)] if opened else prompt)
+    return (parsed[0], opened) if parsed is not None and parsed[1] is _TOKENS[name] else None
 
 
 def _message(role: str, content: str, renames: dict[str, str], tokens: _Tokens = _ANY) -> dict[str, str]:
@@ -370,6 +388,12 @@ def _templates(text: str, partial: bool) -> list[str]:
     first, another's further on being a turn's words (a reply about ChatML's ``<|im_start|>`` in a Llama 3 or Mistral
     conversation, a system prompt about Phi-3's ``<|user|>``). A ``partial`` text opens inside a turn whose words may be
     anything: the template with the most markers (turn headers and end tokens), ties to the first."""
+    return [name for name, _ in _ranked_templates(text, partial)]
+
+
+def _ranked_templates(text: str, partial: bool) -> list[tuple[str, int]]:
+    """``_templates``' names, each with where its markup starts in ``text`` (its first marker; DeepSeek's BOS token
+    before it; Mistral v7's opening ``[SYSTEM_PROMPT]``)."""
     found: list[tuple[int, int, str]] = []  # (-markers counted, first marker, name)
     for name, marked in _MARKED.items():
         if (first := marked.header.search(text)) is None:
@@ -384,7 +408,19 @@ def _templates(text: str, partial: bool) -> list[str]:
             ("mistral_v7", v7, (_INST, _INST_CLOSE, _SYS_OPEN)) if v7 >= 0 else ("inst", inst, (_INST, _INST_CLOSE))
         )
         found.append((-_markers(text, name, sum(map(text.count, markers))) if partial else 0, at, name))
-    return [name for _, _, name in sorted(found)]
+    return [(name, at) for _, at, name in sorted(found)]
+
+
+def _opening_template(text: str) -> str | None:
+    """The template whose markup opens a whole ``text`` (BOS and padding before it at most: ``_FILLER``), or None. A
+    text whose first marker comes after other words is plain text that quotes one ("Phi-3 marks a user turn with
+    <|user|>"). DeepSeek's is the exception: its bare system prompt comes before its first ``<｜User｜>`` (its BOS token
+    may be left out), and its fullwidth-barred tokens are no text's words."""
+    ranked = _ranked_templates(text, False)
+    if not ranked:
+        return None
+    name, at = ranked[0]
+    return name if name == "deepseek" or not _FILLER.sub("", text[:at]).strip() else None
 
 
 def _markers(text: str, name: str, headers: int) -> int:
@@ -580,7 +616,7 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             reply = reply if window is None else reply[:window]
             head, partial = (prompt, False) if window is None or len(prompt) <= window else (prompt[-window:], True)
             # the prompt's template tells where its reply ends: at that template's tokens only
-            if opens_think(prompt):  # the template opened the reasoning: it belongs to the reply, not the context
+            if prompt_opens_think(prompt):  # the prompt opened the reasoning: it belongs to the reply, not the context
                 opened = head.rfind(THINK_OPEN)
                 messages, tokens = _as_messages(head[:opened] if opened >= 0 else head, partial=partial)
                 return messages, THINK_OPEN + _cut(reply, tokens)

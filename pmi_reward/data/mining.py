@@ -8,10 +8,10 @@ table on ``PairSet.mined`` that ``sample_negatives`` draws ``k_lexical`` / ``k_n
 ``mine_scrambled`` makes new texts instead, each gold reply's words in a random order, for ``k_scrambled``: it
 adds them to the response table, so it runs before that table is embedded; its table is by gold reply, not context.
 
-Scripts written without spaces between words (CJK, kana, Hangul, Thai: ``data.words.SPACELESS``) have no
-whitespace words to share or scramble: a Chinese clause was one TF-IDF term and one "word". There, the TF-IDF terms
-are letters and letter bigrams, and a scramble permutes letters; text without those scripts is read exactly as
-before.
+Scripts written without spaces between words (CJK, kana, Thai: ``data.words.SPACELESS``) have no whitespace words
+to share or scramble: a Chinese clause was one TF-IDF term and one "word". There, the TF-IDF terms are letters and
+letter bigrams, and a scramble permutes letters; text without those scripts (Korean included: it puts spaces
+between its words, and a scramble shuffles them whole) is read exactly as before.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ _PROGRESS_MIN = 1 << 27  # (contexts x candidate replies) from which a mining sh
 logger = logging.getLogger(__name__)
 
 # one letter of a script written without spaces between words (as a capturing group: ``re.split`` keeps it), and a
-# run of them; the letters are ``data.words.SPACELESS``, so that a "word" here is the one a reply's length counts
+# run of them; the letters are ``data.words.SPACELESS`` (not Hangul: a Korean word is a whitespace word here, as in
+# ``data.words.split_words``, though ``rewards.length.reply_words`` counts its syllables)
 _HAS_SPACELESS = re.compile(f"[{SPACELESS}]")
 _SPACELESS_LETTER = re.compile(f"({_HAS_SPACELESS.pattern})")
 _SPACELESS_RUN = re.compile(f"(?:{_HAS_SPACELESS.pattern})+")
@@ -269,7 +270,8 @@ def _letter_units(text: str) -> tuple[list[str], list[str]]:
     each unit from the one before it (" " where the text has whitespace there, "" where not). A unit is one such
     letter, or a run of other letters and digits within a whitespace word (a Latin word: ``"用Python写"`` is 3 units),
     with the punctuation and combining marks that follow it (a Thai vowel sign stays on its consonant, "。" on the
-    letter before it): the words ``rewards.length.reply_words`` counts."""
+    letter before it): the words ``data.words.split_words`` reads (and, but for a Korean word's syllables,
+    ``rewards.length.reply_words`` counts)."""
     units: list[str] = []
     gaps: list[str] = []
     lead = ""  # punctuation before the first unit: it opens that unit
@@ -305,12 +307,13 @@ def scramble(text: str, seed: int = 0) -> str | None:
     short for its order to carry much) or one whose words are all alike. The draw is seeded by ``seed`` and the text
     itself, so a reply gets the same scramble whichever pair set, file or policies it is read with.
 
-    In text with letters of a script written without spaces (CJK, kana, Hangul, Thai) a word is one such letter
-    (``_letter_units``: the unit ``rewards.length.reply_words`` counts): its letters are permuted, and the text's
-    spaces stay where they were, so that a scramble is not told apart by its spacing. Split by whitespace, every
+    In text with letters of a script written without spaces (CJK, kana, Thai) a word is one such letter
+    (``_letter_units``: the unit ``data.words.split_words`` reads): its letters are permuted, and the text's spaces
+    stay where they were, so that a scramble is not told apart by its spacing. Split by whitespace, every
     Chinese reply was one word and had no scramble. Single letters, not two-letter chunks: without a word segmenter a
     chunk cuts words as often as a letter does, and a letter is the unit a scorer's tokenizer reads Chinese in.
-    Text without those scripts is scrambled by whitespace words, exactly as always."""
+    Text without those scripts is scrambled by whitespace words, exactly as always: Korean too, which puts spaces
+    between its words (by syllable, a scramble moved syllables across words: no Korean words at all)."""
     if _HAS_SPACELESS.search(text):
         units, gaps = _letter_units(text)
     else:

@@ -1,7 +1,7 @@
 """Words of a text in any script, and whether it asks a question: the one word splitter of the policy diagnostics
 (``evaluation.metrics.words``: length, distinct-n, copies, generic replies, template openings) and the one
-definition of the scripts written without spaces, which the length baseline (``rewards.length.reply_words``) counts
-in and the mined negatives (``data.mining``) can import.
+definition of the scripts written without spaces, which the mined negatives (``data.mining``) import and the length
+baseline (``rewards.length.reply_words``) counts in, with Hangul besides (``HANGUL``).
 
 Here in ``data``, the first stage, so that every later one (``rewards``, ``evaluation``, ``policy``) and ``data``
 itself can import it.
@@ -10,9 +10,10 @@ A word is a whitespace-separated run of letters, digits and underscores, lower-c
 (emoji included), control and format characters and apostrophes removed ("Don't!" is ``dont``). Two kinds of text
 are not English-like:
 
-- Scripts written without spaces between words (``SPACELESS``: Thai; Korean Hangul; Japanese kana; CJK
-  ideographs): each letter is a word, as ``reply_words`` counts them. Split on whitespace alone, a Chinese reply
-  was one word whatever its length, so lengths, distinct-n and copy detection saw nothing.
+- Scripts written without spaces between words (``SPACELESS``: Thai; Japanese kana; CJK ideographs): each letter
+  is a word, as ``reply_words`` counts them. Split on whitespace alone, a Chinese reply was one word whatever its
+  length, so lengths, distinct-n and copy detection saw nothing. Korean is written with spaces between its words:
+  Hangul (``HANGUL``) is no such script here, a Korean word is a whitespace word ("저는 어제" is ``저는``, ``어제``).
 - Combining marks (Unicode Mn and Mc: Devanagari vowel signs, Thai vowel and tone marks, accents written apart)
   stay inside the word of the letter they follow. Removed as punctuation, they merged different words ("काम" *work*
   and "कम" *less*). A mark that follows no letter (after a space, or after a removed symbol: an emoji's), an
@@ -23,9 +24,10 @@ did: the figures recorded for English replies do not move (``tests/test_words_sp
 point, and Chit-Chat replies, with the former rule).
 
 Consistency with the length baseline: ``len(split_words(text)) == reply_words(text)`` for every text whose
-whitespace-separated tokens each hold a letter or a digit and which has no underscore. ``reply_words`` also counts
-a token of punctuation or symbols alone (``"-"``, ``":)"``, an emoji) as a word, as ``len(text.split())`` does,
-where this splitter finds none.
+whitespace-separated tokens each hold a letter or a digit and which has no underscore and no Hangul. ``reply_words``
+also counts a token of punctuation or symbols alone (``"-"``, ``":)"``, an emoji) as a word, as ``len(text.split())``
+does, where this splitter finds none; and it counts each Hangul letter (a Korean syllable) as a word, as its fitted
+baselines did, where this splitter counts Korean's whitespace words.
 """
 
 from __future__ import annotations
@@ -34,17 +36,19 @@ import functools
 import re
 import unicodedata
 
-__all__ = ["SPACELESS", "has_spaceless", "split_words", "QUESTION_MARKS", "asks_question"]
+__all__ = ["SPACELESS", "HANGUL", "has_spaceless", "split_words", "QUESTION_MARKS", "asks_question"]
 
-# Scripts written without spaces between words: Thai; Hangul (jamo, compatibility jamo, syllables); kana (hiragana,
-# katakana, their extensions and half-width forms); CJK ideographs (the main block, extension A, compatibility ones,
-# and the supplementary planes' extensions). A character class body (inside ``[...]``).
+# Scripts written without spaces between words: Thai; kana (hiragana, katakana, their extensions and half-width forms);
+# CJK ideographs (the main block, extension A, compatibility ones, and the supplementary planes' extensions). A
+# character class body (inside ``[...]``): the splitter's, the mined negatives' (``data.mining``) and, with
+# ``HANGUL``, the length baseline's (``rewards.length``).
 SPACELESS = (
-    "\u0e00-\u0e7f"
-    "\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff"
-    "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+    "\u0e00-\u0e7f\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 )
+# Hangul (jamo, compatibility jamo, syllables), a character class body. Korean puts spaces between its words, so it is
+# not in ``SPACELESS``; ``rewards.length.reply_words`` alone counts each Hangul letter as a word (its baselines were
+# fitted so, and must not move).
+HANGUL = "\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff"
 _HAS_SPACELESS = re.compile(f"[{SPACELESS}]")
 _PIECES = re.compile(f"[{SPACELESS}]|[^{SPACELESS}]+")  # one character of those scripts, or a run of anything else
 _NOT_WORD = re.compile(r"[^\w\s]+")  # what the splitter removes (combining marks are put back: ``_kept``)

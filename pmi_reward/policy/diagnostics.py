@@ -1,9 +1,10 @@
 """Reward-hacking diagnostics of a policy's replies: is a judge's gain bought by length or by sameness?
 
 Rows are contexts, columns the replies sampled for each (the same layout as ``evaluation.metrics``). Lengths
-are in words (``metrics.words``, the shared splitter ``data.words.split_words``): in Chinese, Japanese, Korean and
-Thai each letter is a word, as the reward's length baseline counts (``rewards.length.reply_words``), so a reply in
-those scripts has a length, n-grams and an opening (split on whitespace alone, each was one "word").
+are in words (``metrics.words``, the shared splitter ``data.words.split_words``): in Chinese, Japanese and Thai each
+letter is a word, as the reward's length baseline counts (``rewards.length.reply_words``), so a reply in those scripts
+has a length, n-grams and an opening (split on whitespace alone, each was one "word"); Korean, written with spaces,
+is split at them (the length baseline counts its syllables).
 
 - ``length_adjusted_gain``: the policy's gain over base after a linear length effect, from a regression of
   judge PMI on a policy indicator and reply length with one intercept per context (so, as the plain gain, it

@@ -160,7 +160,7 @@ def is_empty(reply: str) -> bool:
 
 def text_metrics(replies: list[list[str]], contexts: list[str]) -> dict[str, float]:
     """Length, diversity and the shares of generic, context-copying and empty replies (rows: contexts), in words of
-    any script (``metrics.words``: each letter of Chinese, Japanese, Korean or Thai a word), all of the answer the
+    any script (``metrics.words``: each letter of Chinese, Japanese or Thai a word), all of the answer the
     judges read (``strip_think``: without a ``<think>`` block; unfinished reasoning reads as no answer);
     ``is_empty`` reads the whole reply, to tell unfinished reasoning from an empty answer."""
     answers = [[strip_think(r) for r in row] for row in replies]

@@ -7,9 +7,10 @@ Reward = -(repetition_weight x repeated share + opening_weight x same-opening sh
 unreadable completion gets None (unscorable), an empty one 0 (PMI's ``empty_score`` deals with it). A reasoning
 model's reply is read as PMI reads it, its answer after ``</think>`` (``path.think_answers``: a completion TRL already
 parsed into ``reasoning_content`` or ``thinking`` and ``content`` is its content, as every completion of such a call is;
-a templated prompt that opens ``<think>`` opens its reply's block), not the reasoning every sample opens alike. The
-opening term needs a group's completions in one call: under several processes (each scoring a slice of the batch, a
-group possibly split) it is refused; the repetition term needs no group.
+a prompt string that opens ``<think>``, a template's generation prompt or a plain one ending in it, opens its reply's
+block), not the reasoning every sample opens alike. The opening term needs a group's completions in one call: under
+several processes (each scoring a slice of the batch, a group possibly split) it is refused; the repetition term
+needs no group.
 A plain callable with TRL's signature and a ``__name__``; picklable.
 """
 

@@ -9,10 +9,12 @@ beyond the ends) before centring and scaling. A longer reply then earns more onl
 than human replies of that length usually are.
 
 Length is counted in words: whitespace-separated words, except in scripts written without spaces between words
-(Chinese, Japanese kana, Korean Hangul, Thai), where each letter counts as a word (``reply_words``). Counted by
+(Chinese, Japanese kana, Thai) and in Korean Hangul, where each letter counts as a word (``reply_words``). Counted by
 whitespace alone, every Chinese reply was one word and a baseline fitted on them one bin: a constant, which leaves
-the reward exactly as length-biased as raw PMI. A baseline file records its unit; files saved before this count
-(``"unit": "words"``) still load and keep counting as they were fitted, by whitespace alone.
+the reward exactly as length-biased as raw PMI. Korean does put spaces between its words (the word splitter
+``data.words.split_words`` reads them so), but baselines were fitted counting its syllables: that count stays, so
+that they do not move. A baseline file records its unit; files saved before this count (``"unit": "words"``) still
+load and keep counting as they were fitted, by whitespace alone.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.records import atomic_write
-from ..data.words import SPACELESS as _SPACELESS  # the scripts written without spaces: one definition, shared
+from ..data.words import HANGUL, SPACELESS
 
 __all__ = ["LengthBaseline", "reply_words", "fit_length_baseline", "SCRIPT_WORDS", "WHITESPACE_WORDS", "MIN_BINS"]
 
@@ -39,28 +41,31 @@ WHITESPACE_WORDS = "words"  # whitespace words alone: the unit of baseline files
 UNITS = (SCRIPT_WORDS, WHITESPACE_WORDS)
 MIN_BINS = 3  # fewer length bins than this make a baseline close to a constant: fit_length_baseline warns
 
-_HAS_SPACELESS = re.compile(f"[{_SPACELESS}]")
-_PIECES = re.compile(f"[{_SPACELESS}]|[^{_SPACELESS}]+")  # one letter of those scripts, or a run of anything else
+# The scripts whose every letter is a word of a reply's length (a character class body): those written without spaces
+# (``data.words.SPACELESS``, the one definition), and Hangul, whose syllables fitted baselines count.
+LETTER_COUNTED = SPACELESS + HANGUL
+_HAS_LETTER_COUNTED = re.compile(f"[{LETTER_COUNTED}]")
+_PIECES = re.compile(f"[{LETTER_COUNTED}]|[^{LETTER_COUNTED}]+")  # one letter of those scripts, or a run of the rest
 
 
 def _token_words(token: str) -> int:
-    """Words in one whitespace-separated token: 1, or, where it holds letters of a script written without spaces,
-    each such letter and each run of other letters or digits between them (``"用Python写代码。"``: 5); a
+    """Words in one whitespace-separated token: 1, or, where it holds letters of ``LETTER_COUNTED``, each such letter
+    and each run of other letters or digits between them (``"用Python写代码。"``: 5; ``"안녕하세요"``: 5); a
     punctuation mark or a combining vowel sign is no word of its own."""
-    if not _HAS_SPACELESS.search(token):
+    if not _HAS_LETTER_COUNTED.search(token):
         return 1
     return max(1, sum(1 for piece in _PIECES.findall(token) if any(ch.isalnum() for ch in piece)))
 
 
 def reply_words(text: str, unit: str = SCRIPT_WORDS) -> int:
     """A reply's length in words (the baseline's unit): whitespace-separated words, and in scripts written without
-    spaces (CJK, kana, Hangul, Thai) each letter, so that a Chinese reply is not one word whatever its length.
-    Text without those scripts counts exactly as ``len(text.split())``; ``unit=WHITESPACE_WORDS`` always does (the
-    count of baseline files saved before this one)."""
+    spaces (CJK, kana, Thai) and Hangul (``LETTER_COUNTED``) each letter, so that a Chinese reply is not one word
+    whatever its length. Text without those scripts counts exactly as ``len(text.split())``;
+    ``unit=WHITESPACE_WORDS`` always does (the count of baseline files saved before this one)."""
     if unit not in UNITS:
         raise ValueError(f"unknown length unit {unit!r}: one of {', '.join(UNITS)}")
     words = text.split()
-    if unit == WHITESPACE_WORDS or not _HAS_SPACELESS.search(text):
+    if unit == WHITESPACE_WORDS or not _HAS_LETTER_COUNTED.search(text):
         return len(words)
     return sum(_token_words(word) for word in words)
 

