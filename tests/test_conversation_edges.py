@@ -291,3 +291,34 @@ def test_every_known_template_reads_as_its_messages_and_as_split_query(name, tok
         served = path.texts([s[0] for s in split], [s[1] for s in split])
         assert (served.contexts, served.replies) == (as_string.contexts, as_string.replies), max_chars
         assert served.unfinished_think == as_string.unfinished_think
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "[gMASK]sop<|system|>\nBe nice.<|user|>\nHi there<|assistant|>",  # ChatGLM3: "sop" bare
+        "<|startoftext|><|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",  # Yi's BOS
+        "\ufeff<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",  # a UTF-8 BOM (a table's first cell)
+    ],
+)
+def test_a_templated_prompt_opened_by_another_bos_still_reads_as_its_messages(prompt):
+    """Only a template's markup may open a templated prompt string, after BOS and padding: ChatGLM3's ``[gMASK]sop``,
+    Yi's ``<|startoftext|>`` and a BOM were read as plain text quoting a marker, the context the whole markup."""
+    from pmi_reward.data.conversation import split_query, templated_prompt
+
+    templated = templated_prompt(prompt)
+    assert templated is not None and templated[0][-2] == {"role": "user", "content": "Hi there"}
+    assert split_query(prompt + "Hello!", prompt)[0][-2] == {"role": "user", "content": "Hi there"}
+
+
+def test_the_server_reads_a_prompt_quoting_a_marker_as_the_in_process_reward_does(tiny_scorer):
+    """``split_query`` (the server's ``/get_reward``) parsed a prompt quoting a template marker as templated, dropping
+    the words before it, where ``PMIReward`` reads it one turn per line: the same prompt got two contexts."""
+    from pmi_reward.data.conversation import split_query
+    from pmi_reward.rewards.reward import PMIReward
+
+    prompt = "I'm writing a chat parser.\nPhi-3 marks a user turn with <|user|> and a reply with <|assistant|>, right?"
+    messages, reply = split_query(prompt + " Yes.", prompt)
+    reward = PMIReward(tiny_scorer)
+    assert reply == " Yes." or reply.strip() == "Yes."
+    assert reward.texts([messages], ["Yes."]).contexts == reward.texts([prompt], ["Yes."]).contexts

@@ -411,6 +411,11 @@ def _ranked_templates(text: str, partial: bool) -> list[tuple[str, int]]:
     return [(name, at) for _, at, name in sorted(found)]
 
 
+# what else may open a templated text before its first marker: a UTF-8 BOM (a table's first cell), Yi's BOS, and
+# ChatGLM3's "[gMASK]sop" (its "sop" bare, where GLM-4 writes "<sop>")
+_PREAMBLE = re.compile(r"\ufeff|<\|startoftext\|>|\[gMASK\]sop")
+
+
 def _opening_template(text: str) -> str | None:
     """The template whose markup opens a whole ``text`` (BOS and padding before it at most: ``_FILLER``), or None. A
     text whose first marker comes after other words is plain text that quotes one ("Phi-3 marks a user turn with
@@ -420,7 +425,8 @@ def _opening_template(text: str) -> str | None:
     if not ranked:
         return None
     name, at = ranked[0]
-    return name if name == "deepseek" or not _FILLER.sub("", text[:at]).strip() else None
+    before = _FILLER.sub("", _PREAMBLE.sub("", text[:at]))
+    return name if name == "deepseek" or not before.strip() else None
 
 
 def _markers(text: str, name: str, headers: int) -> int:
@@ -562,10 +568,13 @@ def _parse_role_lines(text: str, partial: bool = False) -> Messages | None:
     return [_message(role, " ".join(parts), {}) if role else _unknown(" ".join(parts)) for role, parts in turns] or None
 
 
-def _as_messages(text: str, partial: bool = False) -> tuple[Messages, _Tokens]:
+def _as_messages(text: str, partial: bool = False, quoted: bool = False) -> tuple[Messages, _Tokens]:
     """Messages of a templated string and its template's tokens; plain text becomes one turn per line, each a plain
-    string (a turn of no known speaker), and a reply to it is cut at any template's tokens."""
-    parsed = _parse_chat(text, partial)
+    string (a turn of no known speaker), and a reply to it is cut at any template's tokens. ``quoted``: a whole text
+    whose template markup does not open it is plain text that quotes a marker (``_opening_template``), read as
+    ``templated_prompt`` reads it for the in-process reward."""
+    quotes = quoted and _ranked_templates(text, False) and _opening_template(text) is None
+    parsed = None if quotes else _parse_chat(text, partial)
     if parsed is not None:
         return parsed
     return [line.strip() for line in text.split("\n") if line.strip()], _ANY
@@ -618,9 +627,10 @@ def split_query(query: str, prompt: str | None = None, max_chars: int | None = N
             # the prompt's template tells where its reply ends: at that template's tokens only
             if prompt_opens_think(prompt):  # the prompt opened the reasoning: it belongs to the reply, not the context
                 opened = head.rfind(THINK_OPEN)
-                messages, tokens = _as_messages(head[:opened] if opened >= 0 else head, partial=partial)
+                kept = head[:opened] if opened >= 0 else head
+                messages, tokens = _as_messages(kept, partial=partial, quoted=not partial)
                 return messages, THINK_OPEN + _cut(reply, tokens)
-            messages, tokens = _as_messages(head, partial=partial)
+            messages, tokens = _as_messages(head, partial=partial, quoted=not partial)
             return messages, _cut(reply, tokens)
     if window is not None and len(query) > 2 * window:
         cut = query.find("\n", len(query) - 2 * window)
